@@ -1,0 +1,102 @@
+"""Encode once: prompt ids, unpruned M-RoPE positions and per-image visual tokens for each sample.
+
+An ``EncodedSample`` is everything upstream of the pruner. Contexts at any number of budgets (the
+student at b, at b + delta, the full-context teacher) are built from it without re-running the
+vision tower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from sparsectx.models.processor import ImageTextProcessor
+
+from sparsectx.models.adapter import VLMAdapter
+from sparsectx.prompting import PromptItem, processor_inputs
+from sparsectx.visual import ImageTokens
+
+
+@dataclass
+class EncodedSample:
+    """One prompt, encoded once.
+
+    Attributes:
+        sample_id: the item's id.
+        prompt_ids: (L,) int64 unpruned prompt ids (N_i image-pad tokens per image), no padding.
+        positions: (3, L) int64 unpruned M-RoPE (t, h, w) positions of the prompt.
+        images: the prompt's images in order, post-merger.
+        question_embeds: (T_q, D) LLM input embeddings of the question's tokens.
+        next_position: the position of the first response token (max prompt position + 1).
+    """
+
+    sample_id: str
+    prompt_ids: torch.Tensor
+    positions: torch.Tensor
+    images: list[ImageTokens]
+    question_embeds: torch.Tensor
+    next_position: int
+
+
+def rope_positions(
+    ids: torch.Tensor, image_token_id: int, grids: list[tuple[int, int, int]]
+) -> tuple[torch.Tensor, int]:
+    """Returns the (3, L) M-RoPE positions of an unpruned prompt and the next free position.
+
+    Qwen-VL layout: a text token takes (p, p, p) and advances p by 1; an image of merged grid
+    (t, h, w) starting at p gives its token (f, r, c) the triple (p + f, p + r, p + c) and advances p by
+    max(t, h, w). Images only (video temporal spacing is not modelled).
+    """
+    id_list = ids.tolist()
+    out = torch.empty(3, len(id_list), dtype=torch.long)
+    p, i, image = 0, 0, 0
+    while i < len(id_list):
+        if id_list[i] != image_token_id:
+            out[:, i] = p
+            p, i = p + 1, i + 1
+            continue
+        if image >= len(grids):
+            raise ValueError(f"prompt has more image-token runs than images ({len(grids)})")
+        t, h, w = grids[image]
+        n = torch.arange(t * h * w)
+        out[0, i : i + n.numel()] = p + n // (h * w)
+        out[1, i : i + n.numel()] = p + (n // w) % h
+        out[2, i : i + n.numel()] = p + n % w
+        p, i, image = p + max(t, h, w), i + n.numel(), image + 1
+    if image != len(grids):
+        raise ValueError(f"prompt holds {image} image-token runs but {len(grids)} images were given")
+    return out, p
+
+
+@torch.no_grad()
+def question_embeddings(adapter: VLMAdapter, processor: ImageTextProcessor, question: str) -> torch.Tensor:
+    """Returns (T_q, D) input embeddings of the question text alone (no template, no vision tokens)."""
+    ids = processor.tokenizer(question, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    device = adapter.model.device
+    return adapter.embed_ids(ids.to(device)).float()
+
+
+def encode_samples(adapter: VLMAdapter, processor: ImageTextProcessor, items: list[PromptItem]) -> list[EncodedSample]:
+    """Returns the encoded samples of ``items``; the vision tower runs once for the whole batch."""
+    batch = processor_inputs(processor, items)
+    device = adapter.model.device
+    images: list[ImageTokens] = []
+    if "pixel_values" in batch:
+        images = adapter.encode_images(batch["pixel_values"].to(device), batch["image_grid_thw"].to(device))
+    samples, cursor = [], 0
+    for row, item in enumerate(items):
+        ids = batch["input_ids"][row][batch["attention_mask"][row].bool()]
+        own = images[cursor : cursor + len(item.images)]
+        cursor += len(item.images)
+        positions, next_position = rope_positions(ids, adapter.image_token_id, [im.grid for im in own])
+        samples.append(
+            EncodedSample(
+                sample_id=item.sample_id,
+                prompt_ids=ids.to(device),
+                positions=positions.to(device),
+                images=own,
+                question_embeds=question_embeddings(adapter, processor, item.question),
+                next_position=next_position,
+            )
+        )
+    return samples

@@ -1,0 +1,94 @@
+"""Load a VLM and its processor from a local directory, the shipped assets, or a hub id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText, PreTrainedModel
+
+from sparsectx.models import qwen2_5_vl, qwen3_vl
+from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.processor import ImageTextProcessor, load_processor
+from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+
+PACKAGE_PREFIX = "package:"
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+
+LAYOUTS: dict[str, VisionLayout] = {"qwen2_5_vl": qwen2_5_vl.LAYOUT, "qwen3_vl": qwen3_vl.LAYOUT}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ModelConfig:
+    """The ``model`` config group (``conf/model/*.yaml``)."""
+
+    name: str
+    """Short name used in result paths (e.g. ``tiny``, ``qwen2_5_vl_7b``)."""
+    path: str
+    """Local directory, ``package:<dir>`` for a checkpoint shipped in ``sparsectx/assets``, or a hub id."""
+    dtype: str
+    """Weights and compute dtype: float32, bfloat16 or float16."""
+    device: str
+    """torch device string: ``cpu``, ``cuda``, ``cuda:1`` ..."""
+    attn_implementation: str
+    """transformers attention backend: sdpa, eager or flash_attention_2."""
+    signal_chunk: int
+    """Query chunk size when recomputing vision attention for pruner signals."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r} is not one of {sorted(DTYPES)}")
+        if self.signal_chunk < 1:
+            raise ValueError(f"model.signal_chunk={self.signal_chunk} must be a positive integer")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for sparse-context use: its adapter and processor."""
+
+    adapter: VLMAdapter
+    processor: ImageTextProcessor
+
+
+def resolve_model_path(path: str) -> str:
+    """Returns a local directory or hub id for ``path``; raises if a local-looking path is missing."""
+    if path.startswith(PACKAGE_PREFIX):
+        local = ASSETS_DIR / path[len(PACKAGE_PREFIX) :]
+    elif path.startswith(("/", ".", "~")) or Path(path).exists():
+        local = Path(path).expanduser()
+    else:
+        return path
+    if not (local / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model.path={path!r}: no checkpoint at {local} (expected a directory with config.json). "
+            "Point model.path at a local checkpoint directory, e.g. model.path=/models/Qwen2.5-VL-7B-Instruct, "
+            "or rebuild the shipped tiny model with `python src/pretrain_tiny.py`."
+        )
+    return str(local)
+
+
+def adapter_for(model: PreTrainedModel, signal_chunk: int) -> VLMAdapter:
+    """Returns the family adapter for an already-built HF model; unknown families raise with the supported list."""
+    family = model.config.model_type
+    if family not in LAYOUTS:
+        raise KeyError(f"model family {family!r} has no adapter; supported: {', '.join(sorted(LAYOUTS))}")
+    return QwenVLAdapter(family, model, LAYOUTS[family], signal_chunk)
+
+
+def load_model(cfg: ModelConfig) -> LoadedModel:
+    """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes."""
+    source = resolve_model_path(cfg.path)
+    try:
+        processor = load_processor(source)
+        model = AutoModelForImageTextToText.from_pretrained(
+            source, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+        )
+    except OSError as err:
+        raise OSError(
+            f"could not load model.path={cfg.path!r} ({err}). Without network access, download the checkpoint "
+            "elsewhere and set model.path=/local/dir (a directory with config.json and weights)."
+        ) from err
+    model.to(cfg.device).eval()
+    return LoadedModel(adapter=adapter_for(model, cfg.signal_chunk), processor=processor)

@@ -1,0 +1,76 @@
+"""A Qwen-VL image+text processor composed from a checkpoint's tokenizer and image-processor files.
+
+transformers 5.17's ``AutoProcessor`` for Qwen-VL insists on a torchvision video processor, and
+PyPI's torchvision does not import beside the CPU torch build this project installs. The parts we
+need do not depend on torchvision: the tokenizer (with its chat template), the PIL image processor,
+and the expansion of each ``<|image_pad|>`` into one token per post-merger visual token. This module
+composes them, reading the same files a hub checkpoint ships, so one code path serves every machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from PIL import Image
+from transformers import AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+IMAGE_TOKEN = "<|image_pad|>"
+
+
+class ImageTextProcessor:
+    """Turns chat-templated text plus images into ``input_ids``, ``pixel_values`` and ``image_grid_thw``."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil) -> None:
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.merge_unit = int(image_processor.merge_size) ** 2
+
+    def apply_chat_template(self, messages: list[dict], tokenize: bool, add_generation_prompt: bool) -> str:
+        """Returns the prompt text of ``messages`` under the tokenizer's chat template (one image-pad per image)."""
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=tokenize, add_generation_prompt=add_generation_prompt
+        )
+
+    def __call__(
+        self, text: list[str], images: list[Image.Image] | None, return_tensors: str = "pt", padding: bool = True
+    ) -> BatchFeature:
+        """Returns token ids (left-padded), attention mask, modality ids (1 = image) and pixel values with grids.
+
+        Each ``<|image_pad|>`` in ``text`` (in order, across the batch) is expanded to N copies, N the
+        number of post-merger tokens of the matching image.
+        """
+        data: dict[str, torch.Tensor] = {}
+        counts: list[int] = []
+        if images:
+            vision = self.image_processor(images=images, return_tensors="pt")
+            data["pixel_values"] = vision["pixel_values"]
+            data["image_grid_thw"] = vision["image_grid_thw"]
+            counts = (vision["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
+        expanded, cursor = [], 0
+        for prompt in text:
+            parts = prompt.split(IMAGE_TOKEN)
+            pieces = [parts[0]]
+            for part in parts[1:]:
+                if cursor >= len(counts):
+                    raise ValueError(f"the prompts hold more {IMAGE_TOKEN} markers than the {len(counts)} images")
+                pieces.append(IMAGE_TOKEN * counts[cursor] + part)
+                cursor += 1
+            expanded.append("".join(pieces))
+        if cursor != len(counts):
+            raise ValueError(f"{len(counts)} images were given but the prompts hold {cursor} {IMAGE_TOKEN} markers")
+        self.tokenizer.padding_side = "left"
+        tokens = self.tokenizer(expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False)
+        data["input_ids"] = tokens["input_ids"]
+        data["attention_mask"] = tokens["attention_mask"]
+        image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+        data["mm_token_type_ids"] = (tokens["input_ids"] == image_id).long()
+        return BatchFeature(data)
+
+
+def load_processor(path: str | Path) -> ImageTextProcessor:
+    """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
+    return ImageTextProcessor(tokenizer, image_processor)

@@ -1,0 +1,56 @@
+"""Chat prompts in the seeds' protocol: system message, image(s) before the text, think/answer instruction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from PIL import Image
+from transformers import BatchFeature
+
+from sparsectx.models.processor import ImageTextProcessor
+
+
+@dataclass
+class PromptItem:
+    """One question to ask a VLM.
+
+    Attributes:
+        sample_id: stable id of the item (benchmark index, training row, ...).
+        images: the item's images, in the order they appear before the text.
+        question: the user question only (pruners that read text condition on it).
+        system: the system message.
+        instruction: text appended after the question (the think/answer instruction), may be empty.
+        extra_context: text the prompt carries after the instruction but pruners never see (e.g. the
+            reference answer given to SCOPD+GT's teacher).
+    """
+
+    sample_id: str
+    images: list[Image.Image]
+    question: str
+    system: str
+    instruction: str
+    extra_context: str = field(default="")
+
+
+def user_text(item: PromptItem) -> str:
+    """Returns the text part of the user turn: question, then instruction, then any extra context."""
+    return "\n".join(part for part in (item.question, item.instruction, item.extra_context) if part)
+
+
+def chat_messages(item: PromptItem) -> list[dict]:
+    """Returns the chat messages for ``item`` (system, then a user turn with images before text)."""
+    content = [{"type": "image"} for _ in item.images] + [{"type": "text", "text": user_text(item)}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": item.system}]},
+        {"role": "user", "content": content},
+    ]
+
+
+def processor_inputs(processor: ImageTextProcessor, items: list[PromptItem]) -> BatchFeature:
+    """Returns the processor's tensors (input_ids, pixel_values, image_grid_thw) for a batch of prompts."""
+    texts = [
+        processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
+        for item in items
+    ]
+    images = [image for item in items for image in item.images]
+    return processor(text=texts, images=images or None, return_tensors="pt", padding=True)
