@@ -1,0 +1,104 @@
+"""Pre-LLM visual-token pruning operators and the one entry point that runs them.
+
+Each operator lives in its own module and registers itself in ``PRUNERS`` under the stem of its config
+file ``conf/pruner/<name>.yaml``; the YAML's ``params`` are the operator's keyword-only arguments and the
+only place their defaults live. Callers go through ``select_tokens``, which turns the budget into the exact
+per-image count k (spec 1.2) and checks what the operator returned: ports that silently never pruned have
+been seen in the field (spec 3, item 12).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Mapping
+
+import torch
+
+from sparsectx.budget import tokens_to_keep
+from sparsectx.pruning.base import SelectTokens
+from sparsectx.registry import Registry
+from sparsectx.visual import ImageTokens, Selection
+
+PRUNERS = Registry[SelectTokens]("pruner")
+
+# Explicit imports (convention 11): importing a module registers its operator in PRUNERS.
+from sparsectx.pruning import cdpruner, divprune, random, visionzip  # noqa: E402, F401, I001
+
+
+def select_tokens(
+    name: str,
+    image: ImageTokens,
+    question_embeds: torch.Tensor,
+    budget: float,
+    generator: torch.Generator,
+    params: Mapping[str, object],
+) -> Selection:
+    """Returns the k = clamp(round(budget * N), 1, N) tokens that pruner ``name`` keeps of one image.
+
+    Args:
+        name: registry key, equal to a ``conf/pruner/*.yaml`` stem.
+        image: the image's N post-merger tokens and signals.
+        question_embeds: (T_q, D) LLM input embeddings of the user question's tokens only.
+        budget: kept fraction of the image's tokens, in (0, 1].
+        generator: the only source of randomness the operator may use.
+        params: the operator's keyword arguments (the YAML's ``params``), exactly its keyword-only names.
+
+    Raises:
+        ValueError: the budget lies outside (0, 1].
+        KeyError: unknown pruner, or ``params`` keys differ from the operator's keyword-only arguments.
+        RuntimeError: the operator did not return exactly k strictly ascending in-range indices with
+            matching (k, D) vectors for ``embeds`` and every DeepStack level.
+    """
+    k = tokens_to_keep(budget, image.num_tokens)
+    operator = PRUNERS.get(name)
+    _check_params(name, operator, params)
+    selection = operator(image, question_embeds, k, generator, **dict(params))
+    _check_selection(name, selection, image, k)
+    return selection
+
+
+def _check_params(name: str, operator: SelectTokens, params: Mapping[str, object]) -> None:
+    """Raises KeyError naming ``pruner.params.<key>`` when ``params`` differs from the keyword-only args."""
+    signature = inspect.signature(operator).parameters.values()
+    expected = [p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    problems = [f"missing pruner.params.{key}" for key in expected if key not in params]
+    for key in params:
+        if key not in expected:
+            close = difflib.get_close_matches(key, expected, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown pruner.params.{key}{hint}")
+    if problems:
+        raise KeyError(
+            f"pruner {name!r}: {'; '.join(problems)}. Its params are exactly {expected}; "
+            f"set them in conf/pruner/{name}.yaml"
+        )
+
+
+def _check_selection(name: str, selection: Selection, image: ImageTokens, k: int) -> None:
+    """Raises RuntimeError unless ``selection`` holds exactly k strictly ascending in-range tokens."""
+    n, idx = image.num_tokens, selection.indices
+    problems = []
+    if idx.dtype != torch.int64 or idx.ndim != 1:
+        problems.append(f"indices must be a 1-D int64 tensor, got {idx.dtype} of shape {tuple(idx.shape)}")
+    elif idx.numel() != k:
+        problems.append(f"returned {idx.numel()} indices instead of k={k}")
+    elif int(idx.min()) < 0 or int(idx.max()) >= n:
+        problems.append(f"indices outside [0, {n}): min {int(idx.min())}, max {int(idx.max())}")
+    elif k > 1 and not bool((idx[1:] > idx[:-1]).all()):
+        problems.append("indices are not strictly ascending (unsorted or repeated)")
+    levels = len(image.deepstack)
+    if len(selection.deepstack) != levels:
+        problems.append(f"returned {len(selection.deepstack)} DeepStack levels, the image has {levels}")
+    pairs = [("embeds", selection.embeds, image.embeds)]
+    pairs += [
+        (f"deepstack[{i}]", got, src)
+        for i, (got, src) in enumerate(zip(selection.deepstack, image.deepstack, strict=False))
+    ]
+    for field, got, src in pairs:
+        if tuple(got.shape) != (k, src.shape[1]):
+            problems.append(f"{field} has shape {tuple(got.shape)}, expected {(k, src.shape[1])}")
+    if problems:
+        raise RuntimeError(
+            f"pruner {name!r} broke its contract on an image of N={n} tokens, k={k}: " + "; ".join(problems)
+        )

@@ -1,0 +1,40 @@
+"""Shared fixtures for the pruning tests: random images and the shipped pruner configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sparsectx.visual import ImageTokens
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "pruner"
+
+
+def random_image(
+    n: int, d: int = 8, d_head: int = 4, levels: int = 2, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> ImageTokens:
+    """Returns an image of n tokens with Gaussian embeds/keys/DeepStack levels and uniform attention."""
+    g = torch.Generator().manual_seed(seed)
+    return ImageTokens(
+        embeds=torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype),
+        grid=(1, 1, n),
+        attention_received=torch.rand(n, generator=g, dtype=torch.float64).float(),
+        keys=torch.randn(n, d_head, generator=g, dtype=torch.float64).float(),
+        deepstack=tuple(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype) for _ in range(levels)),
+    )
+
+
+@pytest.fixture
+def make_image() -> Callable[..., ImageTokens]:
+    """Returns the ``random_image`` factory."""
+    return random_image
+
+
+@pytest.fixture(scope="session")
+def pruner_confs() -> dict[str, dict]:
+    """Returns every ``conf/pruner/*.yaml`` parsed, keyed by file stem."""
+    return {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CONF_DIR.glob("*.yaml"))}

@@ -1,0 +1,94 @@
+"""The pruner registry, its configs, and the checks ``select_tokens`` applies around every operator."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import sparsectx.pruning as pruning
+from sparsectx.pruning import PRUNERS, select_tokens
+from sparsectx.registry import Registry
+from sparsectx.visual import Selection
+
+
+def keyword_only(name: str) -> list[inspect.Parameter]:
+    """Returns the keyword-only parameters of the operator registered as ``name``."""
+    params = inspect.signature(PRUNERS.get(name)).parameters.values()
+    return [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def test_registered_names_equal_config_stems(pruner_confs):
+    assert PRUNERS.names() == sorted(pruner_confs)
+    assert PRUNERS.names() == ["cdpruner", "divprune", "random", "visionzip"]
+
+
+@pytest.mark.parametrize("name", PRUNERS.names())
+def test_config_matches_operator_signature(name, pruner_confs):
+    conf = pruner_confs[name]
+    assert set(conf) == {"name", "stage", "params"}
+    assert conf["name"] == name
+    assert conf["stage"] == "pre_llm"
+    assert sorted(conf["params"]) == sorted(p.name for p in keyword_only(name))
+    # Defaults live only in the YAML: the operator's own keyword-only arguments have none.
+    assert all(p.default is inspect.Parameter.empty for p in keyword_only(name))
+
+
+def test_unknown_name_lists_available_and_close_match(make_image):
+    with pytest.raises(KeyError) as err:
+        select_tokens("divprun", make_image(10), torch.zeros(1, 8), 0.5, torch.Generator(), {})
+    message = str(err.value)
+    assert "Did you mean 'divprune'" in message
+    assert "Available: cdpruner, divprune, random, visionzip" in message
+
+
+@pytest.mark.parametrize("budget", [0.0, -0.1, 1.5, 2])
+def test_budget_outside_unit_interval_names_value(budget, make_image):
+    with pytest.raises(ValueError, match=rf"budget={budget!r} is outside \(0, 1\]"):
+        select_tokens("random", make_image(10), torch.zeros(1, 8), budget, torch.Generator(), {})
+
+
+def test_params_must_match_keyword_only_arguments(make_image):
+    image, question = make_image(10), torch.zeros(1, 8)
+    with pytest.raises(KeyError, match=r"unknown pruner.params.thetta \(did you mean 'theta'\?\)"):
+        select_tokens("cdpruner", image, question, 0.5, torch.Generator(), {"theta": 0.5, "thetta": 0.5})
+    with pytest.raises(KeyError, match=r"missing pruner.params.contextual_share"):
+        select_tokens("visionzip", image, question, 0.5, torch.Generator(), {})
+
+
+def broken(kind: str):
+    """Returns an operator that violates the selection contract in the way ``kind`` names."""
+
+    def operator(image, question_embeds, k, generator):
+        n = image.num_tokens
+        indices = {
+            "never_prunes": torch.arange(n),
+            "short": torch.arange(k - 1),
+            "unsorted": torch.arange(k).flip(0),
+            "repeated": torch.zeros(k, dtype=torch.long),
+            "out_of_range": torch.arange(n - k + 1, n + 1),
+            "int32": torch.arange(k, dtype=torch.int32),
+        }[kind]
+        selection = Selection.gather(image, torch.arange(k))
+        return Selection(indices, selection.embeds, selection.deepstack)
+
+    return operator
+
+
+@pytest.mark.parametrize("kind", ["never_prunes", "short", "unsorted", "repeated", "out_of_range", "int32"])
+def test_contract_violations_raise(kind, make_image, monkeypatch):
+    registry = Registry("pruner")
+    registry.register("broken")(broken(kind))
+    monkeypatch.setattr(pruning, "PRUNERS", registry)
+    message = "pruner 'broken' broke its contract on an image of N=20 tokens, k=5"
+    with pytest.raises(RuntimeError, match=message):
+        select_tokens("broken", make_image(20), torch.zeros(1, 8), 0.25, torch.Generator(), {})
+
+
+def test_missing_deepstack_level_raises(make_image, monkeypatch):
+    registry = Registry("pruner")
+    registry.register("flat")(lambda image, q, k, g: Selection(torch.arange(k), image.embeds[:k]))
+    monkeypatch.setattr(pruning, "PRUNERS", registry)
+    with pytest.raises(RuntimeError, match="returned 0 DeepStack levels, the image has 2"):
+        select_tokens("flat", make_image(20), torch.zeros(1, 8), 0.25, torch.Generator(), {})
