@@ -1,0 +1,48 @@
+"""Scorers: one benchmark family per module, all filed in ``SCORERS`` under their registry key.
+
+Every family module is imported here explicitly so that importing this package registers all of
+them (style convention 11). A benchmark config names its scorer by key, e.g. ``scorer: mme``.
+"""
+
+from sparsectx.eval.scorers import exact, mcq, mmbench, mme, ocrbench, pope, vqa, yes_no
+from sparsectx.eval.scorers.base import (
+    SCORERS,
+    ScoredItem,
+    ScoreFn,
+    Scorer,
+    ScoreReport,
+    register_scorer,
+    score_items,
+)
+from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number
+from sparsectx.eval.scorers.mcq import match_choice
+from sparsectx.eval.scorers.ocrbench import ocr_contains
+from sparsectx.eval.scorers.pope import binary_metrics
+from sparsectx.eval.scorers.vqa import normalize_vqa_answer, vqa_soft_accuracy
+from sparsectx.eval.scorers.yes_no import parse_yes_no
+
+__all__ = [
+    "SCORERS",
+    "ScoreFn",
+    "ScoreReport",
+    "ScoredItem",
+    "Scorer",
+    "binary_metrics",
+    "exact",
+    "match_choice",
+    "mcq",
+    "mmbench",
+    "mme",
+    "normalize_short_answer",
+    "normalize_vqa_answer",
+    "ocr_contains",
+    "ocrbench",
+    "parse_number",
+    "parse_yes_no",
+    "pope",
+    "register_scorer",
+    "score_items",
+    "vqa",
+    "vqa_soft_accuracy",
+    "yes_no",
+]

@@ -1,0 +1,144 @@
+"""The item every scorer takes, the scorer record kept in the registry, and shared helpers.
+
+A scorer is a pure function ``(items: Sequence[ScoredItem]) -> dict[str, float]`` filed in
+``SCORERS`` together with an integer version (style convention 21: bump the version whenever the
+output for the same items changes; the table code refuses to mix versions of one benchmark).
+Every scorer reports its headline metric under the key ``"score"`` on the scale the papers print
+(percent; out of 1000 for OCRBench; summed category scores for MME), plus ``"n"`` (items scored)
+and ``"missing"`` (items whose ``prediction`` is ``None``, i.e. extraction misses).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparsectx.registry import Registry
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    """One benchmark question with the model's extracted answer and the metadata its scorer needs.
+
+    Only ``id``, ``prediction`` and ``reference`` are common to all scorers; each scorer's
+    docstring names the other fields it reads and raises ``ValueError`` when one is absent.
+    """
+
+    id: str
+    """Sample id, unique within the benchmark (VLMEvalKit's ``index``)."""
+    prediction: str | None
+    """Extracted answer (see ``sparsectx.eval.extract``); ``None`` records an extraction miss.
+
+    A miss is never replaced by a placeholder string (style convention 22): it is scored as wrong
+    and counted under ``"missing"``.
+    """
+    reference: str
+    """Gold answer: an option letter (MCQ), ``yes``/``no`` (Y/N, MME, POPE), or the answer text."""
+    answers: tuple[str, ...] = ()
+    """All acceptable or human answers: the 10 annotator answers (VQA), alternatives (OCRBench)."""
+    options: Mapping[str, str] = field(default_factory=dict)
+    """Option letter -> option text for multiple choice, in displayed order."""
+    category: str = ""
+    """Category or sub-task (MME category, OCRBench category, MMBench ability)."""
+    subset: str = ""
+    """Split that is scored on its own and macro-averaged (POPE: adversarial/popular/random)."""
+    group: str = ""
+    """Id shared by items that are scored jointly: the image of an MME question pair, or the
+    question behind the circular rotations of MMBench."""
+
+
+class ScoreFn(Protocol):
+    """The scorer extension point: a pure function from items to named metrics."""
+
+    def __call__(self, items: Sequence[ScoredItem]) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A registered scorer: its registry key, its integer version and the pure scoring function."""
+
+    name: str
+    version: int
+    fn: ScoreFn
+
+    def __call__(self, items: Sequence[ScoredItem]) -> dict[str, float]:
+        return self.fn(items)
+
+
+@dataclass(frozen=True)
+class ScoreReport:
+    """Metrics of one scorer run, stamped with the scorer's name and version for the result JSON."""
+
+    scorer: str
+    scorer_version: int
+    metrics: dict[str, float]
+
+
+SCORERS: Registry[Scorer] = Registry("scorer")
+
+
+def register_scorer(name: str, version: int) -> Callable[[ScoreFn], ScoreFn]:
+    """Returns a decorator that files ``fn`` in ``SCORERS`` under ``name`` with ``version``."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"scorer {name!r}: version={version!r} must be an int >= 1")
+
+    def add(fn: ScoreFn) -> ScoreFn:
+        SCORERS.register(name)(Scorer(name=name, version=version, fn=fn))
+        return fn
+
+    return add
+
+
+def score_items(name: str, items: Sequence[ScoredItem]) -> ScoreReport:
+    """Returns the metrics of scorer ``name`` on ``items``, with the scorer's name and version."""
+    scorer = SCORERS.get(name)
+    return ScoreReport(scorer=name, scorer_version=scorer.version, metrics=scorer(items))
+
+
+def check_items(items: Sequence[ScoredItem], scorer: str, needs: Iterable[str] = ()) -> None:
+    """Returns nothing; raises ``ValueError`` on no items, duplicate ids or empty required fields."""
+    if len(items) == 0:
+        raise ValueError(f"scorer {scorer!r} got no items: an empty benchmark has no score")
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise ValueError(f"scorer {scorer!r}: item id {item.id!r} occurs twice")
+        seen.add(item.id)
+        for name in needs:
+            if not getattr(item, name):
+                raise ValueError(
+                    f"scorer {scorer!r}: item {item.id!r} has an empty ScoredItem.{name}, which this "
+                    f"scorer needs; fill it from the benchmark's metadata"
+                )
+
+
+def count_missing(items: Iterable[ScoredItem]) -> int:
+    """Returns how many items have ``prediction is None`` (extraction misses)."""
+    return sum(item.prediction is None for item in items)
+
+
+def percent(hits: int, total: int) -> float:
+    """Returns ``100 * hits / total`` as a float; ``total`` must be positive."""
+    if total <= 0:
+        raise ValueError(f"cannot take a percentage of {total} items")
+    return 100.0 * hits / total
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def squash(text: str) -> str:
+    """Returns ``text`` lowercased, stripped, with runs of whitespace collapsed to one space."""
+    return _SPACE.sub(" ", text).strip().lower()
+
+
+def per_key_accuracy(pairs: Iterable[tuple[str, bool]], prefix: str) -> dict[str, float]:
+    """Returns ``{f"{prefix}/{key}": percent correct}`` for ``(key, correct)`` pairs, keys sorted."""
+    hits: dict[str, list[int]] = {}
+    for key, ok in pairs:
+        counts = hits.setdefault(key, [0, 0])
+        counts[0] += int(ok)
+        counts[1] += 1
+    return {f"{prefix}/{key}": percent(h, n) for key, (h, n) in sorted(hits.items())}

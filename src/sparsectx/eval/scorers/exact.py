@@ -1,0 +1,102 @@
+"""Exact match for short answers and numbers (our synthetic counting / OCR / detail benchmarks; GQA).
+
+``exact_match``: the prediction equals the reference or one of ``answers`` after lower-casing,
+collapsing whitespace and dropping surrounding quotes and trailing periods.
+``number_match``: prediction and reference each parse to one number (``parse_number``) and the
+numbers are equal. Scale: percent of items.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from sparsectx.eval.scorers.base import (
+    ScoredItem,
+    check_items,
+    count_missing,
+    percent,
+    register_scorer,
+    squash,
+)
+
+VERSION_EXACT = 1
+VERSION_NUMBER = 1
+
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# fmt: off
+_WORDS = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+)
+# fmt: on
+_WORD_VALUES = {word: float(value) for value, word in enumerate(_WORDS)}
+
+
+def normalize_short_answer(text: str) -> str:
+    """Returns ``text`` lower-cased, whitespace-collapsed, without surrounding quotes or trailing periods."""
+    return squash(text).strip("\"'`").rstrip(".").strip()
+
+
+def parse_number(text: str | None) -> float | None:
+    """Returns the single number in ``text`` (digits, or a number word zero-twenty), else ``None``.
+
+    Thousands separators ("1,024") are removed first. Text holding no number or several different
+    numbers gives ``None``, so "3 or 4" is not read as 3.
+    """
+    if text is None:
+        return None
+    plain = _THOUSANDS.sub("", normalize_short_answer(text))
+    found = {float(match) for match in _NUMBER.findall(plain)}
+    if not found:
+        found = {_WORD_VALUES[word] for word in re.findall(r"[a-z]+", plain) if word in _WORD_VALUES}
+    return found.pop() if len(found) == 1 else None
+
+
+@register_scorer("exact_match", VERSION_EXACT)
+def score_exact_match(items: Sequence[ScoredItem]) -> dict[str, float]:
+    """Returns the percent of items whose normalised prediction equals a normalised gold answer.
+
+    Reads ``reference`` and, if set, ``answers`` (more accepted answers). Keys: ``score``, ``n``,
+    ``missing``.
+    """
+    check_items(items, "exact_match", needs=("reference",))
+    hits = sum(
+        item.prediction is not None
+        and normalize_short_answer(item.prediction)
+        in {normalize_short_answer(gold) for gold in (item.reference, *item.answers)}
+        for item in items
+    )
+    return {
+        "score": percent(hits, len(items)),
+        "n": float(len(items)),
+        "missing": float(count_missing(items)),
+    }
+
+
+@register_scorer("number_match", VERSION_NUMBER)
+def score_number_match(items: Sequence[ScoredItem]) -> dict[str, float]:
+    """Returns the percent of items whose prediction parses to the reference's number.
+
+    Reads ``reference`` (must parse to one number). Keys: ``score``, ``n``, ``missing``,
+    ``unparsed`` (an answer with no single number in it).
+    """
+    check_items(items, "number_match", needs=("reference",))
+    hits = unparsed = 0
+    for item in items:
+        gold = parse_number(item.reference)
+        if gold is None:
+            raise ValueError(
+                f"number_match: item {item.id!r} has reference {item.reference!r}, not one number"
+            )
+        value = parse_number(item.prediction)
+        unparsed += item.prediction is not None and value is None
+        hits += value is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
+    return {
+        "score": percent(hits, len(items)),
+        "n": float(len(items)),
+        "missing": float(count_missing(items)),
+        "unparsed": float(unparsed),
+    }

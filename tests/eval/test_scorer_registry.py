@@ -1,0 +1,67 @@
+"""Every scorer is registered with an int version, and that version travels with its metrics."""
+
+import pytest
+
+from sparsectx.eval.scorers import (
+    SCORERS,
+    ScoredItem,
+    exact,
+    mcq,
+    mmbench,
+    mme,
+    ocrbench,
+    pope,
+    register_scorer,
+    score_items,
+    vqa,
+    yes_no,
+)
+
+EXPECTED = {
+    "exact_match": exact.VERSION_EXACT,
+    "mcq": mcq.VERSION,
+    "mmbench_circular": mmbench.VERSION,
+    "mme": mme.VERSION,
+    "number_match": exact.VERSION_NUMBER,
+    "ocrbench": ocrbench.VERSION,
+    "pope": pope.VERSION,
+    "vqa_soft": vqa.VERSION,
+    "yes_no": yes_no.VERSION,
+}
+
+
+def test_registered_scorers_and_versions():
+    assert SCORERS.names() == sorted(EXPECTED)
+    for name, version in EXPECTED.items():
+        scorer = SCORERS.get(name)
+        assert scorer.name == name
+        assert type(scorer.version) is int and scorer.version >= 1
+        assert scorer.version == version
+
+
+def test_score_report_carries_name_and_version():
+    report = score_items("yes_no", [ScoredItem(id="1", prediction="yes", reference="yes")])
+    assert (report.scorer, report.scorer_version, report.metrics["score"]) == (
+        "yes_no",
+        yes_no.VERSION,
+        100.0,
+    )
+
+
+def test_unknown_scorer_suggests_close_names():
+    with pytest.raises(KeyError, match="Did you mean 'mme'"):
+        score_items("mmee", [])
+
+
+@pytest.mark.parametrize("version", [0, 1.0, True, None])
+def test_version_must_be_positive_int(version):
+    with pytest.raises(ValueError, match="version"):
+        register_scorer("never_registered", version)
+
+
+def test_empty_and_duplicate_items_are_errors():
+    with pytest.raises(ValueError, match="no items"):
+        score_items("exact_match", [])
+    item = ScoredItem(id="1", prediction="a", reference="a")
+    with pytest.raises(ValueError, match="occurs twice"):
+        score_items("exact_match", [item, item])
