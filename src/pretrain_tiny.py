@@ -1,0 +1,23 @@
+"""Pretrain the shipped tiny VLM (the real Qwen2.5-VL class, tiny dimensions) on the synthetic suite.
+
+    python src/build_data.py processor.out_dir=src/sparsectx/assets/tiny-vlm   # tokenizer + processor first
+    python src/pretrain_tiny.py                                              # resumes until train.steps
+
+Each call stops after train.time_limit_s and saves its state; run it again to continue.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from sparsectx.pretrain.train import run
+
+
+@hydra.main(config_path="../conf", config_name="pretrain_tiny", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Runs (or resumes) pretraining and prints where it stopped."""
+    result = run(cfg)
+    print(f"pretrain: step {result['step']} done={result['done']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pretraining of the shipped tiny VLM on the synthetic suite (``src/pretrain_tiny.py``)."""

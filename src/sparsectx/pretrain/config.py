@@ -1,0 +1,83 @@
+"""Schema of ``conf/pretrain_tiny.yaml``: the tiny architecture and the pretraining schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparsectx.data.config import SuiteConfig
+
+
+@dataclass
+class VisionArch:
+    """Qwen2.5-VL vision tower dimensions."""
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int
+    spatial_merge_size: int
+    temporal_patch_size: int
+    window_size: int
+    """Window side in pixels; the image side makes one window cover the image (no per-window Python loop)."""
+    fullatt_block_indexes: list[int]
+
+
+@dataclass
+class TextArch:
+    """Qwen2.5-VL language-model dimensions."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    rope_theta: float
+    mrope_section: list[int]
+    """Rotary frequency split over (t, h, w); sums to head_dim / 2."""
+
+
+@dataclass
+class PretrainSchedule:
+    """Optimisation and bookkeeping."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    bf16: bool
+    num_workers: int
+    log_every: int
+    save_every: int
+    time_limit_s: float
+    """Save and exit after this many seconds (resume by re-running): splits a long run into short calls."""
+
+
+@dataclass
+class PretrainConfig:
+    """The whole pretraining job."""
+
+    data: SuiteConfig
+    seed: int
+    device: str
+    out_dir: str
+    """The processor folder written by build_data; the model weights and card are added to it."""
+    state_dir: str
+    """Resume state (weights, optimizer, step, curve) written atomically every save_every steps."""
+    weights_dtype: str
+    """dtype of the shipped safetensors (bfloat16 keeps the file under 15 MiB)."""
+    vision: VisionArch
+    text: TextArch
+    train: PretrainSchedule
+
+    def __post_init__(self) -> None:
+        if self.seed is None or isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed={self.seed!r} must be an int")
+        head_dim = self.text.hidden_size // self.text.num_attention_heads
+        if sum(self.text.mrope_section) * 2 != head_dim:
+            raise ValueError(f"text.mrope_section={self.text.mrope_section} must sum to head_dim/2={head_dim // 2}")
+        if self.train.steps < 1 or self.train.batch_size < 1:
+            raise ValueError("train.steps and train.batch_size must be >= 1")

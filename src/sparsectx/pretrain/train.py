@@ -1,0 +1,165 @@
+"""Pretrain the tiny Qwen2.5-VL-class model on the synthetic stream with the full visual context."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
+from transformers import AutoTokenizer
+from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from sparsectx.data.synthetic import generate_bench
+from sparsectx.io import atomic_write_json
+from sparsectx.pretrain.config import PretrainConfig
+from sparsectx.pretrain.patchify import patchify
+from sparsectx.pretrain.stream import PretrainStream, collate
+
+
+def load_config(cfg: DictConfig) -> PretrainConfig:
+    """Returns the checked config; unknown, missing or mistyped keys raise."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PretrainConfig), cfg))  # type: ignore[return-value]
+
+
+def build_model(cfg: PretrainConfig, tokenizer) -> Qwen2_5_VLForConditionalGeneration:
+    """Returns a freshly initialised tiny Qwen2.5-VL (seeded by cfg.seed) sized to the tokenizer."""
+    torch.manual_seed(cfg.seed)
+    get = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(
+        vision_config={**vars(cfg.vision), "out_hidden_size": cfg.text.hidden_size},
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": cfg.text.hidden_size,
+            "intermediate_size": cfg.text.intermediate_size,
+            "num_hidden_layers": cfg.text.num_hidden_layers,
+            "num_attention_heads": cfg.text.num_attention_heads,
+            "num_key_value_heads": cfg.text.num_key_value_heads,
+            "max_position_embeddings": cfg.text.max_position_embeddings,
+            "rope_parameters": {
+                "rope_type": "default", "rope_theta": cfg.text.rope_theta, "mrope_section": cfg.text.mrope_section,
+            },
+            "bos_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        image_token_id=get("<|image_pad|>"),
+        video_token_id=get("<|video_pad|>"),
+        vision_start_token_id=get("<|vision_start|>"),
+        vision_end_token_id=get("<|vision_end|>"),
+        tie_word_embeddings=True,
+    )
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def benchmark_hashes(cfg: PretrainConfig) -> set[str]:
+    """Returns the content hashes of every benchmark item, which pretraining must never see."""
+    return set().union(*(generate_bench(cfg.data, bench)[1] for bench in cfg.data.benches))
+
+
+def lr_at(step: int, cfg: PretrainConfig) -> float:
+    """Returns the learning rate at ``step``: linear warmup, then cosine decay to 10%."""
+    s = cfg.train
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / s.warmup_steps
+    progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
+    return s.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, device: str) -> torch.Tensor:
+    pixels, grid = patchify(
+        batch["images"].to(device, non_blocking=True), image_proc.image_mean, image_proc.image_std,
+        cfg.vision.patch_size, cfg.vision.spatial_merge_size, cfg.vision.temporal_patch_size,
+    )
+    ids = batch["input_ids"].to(device)
+    with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.train.bf16):
+        logits = model(
+            input_ids=ids, attention_mask=batch["attention_mask"].to(device), pixel_values=pixels,
+            image_grid_thw=grid, mm_token_type_ids=(ids == model.config.image_token_id).long(),
+        ).logits
+    labels = batch["labels"].to(device)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+
+
+def run(raw: DictConfig) -> dict:
+    """Trains until ``train.steps`` or ``train.time_limit_s``; returns {step, done, curve}. Resumes from state_dir."""
+    cfg = load_config(raw)
+    out, state_dir = Path(cfg.out_dir), Path(cfg.state_dir)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    image_proc = Qwen2VLImageProcessorPil.from_pretrained(out)
+    side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
+    model = build_model(cfg, tokenizer).to(cfg.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    step, curve = 0, []
+    if (state_dir / "state.pt").exists():
+        state = torch.load(state_dir / "state.pt", map_location=cfg.device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, curve = state["step"], state["curve"]
+    stream = PretrainStream(cfg.data, tokenizer, side * side, benchmark_hashes(cfg))
+    order = Subset(stream, range(step * cfg.train.batch_size, cfg.train.steps * cfg.train.batch_size))
+    loader = DataLoader(
+        order, batch_size=cfg.train.batch_size, num_workers=cfg.train.num_workers,
+        collate_fn=lambda items: collate(items, tokenizer.pad_token_id), pin_memory=cfg.device != "cpu",
+        persistent_workers=False, prefetch_factor=4 if cfg.train.num_workers else None,
+    )
+    start, window = time.time(), []
+    model.train()
+    bar = tqdm(total=cfg.train.steps, initial=step, desc="pretrain", mininterval=10)
+    for batch in loader:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss = _loss(model, batch, cfg, image_proc, cfg.device)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {step}; last good state is in {state_dir}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        optimizer.step()
+        step += 1
+        window.append(loss.item())
+        bar.update(1)
+        if step % cfg.train.log_every == 0:
+            curve.append({"step": step, "loss": sum(window) / len(window), "seconds": time.time() - start})
+            bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
+            window = []
+        out_of_time = time.time() - start > cfg.train.time_limit_s
+        if step % cfg.train.save_every == 0 or step == cfg.train.steps or out_of_time:
+            _save_state(state_dir, model, optimizer, step, curve)
+        if out_of_time:
+            break
+    bar.close()
+    done = step >= cfg.train.steps
+    if done:
+        save_release(model, cfg, out, curve, step)
+    return {"step": step, "done": done, "curve": curve}
+
+
+def _save_state(state_dir: Path, model, optimizer, step: int, curve: list) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = state_dir / "state.pt.tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve}, tmp)
+    tmp.replace(state_dir / "state.pt")
+
+
+def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int) -> None:
+    """Writes the shipped weights (one safetensors file in ``weights_dtype``), config and training record."""
+    model.eval()
+    model.to(getattr(torch, cfg.weights_dtype)).save_pretrained(out, safe_serialization=True)
+    record = {
+        "command": "python src/build_data.py && python src/pretrain_tiny.py",
+        "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
+        "steps": step,
+        "samples_seen": step * cfg.train.batch_size,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "curve": curve,
+    }
+    atomic_write_json(out / "training_record.json", record)
+    json.dumps(record)

@@ -1,0 +1,14 @@
+"""On-policy self-distillation training: pure numerical parts (divergences, reductions, position selectors,
+budget schedules, EMA) and the registries that map YAML names to them.
+
+Registries (keys equal the YAML file stems of their config group):
+    DIVERGENCES: ``forward_kl`` (KL(teacher‖student)), ``reverse_kl`` (KL(student‖teacher)), ``jsd``.
+    POSITION_SELECTORS: ``all``, ``top_sensitivity``, ``bottom_sensitivity``, ``top_kl``, ``random``.
+    BUDGET_SCHEDULES: ``constant``, ``cosine_curriculum``, ``epic_progressive``.
+"""
+
+from sparsectx.training.divergences import DIVERGENCES
+from sparsectx.training.positions import POSITION_SELECTORS
+from sparsectx.training.schedules import BUDGET_SCHEDULES
+
+__all__ = ["BUDGET_SCHEDULES", "DIVERGENCES", "POSITION_SELECTORS"]
