@@ -1,0 +1,121 @@
+"""Build language-model inputs from encoded samples and per-image selections.
+
+Dropped image tokens are physically removed; kept tokens stay in raster order; every kept token and
+every text token keeps the position it has in the unpruned sequence, and response tokens continue at
+the unpruned model's next position. Batches are left-padded, which serves generation and scoring alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sparsectx.encoding import EncodedSample
+from sparsectx.models.adapter import LLMInputs, VLMAdapter
+from sparsectx.visual import Selection
+
+
+@dataclass
+class ContextBatch:
+    """A left-padded batch of pruned contexts, optionally followed by teacher-forced responses.
+
+    Attributes:
+        inputs: the LLM inputs, (B, L) after padding.
+        prompt_end: (B,) index in the padded batch of the first response slot (= end of the prompt).
+        response_lengths: (B,) number of response tokens appended (0 for generation prompts).
+        next_position: (B,) position the next generated token takes (after any appended response).
+        kept_visual: (B,) number of visual tokens in each context.
+    """
+
+    inputs: LLMInputs
+    prompt_end: torch.Tensor
+    response_lengths: torch.Tensor
+    next_position: torch.Tensor
+    kept_visual: torch.Tensor
+
+
+def keep_all(sample: EncodedSample) -> list[Selection]:
+    """Returns the selections that keep every visual token of ``sample`` (the full-context view)."""
+    return [Selection.keep_all(image) for image in sample.images]
+
+
+def _sample_pieces(
+    adapter: VLMAdapter, sample: EncodedSample, selections: list[Selection], response: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor], int]:
+    """Returns one sample's (embeds, positions, visual mask, deepstack rows, prompt length), unpadded."""
+    if len(selections) != len(sample.images):
+        raise ValueError(
+            f"sample {sample.sample_id!r} has {len(sample.images)} images but {len(selections)} selections"
+        )
+    is_visual = sample.prompt_ids == adapter.image_token_id
+    keep = ~is_visual
+    visual_slots = torch.nonzero(is_visual).flatten()
+    offset = 0
+    for image, selection in zip(sample.images, selections, strict=True):
+        keep[visual_slots[offset + selection.indices]] = True
+        offset += image.num_tokens
+    ids = sample.prompt_ids[keep]
+    positions = sample.positions[:, keep]
+    embeds = adapter.embed_ids(ids)
+    visual = ids == adapter.image_token_id
+    embeds = embeds.clone()
+    embeds[visual] = torch.cat([s.embeds for s in selections]).to(embeds.dtype)
+    levels = len(selections[0].deepstack) if selections else 0
+    deepstack = [torch.cat([s.deepstack[level] for s in selections]) for level in range(levels)]
+    prompt_len = ids.numel()
+    if response is not None and response.numel():
+        steps = torch.arange(response.numel(), device=positions.device) + sample.next_position
+        embeds = torch.cat([embeds, adapter.embed_ids(response.to(ids.device))])
+        positions = torch.cat([positions, steps.expand(3, -1)], dim=1)
+        visual = torch.cat([visual, torch.zeros(response.numel(), dtype=torch.bool, device=visual.device)])
+    return embeds, positions, visual, deepstack, prompt_len
+
+
+def build_context(
+    adapter: VLMAdapter,
+    samples: list[EncodedSample],
+    selections: list[list[Selection]],
+    responses: list[torch.Tensor] | None = None,
+) -> ContextBatch:
+    """Returns the left-padded LLM inputs for ``samples`` with their kept tokens (and responses, if given).
+
+    Args:
+        adapter: the model adapter (embeds text ids).
+        samples: encoded prompts.
+        selections: per sample, one ``Selection`` per image (``keep_all`` for the full context).
+        responses: per sample, (T_b,) int64 response ids to append for teacher forcing; None for generation.
+    """
+    pieces = [
+        _sample_pieces(adapter, s, sel, None if responses is None else responses[b])
+        for b, (s, sel) in enumerate(zip(samples, selections, strict=True))
+    ]
+    lengths = [p[0].shape[0] for p in pieces]
+    width = max(lengths)
+    batch, dim = len(pieces), pieces[0][0].shape[1]
+    ref = pieces[0][0]
+    embeds = ref.new_zeros(batch, width, dim)
+    positions = torch.zeros(3, batch, width, dtype=torch.long, device=ref.device)
+    mask = torch.zeros(batch, width, dtype=torch.long, device=ref.device)
+    visual = torch.zeros(batch, width, dtype=torch.bool, device=ref.device)
+    prompt_end, resp_len, kept = [], [], []
+    for b, (emb, pos, vis, _, plen) in enumerate(pieces):
+        start = width - lengths[b]
+        embeds[b, start:] = emb
+        positions[:, b, start:] = pos
+        mask[b, start:] = 1
+        visual[b, start:] = vis
+        prompt_end.append(start + plen)
+        resp_len.append(lengths[b] - plen)
+        kept.append(int(vis.sum()))
+    levels = len(pieces[0][3])
+    deepstack = tuple(torch.cat([p[3][level] for p in pieces]) for level in range(levels))
+    next_pos = [s.next_position + r for s, r in zip(samples, resp_len, strict=True)]
+    as_tensor = lambda v: torch.tensor(v, dtype=torch.long, device=ref.device)  # noqa: E731
+    return ContextBatch(
+        inputs=LLMInputs(embeds, mask, positions, visual, deepstack),
+        prompt_end=as_tensor(prompt_end),
+        response_lengths=as_tensor(resp_len),
+        next_position=as_tensor(next_pos),
+        kept_visual=as_tensor(kept),
+    )

@@ -1,0 +1,14 @@
+"""Load VLMs and talk to them through one adapter per family (Qwen2.5-VL, Qwen3-VL)."""
+
+from sparsectx.models.adapter import LLMInputs, VLMAdapter
+from sparsectx.models.loading import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path
+
+__all__ = [
+    "LLMInputs",
+    "LoadedModel",
+    "ModelConfig",
+    "VLMAdapter",
+    "adapter_for",
+    "load_model",
+    "resolve_model_path",
+]

@@ -1,0 +1,109 @@
+"""The adapter shared by the Qwen-VL families, composed with a per-family ``VisionLayout``.
+
+Qwen2.5-VL and Qwen3-VL differ, for our purposes, only in which vision block gives the pruner
+signals, the order that block runs in (window order vs raster), and whether DeepStack features exist.
+Each family module supplies those as a ``VisionLayout``; this class does the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from sparsectx.models.adapter import LLMInputs
+from sparsectx.models.vision_signals import capture_attention_input, merged_signals
+from sparsectx.visual import ImageTokens
+
+
+@dataclass(frozen=True)
+class VisionLayout:
+    """Family-specific facts about the vision tower.
+
+    Attributes:
+        signal_block: returns the attention module of the last full-attention block.
+        to_raster: returns the (M,) permutation from that block's merged-token order to raster order,
+            or None when the block already runs in raster order.
+        has_deepstack: whether merged DeepStack features accompany the main tokens.
+    """
+
+    signal_block: Callable[[nn.Module], nn.Module]
+    to_raster: Callable[[nn.Module, torch.Tensor], torch.Tensor | None]
+    has_deepstack: bool
+
+
+class QwenVLAdapter:
+    """``VLMAdapter`` for HF Qwen-VL ``...ForConditionalGeneration`` models."""
+
+    def __init__(self, family: str, model: PreTrainedModel, layout: VisionLayout, signal_chunk: int) -> None:
+        self.family = family
+        self.model = model
+        self.layout = layout
+        self.signal_chunk = signal_chunk
+        self.image_token_id = int(model.config.image_token_id)
+        self.merge_unit = int(model.config.vision_config.spatial_merge_size) ** 2
+        self.vision_calls = 0
+
+    @property
+    def visual(self) -> nn.Module:
+        """Returns the vision tower (patch embed, blocks, merger)."""
+        return self.model.model.visual
+
+    @property
+    def language_model(self) -> nn.Module:
+        """Returns the decoder-only text model."""
+        return self.model.model.language_model
+
+    def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
+        """Returns one ``ImageTokens`` per image; the vision tower runs exactly once for the whole batch."""
+        visual = self.visual
+        attn = self.layout.signal_block(visual)
+        with capture_attention_input(attn) as captured:
+            out = visual(pixel_values.to(visual.dtype), grid_thw=grid_thw)
+        self.vision_calls += 1
+        with torch.no_grad():
+            received, keys = merged_signals(
+                attn, captured[-1], self.merge_unit, self.layout.to_raster(visual, grid_thw), self.signal_chunk
+            )
+        sizes = (grid_thw.prod(-1) // self.merge_unit).tolist()
+        embeds = torch.split(out.pooler_output, sizes)
+        levels = [torch.split(f, sizes) for f in out.deepstack_features] if self.layout.has_deepstack else []
+        merge = int(self.merge_unit**0.5)
+        images = []
+        for i, (t, h, w) in enumerate(grid_thw.tolist()):
+            images.append(
+                ImageTokens(
+                    embeds=embeds[i],
+                    grid=(int(t), int(h) // merge, int(w) // merge),
+                    attention_received=torch.split(received, sizes)[i],
+                    keys=torch.split(keys, sizes)[i],
+                    deepstack=tuple(level[i] for level in levels),
+                )
+            )
+        return images
+
+    def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Returns the LLM input embeddings of ``ids``."""
+        return self.language_model.embed_tokens(ids)
+
+    def run_llm(self, inputs: LLMInputs, cache: object | None) -> torch.Tensor:
+        """Returns (B, L, D) final-norm hidden states of the text model on prepared inputs."""
+        extra = {}
+        if self.layout.has_deepstack and inputs.deepstack:
+            extra = {"visual_pos_masks": inputs.visual_mask, "deepstack_visual_embeds": list(inputs.deepstack)}
+        out = self.language_model(
+            inputs_embeds=inputs.embeds,
+            attention_mask=inputs.attention_mask,
+            position_ids=inputs.positions,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            **extra,
+        )
+        return out.last_hidden_state
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Returns logits of ``hidden`` through the LM head."""
+        return self.model.lm_head(hidden)

@@ -1,0 +1,105 @@
+"""Pruner signals recomputed from one vision attention block: attention received and merged keys.
+
+Qwen vision towers run sdpa/flash attention, which return no attention weights, so the block's input is
+captured with a forward hook and its queries/keys are recomputed here, per image segment, in query
+chunks (never a full heads x T x T tensor). Recipe: ``shared/specs/pruning_operators.md`` §1.5.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class CapturedAttentionInput:
+    """The arguments one vision attention module was called with during a forward pass."""
+
+    hidden_states: torch.Tensor
+    cu_seqlens: torch.Tensor
+    position_embeddings: tuple[torch.Tensor, torch.Tensor]
+
+
+@contextmanager
+def capture_attention_input(attn: nn.Module):
+    """Yields a list that receives the inputs of ``attn`` for every call made inside the context."""
+    captured: list[CapturedAttentionInput] = []
+
+    def hook(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        cu = args[1] if len(args) > 1 else kwargs["cu_seqlens"]
+        captured.append(CapturedAttentionInput(hidden.detach(), cu.detach(), kwargs["position_embeddings"]))
+
+    handle = attn.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotated_queries_keys(attn: nn.Module, captured: CapturedAttentionInput) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns fp32 (heads, T, d_head) queries and keys of ``attn`` after the vision 2D rotary embedding."""
+    x = captured.hidden_states
+    seq = x.shape[0]
+    qkv = attn.qkv(x).reshape(seq, 3, attn.num_heads, -1).permute(1, 0, 2, 3).float()
+    cos, sin = (t.float().unsqueeze(-2) for t in captured.position_embeddings)
+    q = qkv[0] * cos + _rotate_half(qkv[0]) * sin
+    k = qkv[1] * cos + _rotate_half(qkv[1]) * sin
+    return q.transpose(0, 1), k.transpose(0, 1)
+
+
+def attention_received(
+    q: torch.Tensor, k: torch.Tensor, cu_seqlens: torch.Tensor, scaling: float, chunk: int
+) -> torch.Tensor:
+    """Returns (T,) fp32 attention each patch receives: softmax over its segment, mean over heads, sum over queries.
+
+    Args:
+        q, k: (heads, T, d_head) fp32 rotated queries and keys.
+        cu_seqlens: (S + 1,) segment boundaries (one segment per image); attention never crosses them.
+        scaling: the block's softmax scale (d_head ** -0.5).
+        chunk: queries processed at a time, bounding memory at heads x chunk x segment.
+    """
+    received = torch.zeros(q.shape[1], dtype=torch.float32, device=q.device)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        keys = k[:, start:end]
+        for c0 in range(start, end, chunk):
+            c1 = min(c0 + chunk, end)
+            probs = torch.softmax(q[:, c0:c1] @ keys.transpose(1, 2) * scaling, dim=-1)
+            received[start:end] += probs.mean(dim=0).sum(dim=0)
+    return received
+
+
+def merge_unit_mean(values: torch.Tensor, unit: int) -> torch.Tensor:
+    """Returns per-merged-token means of ``values`` (T, ...) over groups of ``unit`` consecutive patches."""
+    return values.reshape(values.shape[0] // unit, unit, *values.shape[1:]).mean(dim=1)
+
+
+def merged_signals(
+    attn: nn.Module, captured: CapturedAttentionInput, unit: int, to_raster: torch.Tensor | None, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (M,) attention received and (M, d_head) keys per merged token, in raster order.
+
+    Args:
+        attn: the vision attention module whose input was captured (a full-attention block).
+        captured: its captured input.
+        unit: patches per merged token (spatial_merge_size ** 2).
+        to_raster: (M,) permutation from the block's token order to raster order (Qwen2.5-VL's
+            argsort(window_index)); None when the block already runs in raster order.
+        chunk: query chunk size for the attention recompute.
+    """
+    q, k = rotated_queries_keys(attn, captured)
+    received = merge_unit_mean(attention_received(q, k, captured.cu_seqlens, attn.scaling, chunk), unit)
+    keys = merge_unit_mean(k.mean(dim=0), unit)
+    if to_raster is not None:
+        received, keys = received[to_raster], keys[to_raster]
+    return received, keys

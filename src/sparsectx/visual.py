@@ -1,0 +1,69 @@
+"""Per-image encoded visual tokens, and what a pruner returns for them.
+
+These two records are the contract between the model adapters (which produce ``ImageTokens`` once per
+image), the pruning operators (which turn them into a ``Selection``) and the context builder (which
+places the selected tokens at their original positions in the LLM input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ImageTokens:
+    """One image after the vision tower and merger, in raster order of its merged grid.
+
+    Attributes:
+        embeds: (N, D) post-merger tokens in the LLM's input-embedding space.
+        grid: merged grid (t, h, w) with t * h * w == N; token n sits at row (n // w) % h, column n % w.
+        attention_received: (N,) fp32 attention each token receives in the last full-attention vision
+            block (mean over heads, sum over queries, mean over its merge unit).
+        keys: (N, d_head) fp32 keys of that block, averaged over the merge unit and over heads.
+        deepstack: per DeepStack level a (N, D) tensor (Qwen3-VL); empty for other families.
+    """
+
+    embeds: torch.Tensor
+    grid: tuple[int, int, int]
+    attention_received: torch.Tensor
+    keys: torch.Tensor
+    deepstack: tuple[torch.Tensor, ...] = field(default_factory=tuple)
+
+    @property
+    def num_tokens(self) -> int:
+        """Returns N, the number of post-merger tokens of this image."""
+        return self.embeds.shape[0]
+
+
+@dataclass
+class Selection:
+    """The k tokens a pruner keeps for one image.
+
+    Attributes:
+        indices: (k,) int64 raster indices into the image's tokens, strictly ascending. Each kept token
+            takes the original 3D position of the token at its index.
+        embeds: (k, D) the token vectors fed to the LLM (usually ``image.embeds[indices]``; VisionZip's
+            contextual tokens are merged vectors written into their target's slot).
+        deepstack: per DeepStack level the (k, D) vectors, pruned/merged exactly like ``embeds``.
+    """
+
+    indices: torch.Tensor
+    embeds: torch.Tensor
+    deepstack: tuple[torch.Tensor, ...] = field(default_factory=tuple)
+
+    @staticmethod
+    def gather(image: ImageTokens, indices: torch.Tensor) -> Selection:
+        """Returns the selection that keeps ``image``'s tokens at ``indices`` unchanged (sorted first)."""
+        order = torch.sort(indices.to(torch.long)).values
+        return Selection(
+            indices=order,
+            embeds=image.embeds[order],
+            deepstack=tuple(level[order] for level in image.deepstack),
+        )
+
+    @staticmethod
+    def keep_all(image: ImageTokens) -> Selection:
+        """Returns the selection that keeps every token of ``image`` (budget 1.0)."""
+        return Selection.gather(image, torch.arange(image.num_tokens, device=image.embeds.device))
