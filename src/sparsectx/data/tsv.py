@@ -1,0 +1,263 @@
+"""Benchmark files in VLMEvalKit's TSV layout: one reader for synthetic and real files, one atomic writer.
+
+Columns: ``index``, ``image`` (base64 of the encoded image, or for real files the index of an earlier row
+whose image it shares), ``question``, option columns ``A``…``D`` where a file has multiple choice,
+``answer``, ``category``, then ours: ``family``, ``subset`` (POPE's random/popular/adversarial),
+``trace`` (reference ``<think>…</think><answer>…</answer>``) and ``scene`` (JSON of what was drawn).
+Other columns of real files (``hint``, ``l2-category``, …) are kept in ``Item.extra``.
+
+A bad row never stops the reader and is never dropped silently: ``read_tsv`` returns the good items and
+a ``Skip(index, reason)`` for every row it could not use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import hashlib
+import io
+import os
+import string
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from PIL import Image
+
+from sparsectx.data.render import pixel_hash
+
+REQUIRED_COLUMNS = ("index", "image", "question", "answer")
+OPTION_COLUMNS = ("A", "B", "C", "D")
+OUR_COLUMNS = ("family", "subset", "trace", "scene")
+# VLMEvalKit writes a shared image as the (short, all-digit) index of the row that holds it.
+_MAX_REFERENCE_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class Item:
+    """One benchmark or training row.
+
+    Attributes:
+        index: the row's ``index`` (unique within a file).
+        image_bytes: the encoded image (PNG for synthetic files), already checked to decode.
+        question: the question without its options.
+        options: option letter -> text, only the non-empty option columns; empty for open questions.
+        answer: the reference answer (an option letter for multiple choice).
+        category: the file's ``category`` column (POPE: the subset), "" when absent.
+        family: synthetic task family, "" for real files.
+        subset: POPE subset (random, popular, adversarial), "" otherwise.
+        trace: reference ``<think>…</think><answer>…</answer>``, "" for real files.
+        scene: JSON of the drawn scene (``sparsectx.data.scenes.Scene``), "" for real files.
+        extra: every other column of the file, by name.
+    """
+
+    index: int
+    image_bytes: bytes
+    question: str
+    options: dict[str, str]
+    answer: str
+    category: str
+    family: str
+    subset: str
+    trace: str
+    scene: str
+    extra: dict[str, str]
+
+    def image(self) -> Image.Image:
+        """Returns the decoded image in RGB."""
+        with Image.open(io.BytesIO(self.image_bytes)) as image:
+            return image.convert("RGB")
+
+    def content_hash(self) -> str:
+        """Returns sha256 of the image pixels and the question: equal hashes mean the same test content."""
+        return content_hash(pixel_hash(self.image()), self.question)
+
+
+def content_hash(image_digest: str, question: str) -> str:
+    """Returns the content hash of an item from ``render.pixel_hash`` of its image and its question."""
+    return hashlib.sha256(f"{image_digest}\n{question}".encode()).hexdigest()
+
+
+class Skip(NamedTuple):
+    """A row the reader could not use: its index as written (or ``line N`` when unreadable) and why."""
+
+    index: str
+    reason: str
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Returns None after writing ``data`` to a temporary file beside ``path`` and moving it onto ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temp, 0o644)  # mkstemp makes it owner-only; these are shared data files
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def columns_for(items: list[Item]) -> list[str]:
+    """Returns the header for ``items``: option columns only when some item has options."""
+    options = list(OPTION_COLUMNS) if any(item.options for item in items) else []
+    extra = sorted({key for item in items for key in item.extra})
+    return ["index", "image", "question", *options, "answer", "category", *OUR_COLUMNS, *extra]
+
+
+def write_tsv(path: Path, items: list[Item]) -> None:
+    """Returns None after atomically writing ``items`` to ``path`` in VLMEvalKit's TSV layout."""
+    header = columns_for(items)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(header)
+    for item in items:
+        cells = {
+            "index": str(item.index),
+            "image": base64.b64encode(item.image_bytes).decode("ascii"),
+            "question": item.question,
+            "answer": item.answer,
+            "category": item.category,
+            "family": item.family,
+            "subset": item.subset,
+            "trace": item.trace,
+            "scene": item.scene,
+            **item.options,
+            **item.extra,
+        }
+        writer.writerow([cells.get(column, "") for column in header])
+    write_atomic(path, buffer.getvalue().encode("utf-8"))
+
+
+def _decode_image(text: str) -> tuple[bytes | None, str]:
+    """Returns (image bytes, "") when ``text`` is base64 of a decodable image, else (None, why not)."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as error:
+        return None, f"image is not valid base64 ({error})"
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()  # a truncated or corrupt file fails here, not later in the model
+    except Exception as error:  # any decoder failure on untrusted bytes is a skipped row, never a crash
+        return None, f"image does not decode ({type(error).__name__}: {error})"
+    return data, ""
+
+
+def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[str]]]:
+    """Yields (line span, fields) per record; a quoted field can span lines, so the span is reported."""
+    reader = csv.reader(handle, delimiter="\t")
+    while True:
+        first = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            skips.append(
+                Skip(f"line {reader.line_num}", f"line {reader.line_num}: unparseable TSV ({error})")
+            )
+            continue
+        span = f"line {first}" if reader.line_num == first else f"lines {first}-{reader.line_num}"
+        if row:
+            yield span, row
+
+
+def _item(cells: dict[str, str], index: int, image: bytes, letters: list[str]) -> Item:
+    known = {*REQUIRED_COLUMNS, *letters, "category", *OUR_COLUMNS}
+    return Item(
+        index=index,
+        image_bytes=image,
+        question=cells["question"],
+        options={k: cells[k] for k in letters if cells[k].strip() and cells[k] != "nan"},
+        answer=cells["answer"],
+        category=cells.get("category", ""),
+        family=cells.get("family", ""),
+        subset=cells.get("subset", ""),
+        trace=cells.get("trace", ""),
+        scene=cells.get("scene", ""),
+        extra={k: v for k, v in cells.items() if k not in known},
+    )
+
+
+def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
+    """Returns the usable items of a VLMEvalKit-layout TSV and a ``Skip`` for every row left out.
+
+    A row is skipped (never fatal) when it cannot be parsed, has the wrong number of fields, a
+    non-integer or repeated index, an empty question or answer, an image that is not valid base64 or
+    does not decode, or a reference to a row whose image is missing.
+
+    Raises:
+        ValueError: the header lacks a required column (the whole file is unusable).
+    """
+    csv.field_size_limit(2**31 - 1)  # base64 images are far longer than csv's default 128 KiB field
+    skips: list[Skip] = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = _rows(handle, skips)
+        header = next((row for _, row in rows), None)
+        if header is None or missing_columns(header):
+            raise ValueError(f"{path}: header lacks columns {missing_columns(header or [])}; found {header}")
+        letters = [c for c in header if len(c) == 1 and c in string.ascii_uppercase]
+        parsed: list[tuple[str, dict[str, str]]] = []
+        seen: set[int] = set()
+        for line, row in rows:
+            label = row[0] if row[0].strip() else line
+            if len(row) != len(header):
+                skips.append(Skip(label, f"{line}: {len(row)} fields, header has {len(header)}"))
+                continue
+            cells = dict(zip(header, row, strict=True))
+            reason = _row_problem(cells, seen)
+            if reason:
+                skips.append(Skip(label, f"{line}: {reason}"))
+                continue
+            seen.add(int(cells["index"]))
+            parsed.append((line, cells))
+    return _resolve_images(parsed, letters, skips), skips
+
+
+def missing_columns(header: list[str]) -> list[str]:
+    """Returns the required columns that ``header`` lacks."""
+    return [column for column in REQUIRED_COLUMNS if column not in header]
+
+
+def _row_problem(cells: dict[str, str], seen: set[int]) -> str:
+    try:
+        index = int(cells["index"])
+    except ValueError:
+        return f"index {cells['index']!r} is not an integer"
+    if index in seen:
+        return f"index {index} repeats an earlier row"
+    for column in ("question", "answer"):
+        if not cells[column].strip():
+            return f"empty {column}"
+    return ""
+
+
+def _resolve_images(
+    parsed: list[tuple[str, dict[str, str]]], letters: list[str], skips: list[Skip]
+) -> list[Item]:
+    images: dict[int, bytes] = {}
+    references: list[tuple[str, dict[str, str]]] = []
+    items: dict[int, Item] = {}
+    for line, cells in parsed:
+        index, text = int(cells["index"]), cells["image"].strip()
+        if text.isdigit() and len(text) <= _MAX_REFERENCE_LENGTH:
+            references.append((line, cells))
+            continue
+        data, problem = _decode_image(text)
+        if data is None:
+            skips.append(Skip(str(index), f"{line}: {problem}"))
+            continue
+        images[index] = data
+        items[index] = _item(cells, index, data, letters)
+    for line, cells in references:
+        index, target = int(cells["index"]), int(cells["image"])
+        if target not in images:
+            skips.append(Skip(str(index), f"{line}: image refers to row {target}, which has no usable image"))
+            continue
+        items[index] = _item(cells, index, images[target], letters)
+    order = [int(cells["index"]) for _, cells in parsed]
+    return [items[i] for i in order if i in items]
