@@ -67,6 +67,9 @@ class PretrainConfig:
     """The processor folder written by build_data; the model weights and card are added to it."""
     state_dir: str
     """Resume state (weights, optimizer, step, curve) written atomically every save_every steps."""
+    init_from: str | None
+    """A released tiny-model folder to start from when no resume state exists (a second training stage);
+    None = random initialisation from ``seed``."""
     weights_dtype: str
     """dtype of the shipped safetensors (bfloat16 keeps the file under 15 MiB)."""
     vision: VisionArch

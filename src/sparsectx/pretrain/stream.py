@@ -18,6 +18,7 @@ from sparsectx.data.prompt import build_messages, format_question
 from sparsectx.data.render import pixel_hash, render_image
 from sparsectx.data.synthetic import SLOT_PERIOD, derive_seed, family_context, generate_spec
 from sparsectx.data.tsv import content_hash
+from sparsectx.encoding import rope_positions
 from sparsectx.models.processor import IMAGE_TOKEN
 
 STREAM = "pretrain"
@@ -26,10 +27,12 @@ STREAM = "pretrain"
 class PretrainStream(Dataset):
     """Map-style view of the stream: ``stream[n]`` is item n (uint8 image, prompt ids, response ids)."""
 
-    def __init__(self, suite: SuiteConfig, tokenizer, image_tokens: int, exclude: set[str]) -> None:
+    def __init__(self, suite: SuiteConfig, tokenizer, grid: tuple[int, int, int], exclude: set[str]) -> None:
         self.suite = suite
         self.tokenizer = tokenizer
-        self.image_tokens = image_tokens
+        self.grid = grid
+        self.image_tokens = grid[0] * grid[1] * grid[2]
+        self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
         self.exclude = exclude
         self.ctx = family_context(suite)
         self.names = list(suite.train.family_weights)
@@ -45,7 +48,11 @@ class PretrainStream(Dataset):
         return generate_spec(family, slot, rng, self.ctx)
 
     def __getitem__(self, n: int) -> dict[str, torch.Tensor]:
-        """Returns item n: ``image`` (H, W, 3) uint8, ``prompt`` and ``response`` int64 ids."""
+        """Returns item n: ``image`` (H, W, 3) uint8, ``prompt`` / ``response`` int64 ids and (3, L) positions.
+
+        Positions are computed here, in the data worker, so the model never runs its per-sample Python
+        position loop on the training step's critical path.
+        """
         attempt = 0
         while True:
             spec = self._spec(n, attempt)
@@ -58,24 +65,35 @@ class PretrainStream(Dataset):
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt = prompt.replace(IMAGE_TOKEN, IMAGE_TOKEN * self.image_tokens)
         encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        ids = torch.tensor(encode(prompt) + encode(spec.trace + "<|im_end|>"), dtype=torch.long)
+        prompt_len = len(encode(prompt))
+        positions, _ = rope_positions(ids, self.image_token_id, [self.grid])
         return {
             "image": torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()),
-            "prompt": torch.tensor(encode(prompt), dtype=torch.long),
-            "response": torch.tensor(encode(spec.trace + "<|im_end|>"), dtype=torch.long),
+            "ids": ids,
+            "prompt_len": prompt_len,
+            "positions": positions,
         }
 
 
 def collate(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Returns a right-padded batch: images (B, H, W, 3) uint8, input_ids, attention_mask, labels (-100 = no loss)."""
-    lengths = [it["prompt"].numel() + it["response"].numel() for it in items]
-    width = max(lengths)
+    """Returns a right-padded batch: images (B, H, W, 3) uint8, input_ids, attention_mask, position_ids (3, B, L)
+    and labels (-100 = no loss)."""
+    width = max(it["ids"].numel() for it in items)
     ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     labels = torch.full((len(items), width), -100, dtype=torch.long)
     mask = torch.zeros((len(items), width), dtype=torch.long)
+    positions = torch.zeros((3, len(items), width), dtype=torch.long)
     for b, it in enumerate(items):
-        p, r = it["prompt"].numel(), it["response"].numel()
-        ids[b, :p] = it["prompt"]
-        ids[b, p : p + r] = it["response"]
-        labels[b, p : p + r] = it["response"]
-        mask[b, : p + r] = 1
-    return {"images": torch.stack([it["image"] for it in items]), "input_ids": ids, "attention_mask": mask, "labels": labels}
+        n, p = it["ids"].numel(), it["prompt_len"]
+        ids[b, :n] = it["ids"]
+        labels[b, p:n] = it["ids"][p:]
+        mask[b, :n] = 1
+        positions[:, b, :n] = it["positions"]
+    return {
+        "images": torch.stack([it["image"] for it in items]),
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": positions,
+        "labels": labels,
+    }

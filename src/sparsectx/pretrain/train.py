@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -80,7 +79,7 @@ def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc
     with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.train.bf16):
         logits = model(
             input_ids=ids, attention_mask=batch["attention_mask"].to(device), pixel_values=pixels,
-            image_grid_thw=grid, mm_token_type_ids=(ids == model.config.image_token_id).long(),
+            image_grid_thw=grid, position_ids=batch["position_ids"].to(device),
         ).logits
     labels = batch["labels"].to(device)
     return torch.nn.functional.cross_entropy(
@@ -103,12 +102,16 @@ def run(raw: DictConfig) -> dict:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, curve = state["step"], state["curve"]
-    stream = PretrainStream(cfg.data, tokenizer, side * side, benchmark_hashes(cfg))
+    elif cfg.init_from is not None:
+        init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
+        model.load_state_dict(init.state_dict())
+    stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg))
     order = Subset(stream, range(step * cfg.train.batch_size, cfg.train.steps * cfg.train.batch_size))
     loader = DataLoader(
         order, batch_size=cfg.train.batch_size, num_workers=cfg.train.num_workers,
         collate_fn=lambda items: collate(items, tokenizer.pad_token_id), pin_memory=cfg.device != "cpu",
         persistent_workers=False, prefetch_factor=4 if cfg.train.num_workers else None,
+        worker_init_fn=_one_thread,
     )
     start, window = time.time(), []
     model.train()
@@ -137,9 +140,13 @@ def run(raw: DictConfig) -> dict:
             break
     bar.close()
     done = step >= cfg.train.steps
-    if done:
-        save_release(model, cfg, out, curve, step)
+    save_release(model, cfg, out, curve, step, done)
     return {"step": step, "done": done, "curve": curve}
+
+
+def _one_thread(_worker: int) -> None:
+    """Keeps each data worker on one intra-op thread (16 workers x 16 threads starve the main process)."""
+    torch.set_num_threads(1)
 
 
 def _save_state(state_dir: Path, model, optimizer, step: int, curve: list) -> None:
@@ -149,17 +156,21 @@ def _save_state(state_dir: Path, model, optimizer, step: int, curve: list) -> No
     tmp.replace(state_dir / "state.pt")
 
 
-def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int) -> None:
-    """Writes the shipped weights (one safetensors file in ``weights_dtype``), config and training record."""
+def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int, complete: bool) -> None:
+    """Writes the shipped weights (one safetensors file in ``weights_dtype``), config and training record.
+
+    Written at every stop, so a time-limited call still leaves a usable model; ``complete`` records
+    whether ``train.steps`` was reached (re-running continues from the resume state).
+    """
     model.eval()
     model.to(getattr(torch, cfg.weights_dtype)).save_pretrained(out, safe_serialization=True)
     record = {
         "command": "python src/build_data.py && python src/pretrain_tiny.py",
         "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
         "steps": step,
+        "complete": complete,
         "samples_seen": step * cfg.train.batch_size,
         "parameters": sum(p.numel() for p in model.parameters()),
         "curve": curve,
     }
     atomic_write_json(out / "training_record.json", record)
-    json.dumps(record)

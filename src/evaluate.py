@@ -1,0 +1,33 @@
+"""Evaluates one model x pruner x budget: benchmark scores, fixed-context Pass@K, or efficiency.
+
+    python src/evaluate.py model=tiny pruner=visionzip budget=0.1 bench=synthetic
+    python src/evaluate.py checkpoint=<trained dir> method=scopd budget=0.1      # replaces model.path
+    python src/evaluate.py mode=passk budget=0.1 passk.full_context_leaf=results/default/tiny/base/visionzip/1
+    python src/evaluate.py mode=efficiency model.path=<dir with config.json, no weights> model.device=cuda
+
+Tests call ``sparsectx.eval.runner.run(cfg)`` with a config from Hydra's compose API.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from sparsectx.eval.config import load_eval_config
+from sparsectx.eval.runner import run
+from sparsectx.paths import budget_tag
+
+# hydra.run.dir spells the budget as the results leaf does (0.1 -> "0.1", 1.0 -> "1").
+OmegaConf.register_new_resolver("budget_tag", lambda budget: budget_tag(float(budget)), replace=True)
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    """Returns None after validating the composed config and running the evaluation."""
+    load_eval_config(cfg)  # fail on a bad config before anything is loaded
+    for path in run(cfg):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Schema of ``conf/evaluate.yaml`` and its groups, checked when the config is loaded.
+
+Every field is required here: the YAML files are the single source of values (no defaults in code).
+``load_eval_config`` merges a composed ``DictConfig`` into this schema, so an unknown, missing or
+mistyped key is an error naming the full key, and each ``__post_init__`` checks ranges and combinations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sparsectx.budget import check_budget
+from sparsectx.eval.scorers import SCORERS
+from sparsectx.generation import SamplingConfig
+from sparsectx.models import ModelConfig
+from sparsectx.pruning import PRUNERS
+from sparsectx.tracking import LoggerConfig
+
+MODES = ("greedy", "passk", "efficiency")
+ANSWER_FORMATS = ("plain", "list")
+GROUP_BY = ("none", "image", "circular")
+SUBSET_FIELDS = ("none", "subset", "category")
+
+
+def _check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}={value!r} is not one of {list(choices)}")
+
+
+def check_seed(seed: object, key: str) -> int:
+    """Returns ``seed`` if it is a plain int (0 included); otherwise raises naming the key."""
+    if seed is None or isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{key}={seed!r} must be an int (seeds are required; 0 is a valid seed)")
+    return seed
+
+
+@dataclass
+class BenchSpec:
+    """One benchmark (``conf/bench/<name>.yaml``, stored under ``bench.<name>``)."""
+
+    name: str
+    """Registry-style key; equals the YAML stem and the key under ``bench``."""
+    dataset_name: str
+    """VLMEvalKit's exact spelling of the dataset (the synthetic benches use their own name)."""
+    path: str
+    """The VLMEvalKit-layout TSV, relative to the launch directory or absolute."""
+    scorer: str
+    """Key in ``sparsectx.eval.scorers.SCORERS``."""
+    max_new_tokens: int
+    """Generation cap of greedy evaluation on this benchmark."""
+    answer_format: str
+    """``plain``: the ``answer`` cell is the reference; ``list``: it is a Python list of accepted answers
+    (VLMEvalKit's TextVQA/OCRBench files), the first one being the reference."""
+    group_by: str
+    """How ``ScoredItem.group`` is filled: ``none``; ``image`` (items sharing an image, MME's pairs);
+    ``circular`` (``index % 1_000_000``, the base question of MMBench's circular rotations)."""
+    subset_field: str
+    """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE) or ``category``
+    (VLMEvalKit's POPE file)."""
+
+    def __post_init__(self) -> None:
+        key = f"bench.{self.name}"
+        if self.max_new_tokens < 1:
+            raise ValueError(f"{key}.max_new_tokens={self.max_new_tokens} must be >= 1")
+        _check_choice(self.answer_format, ANSWER_FORMATS, f"{key}.answer_format")
+        _check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
+        _check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
+        SCORERS.get(self.scorer)  # unknown scorer: raises with close matches and every name
+
+
+@dataclass
+class PrunerSpec:
+    """The ``pruner`` group (``conf/pruner/*.yaml``)."""
+
+    name: str
+    """Registry key in ``sparsectx.pruning.PRUNERS``; equals the YAML stem."""
+    stage: str
+    """``pre_llm``: selection after the merger, before the LLM (the only stage implemented)."""
+    params: dict[str, Any]
+    """The operator's keyword-only arguments."""
+
+    def __post_init__(self) -> None:
+        PRUNERS.get(self.name)  # unknown pruner: raises with close matches and every name
+        if self.stage != "pre_llm":
+            raise ValueError(f"pruner.stage={self.stage!r}: only 'pre_llm' operators can be evaluated")
+
+
+@dataclass
+class PromptConfig:
+    """The seeds' prompt protocol; the strings must equal the training suite's (``conf/data/tiny.yaml``)."""
+
+    system: str
+    """System message of every prompt."""
+    instruction: str
+    """Appended after the question on its own line (the think/answer instruction)."""
+    mcq_hint: str
+    """Line after the options of a multiple-choice question."""
+
+
+@dataclass
+class DecodingConfig:
+    """Decoding settings without the length cap (that comes from the benchmark or the Pass@K block)."""
+
+    do_sample: bool
+    """False = greedy."""
+    temperature: float
+    """Softmax temperature when sampling."""
+    top_p: float
+    """Nucleus mass kept when sampling (1.0 = off)."""
+    top_k: int
+    """Most likely tokens kept when sampling (0 = off)."""
+    stop_strings: list[str]
+    """Generation ends once the text contains one of these (the seeds stop at ``</answer>``)."""
+
+    def sampling(self, max_new_tokens: int) -> SamplingConfig:
+        """Returns the ``SamplingConfig`` of these settings with the given cap."""
+        return SamplingConfig(
+            max_new_tokens, self.do_sample, self.temperature, self.top_p, self.top_k, list(self.stop_strings)
+        )
+
+
+@dataclass
+class PasskConfig:
+    """``mode=passk``: fixed-context Pass@K (spec training_methods.md section 7)."""
+
+    n: int
+    """Samples drawn per cohort item from its one sparse context."""
+    hit_m: list[int]
+    """The m of each reported Hit>=m@n (fraction of items with at least m correct samples)."""
+    sampling: DecodingConfig
+    """Sampling settings of the n draws (the seeds: T=0.7, top-p 0.95, top-k 50)."""
+    max_new_tokens: int
+    """Generation cap of every draw and of the greedy reference runs."""
+    sample_batch: int
+    """Draws generated together (copies of the same context in one batch)."""
+    full_context_leaf: str | None
+    """Leaf directory of a finished budget-1.0 greedy evaluation: the cohort is the items whose rows in its
+    ``<bench>.predictions.jsonl`` are correct. null = run that full-context greedy pass here first."""
+    max_items: int | None
+    """Keep at most this many cohort items (in file order); null = all."""
+    no_image_control: bool
+    """Also run the language-prior control: the same question asked with no image at all."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.sample_batch < 1 or self.max_new_tokens < 1:
+            raise ValueError(
+                f"passk.n={self.n}, passk.sample_batch={self.sample_batch} and passk.max_new_tokens="
+                f"{self.max_new_tokens} must all be >= 1"
+            )
+        for m in self.hit_m:
+            if not 1 <= m <= self.n:
+                raise ValueError(f"passk.hit_m={list(self.hit_m)}: every m must lie in [1, passk.n={self.n}]")
+        if not self.sampling.do_sample:
+            raise ValueError("passk.sampling.do_sample=false: Pass@K draws samples; set it to true")
+        if self.max_items is not None and self.max_items < 1:
+            raise ValueError(f"passk.max_items={self.max_items} must be >= 1 or null")
+
+
+@dataclass
+class EfficiencyConfig:
+    """``mode=efficiency``: analytic FLOPs, KV-cache bytes and timed latency per budget."""
+
+    budgets: list[float]
+    """Budgets measured; the unpruned model (1.0) is always measured too and is every ratio's denominator."""
+    bench: str
+    """Benchmark (a key of ``bench``) whose first items are measured."""
+    num_items: int
+    """Items measured (batch size 1 each)."""
+    repetitions: int
+    """Timed repetitions per item and budget; the median is reported."""
+    warmup: int
+    """Untimed repetitions before the timed ones."""
+    decode_tokens: int
+    """Decode steps timed after prefill (fixed length: stop tokens are ignored)."""
+    count_flops: bool
+    """Also count the prefill FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` (a cross-check)."""
+
+    def __post_init__(self) -> None:
+        if not self.budgets:
+            raise ValueError("efficiency.budgets is empty; list the budgets to measure, e.g. [0.05, 0.1]")
+        for i, budget in enumerate(self.budgets):
+            check_budget(budget, f"efficiency.budgets[{i}]")
+        if self.num_items < 1 or self.repetitions < 1 or self.warmup < 0 or self.decode_tokens < 1:
+            raise ValueError(
+                "efficiency.num_items, efficiency.repetitions and efficiency.decode_tokens must be >= 1 and "
+                f"efficiency.warmup >= 0; got {self.num_items}, {self.repetitions}, {self.decode_tokens}, "
+                f"{self.warmup}"
+            )
+
+
+@dataclass
+class EvalConfig:
+    """The whole evaluation job (``conf/evaluate.yaml``)."""
+
+    model: ModelConfig
+    pruner: PrunerSpec
+    bench: dict[str, BenchSpec]
+    """Benchmarks to run, keyed by name (one ``conf/bench`` file, or a suite that includes several)."""
+    logger: LoggerConfig
+    prompt: PromptConfig
+    decoding: DecodingConfig
+    """Greedy evaluation's decoding (the cap is each benchmark's ``max_new_tokens``)."""
+    passk: PasskConfig
+    efficiency: EfficiencyConfig
+    mode: str
+    """``greedy`` (benchmark scores), ``passk`` (fixed-context Pass@K) or ``efficiency``."""
+    budget: float
+    """Kept fraction of each image's visual tokens, in (0, 1]; 1.0 keeps all (the pruner is not called)."""
+    method: dict[str, Any]
+    """The training method of the weights: ``{name: base}`` (untrained), or the ``conf/method`` preset chosen
+    with ``method=<preset>`` (which also sets the budget and pruner the method trains at). ``name`` is the
+    leaf's method component; the other fields are recorded, not used."""
+    checkpoint: str | None
+    """Trained checkpoint directory; replaces ``model.path`` when set."""
+    experiment: str
+    """Experiment name: first path component under ``results_root`` and the W&B group."""
+    results_root: str
+    """Root of every results leaf."""
+    seed: int
+    """Root of every random choice (pruner masks, Pass@K draws, random weights)."""
+    batch_size: int
+    """Prompts generated together in greedy evaluation."""
+    force: bool
+    """Recompute finished benchmarks and discard their cached predictions."""
+    max_failure_rate: float
+    """A benchmark whose share of generation errors plus empty extractions exceeds this fails the run."""
+
+    def __post_init__(self) -> None:
+        _check_choice(self.mode, MODES, "mode")
+        check_budget(self.budget, "budget")
+        check_seed(self.seed, "seed")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+        if not 0.0 <= self.max_failure_rate <= 1.0:
+            raise ValueError(f"max_failure_rate={self.max_failure_rate} must lie in [0, 1]")
+        if self.decoding.do_sample:
+            raise ValueError(
+                "decoding.do_sample=true: benchmark scores use greedy decoding; use mode=passk to sample"
+            )
+        if not isinstance(self.method, dict) or not isinstance(self.method.get("name"), str):
+            raise ValueError(
+                f"method={self.method!r} needs a string 'name' (method.name=base for untrained weights)"
+            )
+        if not self.bench:
+            raise ValueError("bench is empty: pick a benchmark or suite, e.g. bench=synthetic")
+        for key, spec in self.bench.items():
+            if key != spec.name:
+                raise ValueError(f"bench.{key}.name={spec.name!r} must equal its key {key!r} (the YAML stem)")
+        if self.mode == "efficiency" and self.efficiency.bench not in self.bench:
+            raise ValueError(
+                f"efficiency.bench={self.efficiency.bench!r} is not among the chosen benchmarks "
+                f"{sorted(self.bench)}"
+            )
+
+    @property
+    def method_name(self) -> str:
+        """Returns the method's name (``method.name``): the method component of every output path."""
+        return self.method["name"]
+
+
+def load_eval_config(cfg: DictConfig) -> EvalConfig:
+    """Returns the composed config as a checked ``EvalConfig``; unknown, missing or mistyped keys raise."""
+    merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]

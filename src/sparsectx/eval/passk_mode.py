@@ -1,0 +1,224 @@
+"""``mode=passk``: fixed-context Pass@K (SCOPD section 3.1 and App. A; spec training_methods.md section 7).
+
+For every cohort item the visual tokens are selected **once** (seeded by ``protocol.pruner_seed``: run
+seed + benchmark + sample id), the sparse context is built once, and one greedy response plus n sampled
+responses (``passk.sampling``) are generated from that same context, so samples differ only in the
+decoding trajectory. Correctness uses the benchmark scorer's per-item rule (``protocol.is_correct``).
+
+Cohort: the items the full-context (budget 1.0) greedy model answers correctly, read from the
+``<bench>.predictions.jsonl`` of ``passk.full_context_leaf``, or, when that is null, computed here by a
+full-context greedy pass with the benchmark's own decoding settings.
+
+No-image control (``passk.no_image_control``): the same question asked **without its image** -- the
+image and its placeholder are removed from the prompt, as in SCOPD App. A ("image and visual
+placeholder removed") -- with the same decoding. It is not a "zero visual tokens" context: every
+pruner keeps k >= 1 token, and an empty image span would still leave the vision markers in the prompt.
+
+Outputs, in the leaf: ``<bench>.passk.samples.jsonl`` (every draw's text, extracted answer, status and
+correctness, the kept token indices and the draw seed; written before aggregation and resumable per
+item and condition) and ``<bench>.passk.json`` (pass@k in percent for k = 1, 2, 4, ..., n, Hit>=m@n,
+greedy accuracy, per condition, and the gaps).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tqdm import tqdm
+
+from sparsectx.context import ContextBatch, build_context
+from sparsectx.data import Item, derive_seed
+from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
+from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
+from sparsectx.eval.protocol import (
+    generate_rows,
+    is_correct,
+    load_bench_items,
+    prompt_item,
+    sample_id,
+    scored_item,
+    select_visual,
+)
+from sparsectx.eval.results import finished, provenance, resume_rows, write_json, write_rows
+from sparsectx.generation import generate
+from sparsectx.io import append_jsonl, read_jsonl
+from sparsectx.models import LoadedModel
+from sparsectx.models.adapter import LLMInputs, VLMAdapter
+from sparsectx.paths import predictions_path
+
+if TYPE_CHECKING:
+    from sparsectx.eval.runner import EvalJob
+
+log = logging.getLogger(__name__)
+
+CONDITIONS = ("sparse", "no_image")
+
+
+def passk_path(leaf: Path, bench: str) -> Path:
+    """Returns the Pass@K summary JSON of one benchmark in a leaf."""
+    return leaf / f"{bench}.passk.json"
+
+
+def samples_path(leaf: Path, bench: str) -> Path:
+    """Returns the raw Pass@K draws (JSONL) of one benchmark in a leaf."""
+    return leaf / f"{bench}.passk.samples.jsonl"
+
+
+def text_context(adapter: VLMAdapter, samples: list[EncodedSample]) -> ContextBatch:
+    """Returns the left-padded context of image-less samples (``build_context`` needs image selections)."""
+    width = max(s.prompt_ids.numel() for s in samples)
+    ref = adapter.embed_ids(samples[0].prompt_ids[:1])
+    batch = len(samples)
+    embeds = ref.new_zeros(batch, width, ref.shape[-1])
+    positions = torch.zeros(3, batch, width, dtype=torch.long, device=ref.device)
+    mask = torch.zeros(batch, width, dtype=torch.long, device=ref.device)
+    for b, sample in enumerate(samples):
+        start = width - sample.prompt_ids.numel()
+        embeds[b, start:] = adapter.embed_ids(sample.prompt_ids)
+        positions[:, b, start:] = sample.positions
+        mask[b, start:] = 1
+    as_tensor = lambda v: torch.tensor(v, dtype=torch.long, device=ref.device)  # noqa: E731
+    return ContextBatch(
+        inputs=LLMInputs(embeds, mask, positions, torch.zeros_like(mask, dtype=torch.bool), ()),
+        prompt_end=as_tensor([width] * batch),
+        response_lengths=as_tensor([0] * batch),
+        next_position=as_tensor([s.next_position for s in samples]),
+        kept_visual=as_tensor([0] * batch),
+    )
+
+
+def cohort_ids(job: EvalJob, spec: BenchSpec, items: list[Item]) -> tuple[set[str], str]:
+    """Returns the ids the full-context greedy model solves, and where they came from."""
+    cfg = job.cfg
+    if cfg.passk.full_context_leaf is not None:
+        path = predictions_path(Path(cfg.passk.full_context_leaf), spec.name)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"passk.full_context_leaf: no {path}; run `python src/evaluate.py budget=1.0 "
+                f"bench={spec.name}` "
+                "with the same model first, or set passk.full_context_leaf=null to compute the cohort here"
+            )
+        return {row["id"] for row in read_jsonl(path) if row["correct"]}, str(path)
+    loaded, _ = job.model()
+    sampling = cfg.decoding.sampling(spec.max_new_tokens)
+    solved: set[str] = set()
+    for start in tqdm(range(0, len(items), cfg.batch_size), desc=f"{spec.name} cohort", unit="batch"):
+        chunk = items[start : start + cfg.batch_size]
+        rows = generate_rows(loaded, chunk, spec, cfg.prompt, cfg.pruner, 1.0, cfg.seed, sampling)
+        solved.update(row.id for row in rows if row.correct)
+    return solved, "computed: full-context greedy pass"
+
+
+def _judge(spec: BenchSpec, item: Item, text: str) -> dict[str, Any]:
+    ext = extract_answer(text)
+    correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
+    return {"text": text, "answer": ext.lenient, "status": ext.status, "correct": correct}
+
+
+def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, condition: str) -> dict[str, Any]:
+    """Returns one item's greedy and n sampled responses from a single fixed context, judged."""
+    cfg, pk = job.cfg, job.cfg.passk
+    sid = sample_id(item)
+    sample = encode_samples(
+        loaded.adapter, loaded.processor, [prompt_item(item, cfg.prompt, condition == "sparse")]
+    )[0]
+    if condition == "sparse":
+        selection = select_visual([sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
+        context = lambda m: build_context(loaded.adapter, [sample] * m, [selection] * m)  # noqa: E731
+        kept = [s.indices.tolist() for s in selection]
+    else:
+        context = lambda m: text_context(loaded.adapter, [sample] * m)  # noqa: E731
+        kept = []
+    seed = derive_seed(cfg.seed, "passk", spec.name, sid, condition)
+    generator = torch.Generator(device=loaded.adapter.model.device).manual_seed(seed)
+    tok = loaded.processor.tokenizer
+    greedy = generate(loaded.adapter, tok, context(1), cfg.decoding.sampling(pk.max_new_tokens), None)[0]
+    sampling = pk.sampling.sampling(pk.max_new_tokens)
+    texts: list[str] = []
+    for start in range(0, pk.n, pk.sample_batch):
+        outs = generate(loaded.adapter, tok, context(min(pk.sample_batch, pk.n - start)), sampling, generator)
+        texts.extend(out.text for out in outs)
+    return {
+        "key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "kept_indices": kept,
+        "greedy": _judge(spec, item, greedy.text), "samples": [_judge(spec, item, t) for t in texts],
+    }  # fmt: skip
+
+
+def summarize(rows: list[dict[str, Any]], hit_m: list[int]) -> dict[str, Any] | None:
+    """Returns greedy accuracy, pass@k and Hit>=m@n (all percent) over one condition's rows; None if empty."""
+    if not rows:
+        return None
+    flags = [[s["correct"] for s in row["samples"]] for row in rows]
+    return {
+        "n_items": len(rows),
+        "greedy_accuracy": 100.0 * sum(row["greedy"]["correct"] for row in rows) / len(rows),
+        "pass_at_k": {str(k): 100.0 * v for k, v in pass_at_k_curve(flags).items()},
+        "hit_at_least": {str(m): 100.0 * hit_rate(flags, m) for m in hit_m},
+        "mean_correct_samples": sum(map(sum, flags)) / len(flags),
+    }
+
+
+def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
+    """Returns the Pass@K JSON of one benchmark, drawing only the (item, condition) pairs not on disk."""
+    key, chash = job.key_hash(spec.name)
+    out, raw = passk_path(job.leaf, spec.name), samples_path(job.leaf, spec.name)
+    if not job.cfg.force and finished(out, chash):
+        log.info("%s: Pass@K finished with config %s, skipping", spec.name, chash)
+        return out
+    started, pk = time.perf_counter(), job.cfg.passk
+    items, _ = load_bench_items(spec)
+    solved, source = cohort_ids(job, spec, items)
+    cohort = [item for item in items if sample_id(item) in solved][: pk.max_items]
+    conditions = CONDITIONS if pk.no_image_control else CONDITIONS[:1]
+    keys = [f"{sample_id(item)}/{c}" for item in cohort for c in conditions]
+    if job.cfg.force:
+        raw.unlink(missing_ok=True)
+    done = resume_rows(raw, chash, set(keys), "key")
+    pending = [(item, c) for item in cohort for c in conditions if f"{sample_id(item)}/{c}" not in done]
+    loaded = job.model()[0] if pending else None
+    for item, condition in tqdm(pending, desc=f"{spec.name} pass@k", unit="draw"):
+        row = {**draw(job, loaded, spec, item, condition), "config_hash": chash}
+        append_jsonl(raw, [row])
+        done[row["key"]] = row
+    rows = [done[k] for k in keys]
+    write_rows(raw, rows)
+    per = {c: summarize([r for r in rows if r["condition"] == c], pk.hit_m) for c in conditions}
+    payload = _payload(job, spec, per, cohort, source, key)
+    payload["wall_time_s"] = time.perf_counter() - started
+    write_json(out, payload)
+    if per["sparse"] is not None:
+        job.tracker().log_table(
+            f"{spec.name}/passk",
+            ["k", "pass_at_k"],
+            [[int(k), v] for k, v in per["sparse"]["pass_at_k"].items()],
+        )
+    return out
+
+
+def _payload(
+    job: EvalJob, spec: BenchSpec, per: dict[str, Any], cohort: list[Item], source: str, key: dict[str, Any]
+) -> dict[str, Any]:
+    cfg, pk = job.cfg, job.cfg.passk
+    sparse, control = per["sparse"], per.get("no_image")
+    gap = None if sparse is None else sparse["pass_at_k"][str(pk.n)] - sparse["greedy_accuracy"]
+    floor = None if control is None else control["pass_at_k"][str(pk.n)]
+    return {
+        "benchmark": spec.name, "dataset_name": spec.dataset_name, "method": cfg.method_name,
+        "pruner": cfg.pruner.name,
+        "budget": cfg.budget, "seed": cfg.seed, "n": pk.n, "k": k_values(pk.n),
+        "cohort": {"size": len(cohort), "source": source, "ids": [sample_id(item) for item in cohort]},
+        "sparse": sparse, "no_image": control,
+        "gap": gap, "control_floor": floor,
+        "gap_over_control": None if gap is None or floor is None else gap - floor,
+        "scorer": spec.scorer, "extractor_version": EXTRACTOR_VERSION,
+        "greedy": {"max_new_tokens": pk.max_new_tokens, "stop_strings": list(cfg.decoding.stop_strings)},
+        "sampling": {**vars(pk.sampling), "max_new_tokens": pk.max_new_tokens},
+        "model": job.model()[1] if cohort else {"name": cfg.model.name, "path": cfg.model.path},
+        "provenance": provenance(job.resolved, key, cfg.model.device),
+    }  # fmt: skip

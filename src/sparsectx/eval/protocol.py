@@ -1,0 +1,290 @@
+"""The evaluation protocol: benchmark items to prompts, seeded token selection, generation rows, scoring.
+
+Prompt (LT-OPD App. D.1, SCOPD App. C): the system message, then a user turn with the image(s) before
+the text; the text is the question (options listed for multiple choice, then the hint line) followed by
+the think/answer instruction. All strings come from the config's ``prompt`` block, and the formatting
+is ``sparsectx.data.format_question``, the one training uses.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForImageTextToText
+
+from sparsectx.context import build_context, keep_all
+from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
+from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.eval.config import BenchSpec, PromptConfig, PrunerSpec
+from sparsectx.eval.extract import extract_answer
+from sparsectx.eval.scorers import (
+    ScoredItem,
+    match_choice,
+    normalize_short_answer,
+    ocr_contains,
+    parse_number,
+    parse_yes_no,
+    vqa_soft_accuracy,
+)
+from sparsectx.generation import SamplingConfig, generate
+from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path
+from sparsectx.models.loading import DTYPES
+from sparsectx.models.processor import load_processor
+from sparsectx.prompting import PromptItem, chat_messages
+from sparsectx.pruning import select_tokens
+from sparsectx.visual import Selection
+
+BUILD_COMMAND = "python src/build_data.py"
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
+
+
+def bench_file(spec: BenchSpec) -> Path:
+    """Returns the benchmark's TSV path.
+
+    Raises:
+        FileNotFoundError: the file is missing; the message names the expected path and how to make it.
+    """
+    path = Path(spec.path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"benchmark {spec.name!r}: no file at {path.resolve()} (bench.{spec.name}.path={spec.path}). "
+            f"The synthetic suite (data/tiny/syn_*.tsv) is built by `{BUILD_COMMAND}`; a real benchmark "
+            f"needs VLMEvalKit's {spec.dataset_name}.tsv at that path, or set bench.{spec.name}.path."
+        )
+    return path
+
+
+def load_bench_items(spec: BenchSpec) -> tuple[list[Item], list[Skip]]:
+    """Returns the usable items of a benchmark file and a ``Skip`` for every row left out.
+
+    Raises:
+        FileNotFoundError: the file is missing (see ``bench_file``).
+    """
+    return read_tsv(bench_file(spec))
+
+
+def sample_id(item: Item) -> str:
+    """Returns the item's sample id: its ``index`` as a string."""
+    return str(item.index)
+
+
+def prompt_item(item: Item, prompt: PromptConfig, with_image: bool) -> PromptItem:
+    """Returns the prompt of ``item``; ``with_image=False`` asks the same text without the image."""
+    return PromptItem(
+        sample_id=sample_id(item),
+        images=[item.image()] if with_image else [],
+        question=format_question(item.question, item.options, prompt.mcq_hint),
+        system=prompt.system,
+        instruction=prompt.instruction,
+    )
+
+
+def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
+    """Returns the chat-templated prompt text (one image placeholder per image, not expanded)."""
+    return loaded.processor.apply_chat_template(
+        chat_messages(item), tokenize=False, add_generation_prompt=True
+    )
+
+
+def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
+    """Returns (reference, all accepted answers) of ``item`` under ``spec.answer_format``."""
+    if spec.answer_format == "plain":
+        return item.answer, ()
+    try:
+        parsed = ast.literal_eval(item.answer)
+    except (ValueError, SyntaxError):
+        parsed = item.answer
+    answers = tuple(str(a) for a in parsed) if isinstance(parsed, (list, tuple)) else (str(parsed),)
+    return answers[0], answers
+
+
+def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredItem:
+    """Returns the scorer's view of one item with its extracted ``prediction`` (None = extraction miss)."""
+    reference, answers = _answers(item, spec)
+    group = ""
+    if spec.group_by == "image":
+        group = hashlib.sha256(item.image_bytes).hexdigest()[:16]
+    elif spec.group_by == "circular":
+        group = str(item.index % 1_000_000)
+    subset = {"none": "", "subset": item.subset, "category": item.category}[spec.subset_field]
+    return ScoredItem(
+        id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
+        options=dict(item.options), category=item.category, subset=subset, group=group,
+    )  # fmt: skip
+
+
+def is_correct(scorer: str, item: ScoredItem) -> bool:
+    """Returns whether one item's prediction is right, by the rule of its benchmark's scorer.
+
+    Multiple choice: the matched option letter is the gold letter. Yes/no (``yes_no``, ``pope``, ``mme``):
+    the parsed word equals the gold one. ``exact_match``/``number_match``: as the scorer compares.
+    ``vqa_soft``: the answer matches at least one human answer (soft accuracy > 0). ``ocrbench``: a gold
+    answer is contained in the prediction. Used for the predictions file and for Pass@K.
+    """
+    pred = item.prediction
+    if pred is None:
+        return False
+    if scorer in ("mcq", "mmbench_circular"):
+        return match_choice(pred, item.options) == item.reference.strip().upper()
+    if scorer in ("yes_no", "pope", "mme"):
+        return parse_yes_no(pred) == item.reference.strip().lower()
+    if scorer == "exact_match":
+        golds = {normalize_short_answer(g) for g in (item.reference, *item.answers)}
+        return normalize_short_answer(pred) in golds
+    if scorer == "number_match":
+        value, gold = parse_number(pred), parse_number(item.reference)
+        return (
+            value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
+        )
+    if scorer == "vqa_soft":
+        return vqa_soft_accuracy(pred, item.answers) > 0
+    if scorer == "ocrbench":
+        return ocr_contains(pred, item.answers or (item.reference,), item.category)
+    raise KeyError(f"no per-item correctness rule for scorer {scorer!r}; add one to is_correct")
+
+
+def pruner_seed(seed: int, bench: str, sid: str) -> int:
+    """Returns the seed of one sample's token selection: ``derive_seed(seed, "pruner", bench, sample id)``.
+
+    The mask of a random pruner depends only on the run seed and the sample, never on batch composition
+    or order, so a resumed run, a different batch size and Pass@K's fixed context all see the same mask.
+    """
+    return derive_seed(seed, "pruner", bench, sid)
+
+
+def select_visual(
+    samples: list[EncodedSample], pruner: PrunerSpec, budget: float, seed: int, bench: str
+) -> list[list[Selection]]:
+    """Returns per sample one ``Selection`` per image: every token at budget 1.0, else the pruner's choice."""
+    if budget == 1.0:
+        return [keep_all(sample) for sample in samples]
+    out = []
+    for sample in samples:
+        # A CPU generator: the same mask on every device.
+        generator = torch.Generator().manual_seed(pruner_seed(seed, bench, sample.sample_id))
+        embeds = sample.question_embeds
+        out.append(
+            [select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images]
+        )
+    return out
+
+
+@dataclass
+class GenerationRow:
+    """One generated answer before it is written: what the predictions file stores for an item."""
+
+    id: str
+    prompt: str
+    output: str
+    answer: str | None
+    strict: str | None
+    status: str
+    """``tagged`` / ``fallback`` / ``empty`` (see ``sparsectx.eval.extract``) or ``error``."""
+    correct: bool
+    kept_visual: int
+    stopped: bool
+    num_tokens: int
+    error: str
+
+
+def generate_rows(
+    loaded: LoadedModel,
+    items: list[Item],
+    spec: BenchSpec,
+    prompt: PromptConfig,
+    pruner: PrunerSpec,
+    budget: float,
+    seed: int,
+    sampling: SamplingConfig,
+) -> list[GenerationRow]:
+    """Returns one row per item, generated as one batch; a runtime failure becomes ``status="error"`` rows."""
+    prompts = [prompt_item(item, prompt, with_image=True) for item in items]
+    try:
+        samples = encode_samples(loaded.adapter, loaded.processor, prompts)
+        batch = build_context(
+            loaded.adapter, samples, select_visual(samples, pruner, budget, seed, spec.name)
+        )
+        outs = generate(loaded.adapter, loaded.processor.tokenizer, batch, sampling, None)
+    except RuntimeError as err:  # e.g. out of memory: recorded and counted, never scored as an answer
+        return [
+            GenerationRow(
+                sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err)
+            )
+            for it, p in zip(items, prompts, strict=True)
+        ]
+    rows = []
+    for item, p, out, kept in zip(items, prompts, outs, batch.kept_visual.tolist(), strict=True):
+        ext = extract_answer(out.text)
+        correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
+        rows.append(
+            GenerationRow(
+                sample_id(item),
+                prompt_text(loaded, p),
+                out.text,
+                ext.lenient,
+                ext.strict,
+                ext.status,
+                correct,
+                int(kept),
+                out.stopped,
+                int(out.token_ids.numel()),
+                "",
+            )  # fmt: skip
+        )
+    return rows
+
+
+def has_weights(directory: Path) -> bool:
+    """Returns whether a model directory holds weight files (safetensors, bin or pt, sharded or not)."""
+    return any(next(directory.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
+
+
+def checkpoint_id(directory: Path) -> str:
+    """Returns a short fingerprint of a model directory: sha256 over its file names, sizes and first MiB.
+
+    Cheap on multi-GB checkpoints and different for any re-saved weights; a hub id is returned as is.
+    """
+    if not directory.is_dir():
+        return str(directory)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(directory)}:{path.stat().st_size}:".encode())
+        with open(path, "rb") as handle:
+            digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tuple[LoadedModel, dict]:
+    """Returns the model to evaluate and its provenance (name, path, checkpoint, fingerprint, random weights).
+
+    ``checkpoint`` (a trained model directory) replaces ``model.path``. A local directory with
+    ``config.json`` and processor files but no weights is built with random weights from that config
+    (``torch.manual_seed(seed)``), directly on ``model.device``: costs measured on it are those of the real
+    architecture, since they do not depend on weight values. Its scores are meaningless, and flagged.
+    """
+    cfg = replace(model, path=checkpoint) if checkpoint is not None else model
+    source = resolve_model_path(cfg.path)
+    local = Path(source)
+    random_weights = local.is_dir() and not has_weights(local)
+    if random_weights:
+        torch.manual_seed(seed)
+        config = AutoConfig.from_pretrained(source)
+        with torch.device(cfg.device):
+            hf = AutoModelForImageTextToText.from_config(
+                config, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+            )
+        hf.eval()
+        loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=load_processor(source))
+    else:
+        loaded = load_model(cfg)
+    info = {
+        "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
+        "checkpoint_id": checkpoint_id(local), "random_weights": random_weights, "dtype": cfg.dtype,
+        "device": cfg.device, "attn_implementation": cfg.attn_implementation, "family": loaded.adapter.family,
+    }  # fmt: skip
+    return loaded, info

@@ -1,0 +1,226 @@
+"""The job behind ``src/evaluate.py``: ``run(cfg)`` scores, samples or times one model x pruner x budget.
+
+Modes (``mode=``): ``greedy`` writes per benchmark ``<leaf>/<bench>.json`` (a ``BenchResult``) and
+``<leaf>/<bench>.predictions.jsonl``; ``passk`` writes ``<leaf>/<bench>.passk.json``
+(``sparsectx.eval.passk_mode``); ``efficiency`` writes one JSON beside the budget leaves
+(``sparsectx.eval.efficiency``). The leaf is ``sparsectx.paths.leaf_dir(results_root, experiment,
+model.name, method, pruner.name, budget)``. A benchmark whose output holds the same run-key hash is
+skipped unless ``force=true``; an interrupted benchmark resumes from its predictions file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from sparsectx.data import Item, Skip
+from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
+from sparsectx.eval.extract import EXTRACTOR_VERSION
+from sparsectx.eval.protocol import (
+    bench_file,
+    checkpoint_id,
+    generate_rows,
+    load_bench_items,
+    load_eval_model,
+    sample_id,
+    scored_item,
+)
+from sparsectx.eval.results import (
+    BenchResult,
+    as_dict,
+    config_hash,
+    finished,
+    provenance,
+    resume_rows,
+    run_key,
+    write_json,
+    write_rows,
+)
+from sparsectx.eval.scorers import score_items
+from sparsectx.generation import SamplingConfig
+from sparsectx.io import append_jsonl
+from sparsectx.models import LoadedModel, resolve_model_path
+from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
+from sparsectx.tracking import Tracker, start_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalJob:
+    """What every benchmark of one invocation shares: the config, the leaf, the tracker and the model.
+
+    The model and the tracker start on first use, so an invocation whose outputs are all finished loads
+    nothing and opens no W&B run.
+    """
+
+    cfg: EvalConfig
+    resolved: dict[str, Any]
+    """The composed config with interpolations resolved (saved in every output)."""
+    leaf: Path
+    _model: tuple[LoadedModel, dict[str, Any]] | None = field(default=None, repr=False)
+    _tracker: Tracker | None = field(default=None, repr=False)
+    _weights: str | None = field(default=None, repr=False)
+
+    def model(self) -> tuple[LoadedModel, dict[str, Any]]:
+        """Returns the loaded model and its provenance, loading it on first use (finished runs never load)."""
+        if self._model is None:
+            self._model = load_eval_model(self.cfg.model, self.cfg.checkpoint, self.cfg.seed)
+        return self._model
+
+    def tracker(self) -> Tracker:
+        """Returns the run's tracker, starting it on first use."""
+        if self._tracker is None:
+            self._tracker = _tracker(self.cfg, self.resolved)
+        return self._tracker
+
+    def close(self) -> None:
+        """Finishes the tracker if it was started."""
+        if self._tracker is not None:
+            self._tracker.finish()
+
+    def key_hash(self, bench: str) -> tuple[dict[str, Any], str]:
+        """Returns the run key of ``bench`` and its hash.
+
+        The key includes the weights' fingerprint (``protocol.checkpoint_id``), so a checkpoint retrained
+        in place is evaluated again.
+        """
+        if self._weights is None:
+            path = self.cfg.checkpoint if self.cfg.checkpoint is not None else self.cfg.model.path
+            self._weights = checkpoint_id(Path(resolve_model_path(path)))
+        key = {**run_key(self.resolved, bench), "weights": self._weights}
+        return key, config_hash(key)
+
+
+def run(cfg: DictConfig) -> list[Path]:
+    """Returns the output files after running the configured mode on every chosen benchmark.
+
+    Raises:
+        ValueError / KeyError: the config is invalid (unknown keys, out-of-range values, unknown scorer).
+        FileNotFoundError: a benchmark file is missing (the message says how to build or get it).
+        RuntimeError: a benchmark's failure rate passed ``max_failure_rate``.
+    """
+    from sparsectx.eval.efficiency import run_efficiency
+    from sparsectx.eval.passk_mode import run_passk
+
+    eval_cfg = load_eval_config(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
+        if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
+            bench_file(spec)
+    job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg))
+    try:
+        if eval_cfg.mode == "efficiency":
+            return [run_efficiency(job)]
+        step = evaluate_benchmark if eval_cfg.mode == "greedy" else run_passk
+        return [step(job, spec) for spec in eval_cfg.bench.values()]
+    finally:
+        job.close()
+
+
+def leaf_of(cfg: EvalConfig) -> Path:
+    """Returns the results leaf of the config (a pure function of it)."""
+    return leaf_dir(
+        cfg.results_root, cfg.experiment, cfg.model.name, cfg.method_name, cfg.pruner.name, cfg.budget
+    )
+
+
+def _tracker(cfg: EvalConfig, resolved: dict[str, Any]) -> Tracker:
+    name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget_tag(cfg.budget)}/{cfg.mode}"
+    tags = [cfg.method_name, cfg.pruner.name, f"b{budget_tag(cfg.budget)}", cfg.mode, cfg.model.name]
+    return start_run(cfg.logger, name, cfg.experiment, f"evaluate_{cfg.mode}", tags, resolved)
+
+
+def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
+    """Returns the result JSON of one benchmark, generating only the predictions not already on disk."""
+    key, chash = job.key_hash(spec.name)
+    out, preds = result_path(job.leaf, spec.name), predictions_path(job.leaf, spec.name)
+    if not job.cfg.force and finished(out, chash):
+        log.info("%s: finished with config %s, skipping (force=true recomputes)", spec.name, chash)
+        return out
+    started = time.perf_counter()
+    items, skipped = load_bench_items(spec)
+    if not items:
+        raise ValueError(f"benchmark {spec.name!r}: no usable rows in {spec.path}; skipped: {skipped[:5]}")
+    if job.cfg.force:
+        preds.unlink(missing_ok=True)
+    done = resume_rows(preds, chash, {sample_id(item) for item in items}, "id")
+    resumed = len(done)
+    todo = [item for item in items if sample_id(item) not in done]
+    loaded, info = job.model()
+    cfg = job.cfg
+    sampling = cfg.decoding.sampling(spec.max_new_tokens)
+    with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
+        for start in range(0, len(todo), cfg.batch_size):
+            chunk = todo[start : start + cfg.batch_size]
+            rows = generate_rows(loaded, chunk, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed, sampling)
+            records = [{**asdict(row), "config_hash": chash} for row in rows]
+            append_jsonl(preds, records)
+            done.update((r["id"], r) for r in records)
+            bar.update(len(chunk))
+    ordered = [done[sample_id(item)] for item in items]
+    _check_failures(spec, ordered, cfg.max_failure_rate)
+    result = _result(job, spec, items, skipped, ordered, info, key, resumed, sampling)
+    result.wall_time_s = time.perf_counter() - started
+    write_rows(preds, ordered)  # the finished file: one row per item, in file order
+    write_json(out, as_dict(result))
+    _log(job.tracker(), result)
+    return out
+
+
+def _check_failures(spec: BenchSpec, rows: list[dict[str, Any]], max_rate: float) -> None:
+    failed = [row for row in rows if row["status"] in ("empty", "error")]
+    if len(failed) / len(rows) > max_rate:
+        errors = [row["error"] for row in failed if row["error"]]
+        raise RuntimeError(
+            f"benchmark {spec.name!r}: {len(failed)}/{len(rows)} items have no usable answer (empty "
+            f"extraction or generation error), above max_failure_rate; first error: {errors[:1] or 'none'}. "
+            "Failed generations are retried on the next run; raise max_failure_rate to accept them"
+        )
+
+
+def _result(
+    job: EvalJob,
+    spec: BenchSpec,
+    items: list[Item],
+    skipped: list[Skip],
+    rows: list[dict[str, Any]],
+    model_info: dict[str, Any],
+    key: dict[str, Any],
+    resumed: int,
+    sampling: SamplingConfig,
+) -> BenchResult:
+    """Returns the ``BenchResult`` of scored rows (wall time filled in by the caller)."""
+    report = score_items(
+        spec.scorer, [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)]
+    )
+    statuses = {
+        status: sum(r["status"] == status for r in rows)
+        for status in ("tagged", "fallback", "empty", "error")
+    }
+    cfg = job.cfg
+    return BenchResult(
+        method=cfg.method_name, pruner=cfg.pruner.name, budget=cfg.budget, benchmark=spec.name,
+        score=float(report.metrics["score"]), scorer_version=report.scorer_version, scorer=report.scorer,
+        extractor_version=EXTRACTOR_VERSION, metrics=report.metrics, dataset_name=spec.dataset_name,
+        experiment=cfg.experiment, seed=cfg.seed, pruner_params=dict(cfg.pruner.params), model=model_info,
+        n_rows=len(items) + len(skipped), n_scored=len(items),
+        skipped=[{"index": s.index, "reason": s.reason} for s in skipped], extraction=statuses,
+        n_failed=statuses["empty"] + statuses["error"],
+        mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows), generation=asdict(sampling),
+        batch_size=cfg.batch_size, resumed_rows=resumed, wall_time_s=0.0,
+        provenance=provenance(job.resolved, key, cfg.model.device),
+    )  # fmt: skip
+
+
+def _log(tracker: Tracker, result: BenchResult) -> None:
+    bench = result.benchmark
+    tracker.log({f"{bench}/score": result.score, f"{bench}/n_failed": float(result.n_failed)})
+    rows = [[name, float(value)] for name, value in sorted(result.metrics.items())]
+    tracker.log_table(f"{bench}/metrics", ["metric", "value"], rows)

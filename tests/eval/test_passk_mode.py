@@ -1,0 +1,96 @@
+"""``mode=passk``: one fixed sparse context per item, n draws, pass@k / Hit>=m@n and the no-image control."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparsectx.eval import passk_mode, protocol
+from sparsectx.eval.runner import run
+from sparsectx.generation import Generation
+from sparsectx.io import append_jsonl, read_jsonl
+
+from .test_runner_support import SIDE, base_overrides, build_model_dir, compose_eval, write_bench
+
+PASSK = [
+    "mode=passk", "budget=0.25", "passk.n=4", "passk.sample_batch=3", "passk.max_new_tokens=4",
+    "passk.hit_m=[1,3]",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("model"), "qwen2_5_vl", weights=True)
+
+
+def _cfg(model_dir: Path, tmp: Path, *extra: str):
+    bench = {"syn_count": write_bench(tmp / "syn_count.tsv", "syn_count", 3, SIDE)}
+    return compose_eval(
+        ["bench=syn_count", *PASSK, *base_overrides(model_dir, tmp / "results", bench, 4), *extra]
+    )
+
+
+def test_passk_on_a_tiny_model_writes_its_json(model_dir, tmp_path):
+    full_leaf = tmp_path / "full"
+    rows = [
+        {"id": str(i), "correct": i != 1} for i in range(3)
+    ]  # the full-context model solved items 0 and 2
+    append_jsonl(full_leaf / "syn_count.predictions.jsonl", rows)
+    out = run(_cfg(model_dir, tmp_path, f"passk.full_context_leaf={full_leaf}"))[0]
+    assert out.name == "syn_count.passk.json"
+    payload = json.loads(out.read_text())
+    assert payload["cohort"]["ids"] == ["0", "2"] and payload["k"] == [1, 2, 4]
+    for condition in ("sparse", "no_image"):
+        summary = payload[condition]
+        assert summary["n_items"] == 2 and set(summary["pass_at_k"]) == {"1", "2", "4"}
+        assert set(summary["hit_at_least"]) == {"1", "3"}
+    draws = read_jsonl(out.with_name("syn_count.passk.samples.jsonl"))
+    assert [(d["id"], d["condition"]) for d in draws] == [
+        ("0", "sparse"), ("0", "no_image"), ("2", "sparse"), ("2", "no_image"),
+    ]  # fmt: skip
+    assert all(len(d["samples"]) == 4 for d in draws)
+    sparse = draws[0]
+    assert len(sparse["kept_indices"]) == 1 and len(sparse["kept_indices"][0]) == 4  # 25% of 16, once
+    assert draws[1]["kept_indices"] == []
+    stamp = out.stat().st_mtime_ns
+    run(_cfg(model_dir, tmp_path, f"passk.full_context_leaf={full_leaf}"))
+    assert out.stat().st_mtime_ns == stamp  # finished: skipped
+
+
+def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, monkeypatch):
+    """Scripted draws: greedy right with the image, alternate samples right, the control always wrong."""
+    contexts = []
+
+    def fake(adapter, tokenizer, batch, cfg, generator):
+        size, with_image = batch.inputs.embeds.shape[0], bool(batch.kept_visual.sum())
+        contexts.append((batch.inputs.embeds[0].clone(), with_image))
+        if not with_image:
+            texts = ["<answer>7</answer>"] * size
+        elif not cfg.do_sample:
+            texts = ["<answer>3</answer>"] * size
+        else:
+            texts = ["<answer>3</answer>" if i % 2 == 0 else "<answer>5</answer>" for i in range(size)]
+        return [Generation(torch.tensor([1]), text, True) for text in texts]
+
+    monkeypatch.setattr(protocol, "generate", fake)
+    monkeypatch.setattr(passk_mode, "generate", fake)
+    payload = json.loads(run(_cfg(model_dir, tmp_path))[0].read_text())  # cohort computed: all solved
+    assert payload["cohort"] == {
+        "size": 3,
+        "source": "computed: full-context greedy pass",
+        "ids": ["0", "1", "2"],
+    }
+    sparse, control = payload["sparse"], payload["no_image"]
+    assert sparse["greedy_accuracy"] == 100.0 and control["greedy_accuracy"] == 0.0
+    assert (
+        sparse["mean_correct_samples"] == 3.0
+    )  # batch of 3 gives right, wrong, right; batch of 1 gives right
+    assert sparse["pass_at_k"]["1"] == pytest.approx(75.0) and sparse["pass_at_k"]["4"] == 100.0
+    assert sparse["hit_at_least"] == {"1": 100.0, "3": 100.0}
+    assert control["pass_at_k"]["4"] == 0.0 and payload["gap"] == 0.0
+    sparse_calls = [embeds for embeds, with_image in contexts[1:] if with_image]  # after the cohort batch
+    first_item = sparse_calls[:3]  # item 0's greedy run and its two sampling batches share one context
+    assert all(torch.equal(e, first_item[0]) for e in first_item)
