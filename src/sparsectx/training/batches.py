@@ -1,0 +1,135 @@
+"""Training items in a resumable order, the prompts built from them, and the teacher's privileged prompt.
+
+The data order is a pure function of (seed, epoch): epoch e is a permutation drawn from
+``derive_seed(seed, "train_order", e)``, and the item at global position p is entry ``p mod n`` of epoch
+``p div n``. A run therefore resumes from the number of samples it has consumed and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from sparsectx.data import Item, format_question, read_tsv
+from sparsectx.data.synthetic import derive_seed
+from sparsectx.encoding import EncodedSample, rope_positions
+from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.processor import IMAGE_TOKEN, ImageTextProcessor
+from sparsectx.prompting import PromptItem, chat_messages
+from sparsectx.training.config import TrainDataConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingSet:
+    """The usable training items and the seeded order they are visited in."""
+
+    items: list[Item]
+    seed: int
+    _orders: dict[int, list[int]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, cfg: TrainDataConfig, seed: int) -> TrainingSet:
+        """Returns the items of ``cfg.path``; raises if the file is empty or skips more than allowed."""
+        items, skips = read_tsv(Path(cfg.path))
+        total = len(items) + len(skips)
+        for skip in skips[:5]:
+            log.warning("train_data.path=%s: skipped row %s (%s)", cfg.path, skip.index, skip.reason)
+        if not items or len(skips) > cfg.max_skip_fraction * total:
+            raise ValueError(
+                f"train_data.path={cfg.path!r}: {len(skips)} of {total} rows are unusable (allowed share "
+                f"train_data.max_skip_fraction={cfg.max_skip_fraction}); first reasons: "
+                f"{[s.reason for s in skips[:3]]}"
+            )
+        return cls(items=items, seed=seed)
+
+    def order(self, epoch: int) -> list[int]:
+        """Returns the permutation of item indices visited in ``epoch``."""
+        if epoch not in self._orders:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, "train_order", epoch))
+            self._orders = {epoch: torch.randperm(len(self.items), generator=generator).tolist()}
+        return self._orders[epoch]
+
+    def item_at(self, position: int) -> Item:
+        """Returns the item at global sample position ``position`` (>= 0)."""
+        epoch, offset = divmod(position, len(self.items))
+        return self.items[self.order(epoch)[offset]]
+
+
+def reference_text(item: Item) -> str:
+    """Returns the item's reference response: its ``<think>…</think><answer>…</answer>`` trace or answer."""
+    return item.trace if item.trace.strip() else f"<answer>{item.answer}</answer>"
+
+
+def prompt_item(item: Item, cfg: TrainDataConfig, position: int) -> PromptItem:
+    """Returns the student's prompt for ``item`` (no reference in it), identified by its sample position."""
+    return PromptItem(
+        sample_id=f"{item.index}@{position}",
+        images=[item.image()],
+        question=format_question(item.question, item.options, cfg.mcq_hint),
+        system=cfg.system,
+        instruction=cfg.instruction,
+    )
+
+
+def with_reference(prompt: PromptItem, item: Item, template: str) -> PromptItem:
+    """Returns ``prompt`` with the reference in its user turn (SCOPD+GT's teacher; pruners never see it)."""
+    return replace(prompt, extra_context=template.replace("{reference}", reference_text(item)))
+
+
+def expand_image_tokens(text: str, counts: list[int]) -> str:
+    """Returns ``text`` with its i-th ``<|image_pad|>`` repeated ``counts[i]`` times (one per token)."""
+    parts = text.split(IMAGE_TOKEN)
+    if len(parts) - 1 != len(counts):
+        raise ValueError(f"prompt holds {len(parts) - 1} {IMAGE_TOKEN} markers but {len(counts)} images")
+    return parts[0] + "".join(IMAGE_TOKEN * n + part for n, part in zip(counts, parts[1:], strict=True))
+
+
+def reencode_text(
+    adapter: VLMAdapter, processor: ImageTextProcessor, prompt: PromptItem, sample: EncodedSample
+) -> EncodedSample:
+    """Returns ``sample`` re-tokenized for ``prompt``'s text, reusing its encoded images (no vision run).
+
+    Used for the teacher's privileged prompt: same images, longer text. With the same prompt it reproduces
+    ``encode_samples`` exactly (tested).
+    """
+    text = processor.apply_chat_template(chat_messages(prompt), tokenize=False, add_generation_prompt=True)
+    text = expand_image_tokens(text, [image.num_tokens for image in sample.images])
+    ids = processor.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    positions, next_position = rope_positions(
+        ids, adapter.image_token_id, [image.grid for image in sample.images]
+    )
+    device = sample.prompt_ids.device
+    return EncodedSample(
+        sample_id=sample.sample_id,
+        prompt_ids=ids.to(device),
+        positions=positions.to(device),
+        images=sample.images,
+        question_embeds=sample.question_embeds,
+        next_position=next_position,
+    )
+
+
+def turn_end_id(processor: ImageTextProcessor) -> int:
+    """Returns the id that ends an assistant turn: ``<|im_end|>`` when the tokenizer has it, else its eos."""
+    tokenizer = processor.tokenizer
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        return im_end
+    if tokenizer.eos_token_id is None:
+        raise ValueError(
+            "the tokenizer has neither <|im_end|> nor an eos token; cannot end reference responses"
+        )
+    return int(tokenizer.eos_token_id)
+
+
+def reference_ids(
+    processor: ImageTextProcessor, text: str, max_tokens: int | None, device: torch.device
+) -> torch.Tensor:
+    """Returns (T,) int64 ids of a reference response plus end-of-turn, cut to ``max_tokens`` if given."""
+    ids = processor.tokenizer(text, add_special_tokens=False).input_ids + [turn_end_id(processor)]
+    return torch.tensor(ids[:max_tokens], dtype=torch.long, device=device)

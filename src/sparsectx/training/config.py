@@ -1,0 +1,177 @@
+"""Typed schema of ``conf/train.yaml`` (the whole composed training config), checked before any work starts.
+
+``load_train_config`` merges the composed ``DictConfig`` into ``TrainConfig``: an unknown, missing or mistyped
+key is an error naming the key, and every ``__post_init__`` checks ranges and combinations, naming the full
+dotted key, the value found and the fix (style conventions 4, 5, 25). The method part lives in
+``sparsectx.training.method``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sparsectx.budget import check_budget
+from sparsectx.models import ModelConfig
+from sparsectx.pruning import PRUNERS
+from sparsectx.tracking import LoggerConfig
+from sparsectx.training.method import MethodConfig, check_params
+
+RUN_DEFINING_PREFIXES = (
+    "model.name",
+    "model.path",
+    "model.dtype",
+    "method.",
+    "budget",
+    "pruner.",
+    "seed",
+    "train_data.",
+)
+"""Keys that define what a run trains: changing one and resuming the same run directory is an error. Every
+other
+key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns."""
+
+
+@dataclass
+class TrainDataConfig:
+    """``train_data``: the training split and the prompt protocol shared with evaluation."""
+
+    path: str
+    """VLMEvalKit-layout TSV of training items (``sparsectx.data.read_tsv``)."""
+    system: str
+    """System message of every prompt."""
+    instruction: str
+    """Sentence appended to every question (asks for <think> then <answer>)."""
+    mcq_hint: str
+    """Line after the options of a multiple-choice question."""
+    max_skip_fraction: float
+    """Largest share of unusable rows (``Skip``) tolerated before the run refuses to start."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_skip_fraction < 1.0:
+            raise ValueError(f"train_data.max_skip_fraction={self.max_skip_fraction} must lie in [0, 1)")
+
+
+@dataclass
+class PrunerSpec:
+    """``pruner``: the operator the student's context is pruned with (``conf/pruner/*.yaml``)."""
+
+    name: str
+    """Registry key in ``sparsectx.pruning.PRUNERS``."""
+    stage: str
+    """pre_llm (the only stage the training loop supports)."""
+    params: dict[str, Any]
+    """The operator's keyword-only arguments."""
+
+    def __post_init__(self) -> None:
+        if self.name not in PRUNERS:
+            try:
+                PRUNERS.get(self.name)
+            except KeyError as err:
+                raise KeyError(f"pruner.name={self.name!r}: {err.args[0]}") from None
+        if self.stage != "pre_llm":
+            raise ValueError(
+                f"pruner.stage={self.stage!r}: the training loop prunes before the LLM only (pre_llm)"
+            )
+        check_params(PRUNERS.get(self.name), self.params, {"generator"}, "pruner.params")
+
+
+@dataclass
+class TrainConfig:
+    """The composed ``conf/train.yaml``."""
+
+    experiment: str
+    """Experiment name: first component of the run directory."""
+    runs_root: str
+    """Root of every run directory."""
+    seed: int
+    """Root seed (required); every random stream derives from it (``sparsectx.data.derive_seed``)."""
+    budget: float
+    """The budget the run trains at (its final budget for curricula); set by the method preset."""
+    steps: int
+    """Optimizer steps of the whole run."""
+    micro_batch_size: int
+    """Sequences per forward/backward on one process."""
+    grad_accum: int | None
+    """Micro-batches per optimizer step; null = method.effective_batch_size / (processes x micro_batch)."""
+    max_new_tokens: int
+    """Longest rollout; reference prefixes are cut to the same length."""
+    save_every: int
+    """Optimizer steps between resume states (``state/``); the last step always saves."""
+    log_every: int
+    """Optimizer steps between metric logs."""
+    sample_table_every: int
+    """Optimizer steps between tables of sample rollouts."""
+    train_data: TrainDataConfig
+    model: ModelConfig
+    pruner: PrunerSpec
+    method: MethodConfig
+    logger: LoggerConfig
+    data: Any
+    """The data-suite group (``conf/data``); training reads it only through ``train_data`` interpolations."""
+
+    def __post_init__(self) -> None:
+        if self.seed is None or isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed={self.seed!r} must be an int; pass e.g. seed=0")
+        check_budget(self.budget, "budget")
+        for key in (
+            "steps",
+            "micro_batch_size",
+            "max_new_tokens",
+            "save_every",
+            "log_every",
+            "sample_table_every",
+        ):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be >= 1")
+        if self.grad_accum is not None and self.grad_accum < 1:
+            raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
+        if self.method.positions.needs_probe:
+            top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
+            if top > 1.0 + 1e-12:
+                raise ValueError(
+                    f"method.positions.delta={self.method.positions.delta} on top of the largest budget "
+                    f"{self.method.schedule.max_budget()} exceeds 1: the b+δ probe must stay a budget; "
+                    "lower delta"
+                )
+
+    def accumulation(self, processes: int) -> int:
+        """Returns micro-batches per optimizer step; raises unless processes x micro x accum == effective."""
+        per_round = processes * self.micro_batch_size
+        effective = self.method.effective_batch_size
+        accum = self.grad_accum if self.grad_accum is not None else effective // per_round
+        if accum < 1 or per_round * accum != effective:
+            raise ValueError(
+                f"method.effective_batch_size={effective} != processes ({processes}) x micro_batch_size "
+                f"({self.micro_batch_size}) x grad_accum ({self.grad_accum}); choose micro_batch_size and "
+                "grad_accum "
+                "(or grad_accum=null) so that the product matches"
+            )
+        return accum
+
+
+def load_train_config(cfg: DictConfig) -> TrainConfig:
+    """Returns the composed config as a checked ``TrainConfig``; unknown, missing or mistyped keys raise."""
+    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Returns {dotted key: leaf value} of a resolved config (lists are leaves)."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def run_defining(resolved: dict[str, Any]) -> dict[str, Any]:
+    """Returns the flattened run-defining keys (``RUN_DEFINING_PREFIXES``) of a resolved config."""
+    return {
+        key: value
+        for key, value in flatten(resolved).items()
+        if any(key == p or key.startswith(p if p.endswith(".") else p + ".") for p in RUN_DEFINING_PREFIXES)
+    }

@@ -1,0 +1,255 @@
+"""The one training loop every method runs: ``run(cfg)`` is what ``src/train.py`` and the tests call.
+
+Per optimizer step (training-methods spec §1.1): budget b from the schedule; for each micro-batch encode once,
+prune at b (and b+δ), get the prefix (student rollout or reference); count the step's normalisers; then per
+micro-batch the teacher pass (no_grad), the student pass (grad) and the loss; sync, clip, update, EMA. Every
+``save_every`` steps ``state/`` is written atomically; at the end ``checkpoint/`` holds the loadable model.
+Killing the run at any point and starting it again with the same config resumes from ``state/`` and reaches
+the same final weights (tested); changing a run-defining key is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from sparsectx.data.synthetic import derive_seed
+from sparsectx.io import atomic_write_text, git_commit
+from sparsectx.models import load_model
+from sparsectx.paths import budget_tag, run_dir
+from sparsectx.tracking import NullTracker, Tracker, start_run
+from sparsectx.training import checkpoint as ckpt
+from sparsectx.training.batches import TrainingSet
+from sparsectx.training.config import TrainConfig, load_train_config, run_defining
+from sparsectx.training.rollout import is_correct
+from sparsectx.training.steps import MicroBatch
+from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
+from sparsectx.training.update import (
+    Trainer,
+    accumulate_gradients,
+    apply_update,
+    build_optimizer,
+    reduce_stats,
+    step_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
+TABLE_COLUMNS = ["step", "sample_id", "budget", "kept_visual", "question", "prefix", "answer", "correct"]
+
+
+@dataclass
+class RunResult:
+    """What a finished ``run`` returns."""
+
+    run_dir: Path
+    """``<runs_root>/<experiment>/<model>/<method>/<pruner>/<budget>``."""
+    checkpoint: Path
+    """The loadable final model directory."""
+    steps: int
+    """Optimizer steps done."""
+    samples_seen: int
+    """Training samples consumed over all processes."""
+    metrics: dict[str, float]
+    """The last step's metrics ({} when the run was already complete)."""
+
+
+def run(cfg: DictConfig) -> RunResult:
+    """Returns the finished run after training (or resuming) the method ``cfg`` describes.
+
+    The config is checked completely before the model loads; a resume state with different run-defining keys
+    raises before any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
+    """
+    tc = load_train_config(cfg)
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    accelerator = Accelerator(cpu=tc.model.device == "cpu")
+    accum = tc.accumulation(accelerator.num_processes)
+    out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
+    defining = run_defining(resolved)
+    meta = read_resume_meta(accelerator, out, tc.steps)
+    if meta is not None:
+        for warning in ckpt.check_resume(meta, defining, resolved, out):
+            log.warning(warning)
+    trainer = setup(tc, accelerator, accum, TrainingSet.load(tc.train_data, tc.seed), out, meta)
+    if accelerator.is_main_process:
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(resolved))
+    tracker = open_tracker(tc, resolved, trainer)
+    try:
+        metrics = train(trainer, tracker, out, defining, resolved)
+        if trainer.step != tc.steps or trainer.samples_seen != tc.steps * tc.method.effective_batch_size:
+            raise RuntimeError(
+                f"run ended at step {trainer.step} with {trainer.samples_seen} samples seen; expected "
+                f"{tc.steps} and {tc.steps * tc.method.effective_batch_size}"
+            )
+        write_checkpoint(trainer, out, defining)
+    finally:
+        tracker.finish()
+    return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
+
+
+def read_resume_meta(accelerator: Accelerator, out: Path, steps: int) -> dict[str, Any] | None:
+    """Returns the resume state's ``meta.json`` (the main process first repairs interrupted swaps)."""
+    if accelerator.is_main_process:
+        ckpt.recover_dir(out / "state")
+        ckpt.recover_dir(out / "checkpoint")
+    accelerator.wait_for_everyone()
+    meta = ckpt.read_meta(out / "state")
+    if meta is not None and meta["step"] > steps:
+        raise ValueError(
+            f"steps={steps} is below the {meta['step']} optimizer steps already done in {out / 'state'}; "
+            f"set steps >= {meta['step']} or use a new experiment name"
+        )
+    return meta
+
+
+def setup(
+    tc: TrainConfig,
+    accelerator: Accelerator,
+    accum: int,
+    data: TrainingSet,
+    out: Path,
+    meta: dict[str, Any] | None,
+) -> Trainer:
+    """Returns the ``Trainer``: model, teacher parts and optimizer, restored from ``state/`` if present."""
+    torch.manual_seed(derive_seed(tc.seed, "init"))  # LoRA's A initialisation; overwritten on resume
+    model_cfg = dataclasses.replace(tc.model, device=str(accelerator.device))
+    student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
+    optimizer, scheduler = build_optimizer(tc, student)
+    trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
+    if meta is not None:
+        restore(trainer, ckpt.load_state(out / "state", accelerator.device))
+        log.info("resumed %s at step %d (%d samples seen)", out, trainer.step, trainer.samples_seen)
+    return trainer
+
+
+def restore(trainer: Trainer, payload: dict[str, Any]) -> None:
+    """Returns None after loading weights, optimizer, scheduler, EMA, RNG and counters from a payload."""
+    load_trainable_state(trainer.student, payload["trainable"])
+    trainer.optimizer.load_state_dict(payload["optimizer"])
+    trainer.scheduler.load_state_dict(payload["scheduler"])
+    if trainer.student.ema is not None:
+        trainer.student.ema.load_state_dict(payload["ema"])
+    rngs = payload["rng"]
+    ckpt.set_rng_state(rngs[trainer.accelerator.process_index % len(rngs)])
+    trainer.step, trainer.samples_seen = int(payload["step"]), int(payload["samples_seen"])
+    trainer.wandb_id = payload["wandb_id"]
+
+
+def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) -> Tracker:
+    """Returns the run's tracker on the main process (resuming its W&B run), a null tracker elsewhere."""
+    if not trainer.accelerator.is_main_process:
+        return NullTracker()
+    tracker = start_run(
+        tc.logger,
+        name=f"{tc.model.name}/{tc.method.name}/{tc.pruner.name}/b{budget_tag(tc.budget)}/s{tc.seed}",
+        group=tc.experiment,
+        job_type="train",
+        tags=[tc.method.name, tc.pruner.name, f"b{budget_tag(tc.budget)}", tc.model.name],
+        config=resolved,
+        resume_id=trainer.wandb_id,
+    )
+    trainer.wandb_id = getattr(tracker, "run_id", None)
+    return tracker
+
+
+def train_step(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
+    """Returns (metrics, micro-batches, budget) of one optimizer step; advances the step and data position."""
+    lr = trainer.scheduler.get_last_lr()[0]
+    totals, micro, budget = accumulate_gradients(trainer)
+    grad_norm = apply_update(trainer)
+    trainer.step += 1
+    trainer.samples_seen += trainer.cfg.method.effective_batch_size
+    return step_metrics(reduce_stats(trainer, totals), budget, lr, grad_norm), micro, budget
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Returns peak accelerator memory (CUDA) or the process's peak resident memory (CPU), in GB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux reports KiB
+
+
+def train(
+    trainer: Trainer, tracker: Tracker, out: Path, defining: dict[str, Any], resolved: dict[str, Any]
+) -> dict[str, float]:
+    """Returns the last step's metrics after running the remaining optimizer steps (logging and saving)."""
+    tc, main = trainer.cfg, trainer.accelerator.is_main_process
+    bar = tqdm(
+        total=tc.steps, initial=trainer.step, disable=not main, desc=f"{tc.method.name} b={tc.budget:g}"
+    )
+    metrics: dict[str, float] = {}
+    while trainer.step < tc.steps:
+        started = time.perf_counter()
+        metrics, micro, budget = train_step(trainer)
+        metrics["perf/samples_per_s"] = tc.method.effective_batch_size / (time.perf_counter() - started)
+        metrics["perf/peak_memory_gb"] = peak_memory_gb(trainer.accelerator.device)
+        step, last = trainer.step, trainer.step == tc.steps
+        if step % tc.log_every == 0 or last:
+            tracker.log(metrics, step=step)
+        if step % tc.sample_table_every == 0 or last:
+            tracker.log_table("rollouts", TABLE_COLUMNS, sample_rows(step, budget, micro[0]))
+        if step % tc.save_every == 0 or last:
+            save(trainer, out, defining, resolved)
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", budget=f"{budget:.3f}")
+    bar.close()
+    return metrics
+
+
+def sample_rows(step: int, budget: float, mb: MicroBatch) -> list[list[Any]]:
+    """Returns the sample-table rows of one micro-batch (question, prefix, reference answer, correctness)."""
+    rows = []
+    for sample, item, text, sel in zip(mb.encoded, mb.items, mb.prefix.texts, mb.selections, strict=True):
+        kept = sum(s.indices.numel() for s in sel)
+        rows.append(
+            [step, sample.sample_id, budget, kept, item.question, text, item.answer, is_correct(text, item)]
+        )
+    return rows
+
+
+def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Returns None after writing ``state/`` atomically (main process; every process contributes its RNG)."""
+    rngs = gather_object([ckpt.rng_state()]) if trainer.accelerator.num_processes > 1 else [ckpt.rng_state()]
+    if trainer.accelerator.is_main_process:
+        student = trainer.student
+        payload = {
+            "step": trainer.step,
+            "samples_seen": trainer.samples_seen,
+            "trainable": trainable_state(student),
+            "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(),
+            "ema": None if student.ema is None else student.ema.state_dict(),
+            "rng": rngs,
+            "wandb_id": trainer.wandb_id,
+            "config_hash": ckpt.config_hash(defining),
+        }
+        meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
+        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes)
+        ckpt.save_state(out / "state", payload, meta)
+    trainer.accelerator.wait_for_everyone()
+
+
+def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
+    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it)."""
+    target = out / "checkpoint"
+    info = {
+        "config_hash": ckpt.config_hash(defining),
+        "steps": trainer.step,
+        "samples_seen": trainer.samples_seen,
+    }
+    if trainer.accelerator.is_main_process and ckpt.checkpoint_info(target) != info:
+        full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
+        ckpt.save_checkpoint(target, export_model(trainer.student), trainer.student.processor, full)
+    trainer.accelerator.wait_for_everyone()

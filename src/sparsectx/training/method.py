@@ -1,0 +1,382 @@
+"""Typed schema of the ``method`` presets (``conf/method/*.yaml``), checked before any work starts.
+
+Every field is required: the YAML is the single source of values (style conventions 4-5). Each
+``__post_init__`` checks ranges and combinations, naming the full dotted key, the value found and the fix.
+Components are chosen by registry key (convention 12): divergences, position selectors and budget schedules
+from the math modules; prefix sources, objectives, teacher kinds and reductions are the names listed here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sparsectx.generation import SamplingConfig
+from sparsectx.registry import Registry
+from sparsectx.training.divergences import DIVERGENCES
+from sparsectx.training.positions import POSITION_SELECTORS
+from sparsectx.training.schedules import BUDGET_SCHEDULES
+
+PREFIX_KINDS = ("rollout", "reference")
+"""``rollout``: on-policy student samples at budget b; ``reference``: the data's reference (fixed prefix)."""
+OBJECTIVES = ("distill", "sft")
+"""``distill``: divergence to a teacher on the prefix; ``sft``: cross-entropy of the prefix tokens."""
+TEACHER_KINDS = ("frozen", "ema", "shared", "none")
+"""``frozen``: the initial model; ``ema``: EMA of the trainable tensors; ``shared``: the student itself;
+``none``: no teacher (SFT only)."""
+PROBE_NESTINGS = ("union", "recompute")
+"""How the b+δ probe context is built: ``union`` keeps every token of x_b plus the pruner's b+δ choice (a
+nested
+superset); ``recompute`` uses the pruner's b+δ selection as is (VisionZip's "official" re-run)."""
+REDUCTIONS = ("seq_mean_token_mean", "global_token_mean")
+"""Names of the functions in ``sparsectx.training.reduction``."""
+LR_SCHEDULES = ("constant", "cosine")
+
+# Keyword arguments the loop itself passes; everything else a component takes comes from the YAML ``params``.
+_DIVERGENCE_ARGS = {
+    "student_logits",
+    "teacher_logits",
+    "mask",
+    "sampled_ids",
+    "top_k",
+    "chunk_size",
+    "temperature",
+}
+_SELECTOR_ARGS = {"generator"}
+_SCHEDULE_ARGS = {"total_steps", "generator"}
+
+
+def check_params(fn: Callable[..., Any], params: Mapping[str, Any], fixed: set[str], key: str) -> None:
+    """Returns None if ``params`` are exactly ``fn``'s keyword-only arguments minus ``fixed``; else raises.
+
+    Args:
+        fn: the registered component.
+        params: the YAML ``params`` block.
+        fixed: keyword-only names the loop passes itself.
+        key: dotted config key of the ``params`` block, used in the message.
+    """
+    signature = inspect.signature(fn).parameters.values()
+    expected = sorted(
+        p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in fixed
+    )
+    missing = [f"{key}.{name}" for name in expected if name not in params]
+    unknown = [f"{key}.{name}" for name in params if name not in expected]
+    if missing or unknown:
+        raise KeyError(
+            f"{key}: missing {missing or 'nothing'}, unknown {unknown or 'nothing'}; this component takes "
+            "exactly "
+            f"{expected} (set them in the method preset)"
+        )
+
+
+def _check_key(registry: Registry[Any], name: str, key: str) -> None:
+    if name not in registry:
+        try:
+            registry.get(name)
+        except KeyError as err:
+            raise KeyError(f"{key}={name!r}: {err.args[0]}") from None
+
+
+def _check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}={value!r} is not one of {list(choices)}; pick one of those")
+
+
+@dataclass
+class TeacherConfig:
+    """``method.teacher``: who scores the prefix with the full visual context."""
+
+    kind: str
+    """frozen | ema | shared | none (see ``TEACHER_KINDS``)."""
+    ema_decay: float | None
+    """EMA decay d (weight on the old average), for kind ``ema`` only; null otherwise."""
+    reference_in_prompt: bool
+    """SCOPD+GT: the teacher's prompt also holds the reference answer (pruners never see it)."""
+    reference_template: str
+    """Text appended to the teacher's user turn when ``reference_in_prompt``; ``{reference}`` is replaced."""
+
+    def __post_init__(self) -> None:
+        _check_choice(self.kind, TEACHER_KINDS, "method.teacher.kind")
+        if self.kind == "ema":
+            if self.ema_decay is None or not 0.0 <= self.ema_decay <= 1.0:
+                raise ValueError(
+                    f"method.teacher.ema_decay={self.ema_decay!r} must lie in [0, 1] for kind=ema"
+                )
+        elif self.ema_decay is not None:
+            raise ValueError(f"method.teacher.ema_decay={self.ema_decay!r} must be null unless kind=ema")
+        if self.reference_in_prompt and "{reference}" not in self.reference_template:
+            raise ValueError("method.teacher.reference_template must contain '{reference}'")
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Returns whether ``fn`` has a keyword-only argument ``name``."""
+    param = inspect.signature(fn).parameters.get(name)
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def _check_used(fn: Callable[..., Any], arg: str, value: Any, key: str, component: str) -> None:
+    """Raises ValueError unless ``value`` is set exactly when ``fn`` takes the keyword argument ``arg``."""
+    if _takes(fn, arg) and value is None:
+        raise ValueError(f"{key} is null but {component} needs it; set {key}=<value>")
+    if not _takes(fn, arg) and value is not None:
+        raise ValueError(f"{key}={value!r} is not used by {component}; set it to null")
+
+
+@dataclass
+class DivergenceConfig:
+    """``method.divergence``: the per-position divergence (a ``DIVERGENCES`` key) and its settings."""
+
+    name: str
+    """forward_kl (KL(teacher‖student)) | reverse_kl (KL(student‖teacher)) | jsd."""
+    beta: float | None
+    """jsd's β in [0, 1] (teacher weight in the mixture; 0 = forward KL, 1 = reverse KL); null otherwise."""
+    top_k: int | None
+    """K of the top-K ∪ sampled-token support with one tail bucket; null = full vocabulary."""
+    temperature: float
+    """Loss temperature T_loss (independent of the sampling temperature)."""
+    chunk_size: int
+    """Positions per fp32 chunk of every full-vocabulary operation."""
+
+    def __post_init__(self) -> None:
+        _check_key(DIVERGENCES, self.name, "method.divergence.name")
+        fn = DIVERGENCES.get(self.name)
+        _check_used(fn, "beta", self.beta, "method.divergence.beta", f"divergence {self.name!r}")
+        check_params(fn, self.extra(), _DIVERGENCE_ARGS, "method.divergence")
+        if self.beta is not None and not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"method.divergence.beta={self.beta!r} must lie in [0, 1] (0 = forward KL)")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(
+                f"method.divergence.top_k={self.top_k!r} must be >= 1, or null for the full vocabulary"
+            )
+        if not self.temperature > 0:
+            raise ValueError(f"method.divergence.temperature={self.temperature!r} must be > 0 (1.0 in SCOPD)")
+        if self.chunk_size < 1:
+            raise ValueError(f"method.divergence.chunk_size={self.chunk_size!r} must be >= 1")
+
+    def extra(self) -> dict[str, Any]:
+        """Returns the divergence's own keyword arguments (``beta`` for jsd, nothing otherwise)."""
+        return {} if self.beta is None else {"beta": self.beta}
+
+
+@dataclass
+class PositionsConfig:
+    """``method.positions``: which response positions are distilled (a ``POSITION_SELECTORS`` key)."""
+
+    name: str
+    """all | top_sensitivity | bottom_sensitivity | top_kl | random."""
+    fraction: float | None
+    """ρ in (0, 1], the share of each sequence's positions the top-ρ rules keep (⌈ρ T_i⌉); null for all."""
+    delta: float | None
+    """δ > 0 of the b+δ probe of the sensitivity rules (absolute budget, SCOPD Eq. 5); null otherwise."""
+    probe_nesting: str
+    """union | recompute (see ``PROBE_NESTINGS``); used with a sensitivity rule only."""
+
+    def __post_init__(self) -> None:
+        _check_key(POSITION_SELECTORS, self.name, "method.positions.name")
+        selector = POSITION_SELECTORS.get(self.name)
+        _check_used(
+            selector.select, "fraction", self.fraction, "method.positions.fraction", f"selector {self.name!r}"
+        )
+        check_params(selector.select, self.extra(), _SELECTOR_ARGS, "method.positions")
+        if self.fraction is not None and not 0.0 < self.fraction <= 1.0:
+            raise ValueError(
+                f"method.positions.fraction={self.fraction!r} is outside (0, 1]: ρ is the share of each "
+                "sequence's positions that is distilled (SCOPD+ uses 0.1)"
+            )
+        if selector.score == "sensitivity":
+            if self.delta is None or not self.delta > 0:
+                raise ValueError(
+                    f"method.positions.delta={self.delta!r} must be > 0: the probe sees budget b + δ "
+                    "(SCOPD+ uses 0.01); set method.positions.delta=0.01"
+                )
+        elif self.delta is not None:
+            raise ValueError(
+                f"method.positions.delta={self.delta!r} is only used by the sensitivity selectors; "
+                "set it to null"
+            )
+        _check_choice(self.probe_nesting, PROBE_NESTINGS, "method.positions.probe_nesting")
+
+    def extra(self) -> dict[str, Any]:
+        """Returns the selector's own keyword arguments (``fraction`` for the top-ρ rules)."""
+        return {} if self.fraction is None else {"fraction": self.fraction}
+
+    @property
+    def needs_probe(self) -> bool:
+        """Whether the selector ranks visual sensitivity (so the b+δ student forward must run)."""
+        return POSITION_SELECTORS.get(self.name).score == "sensitivity"
+
+
+@dataclass
+class ScheduleConfig:
+    """``method.schedule``: the student's budget per optimizer step (a ``BUDGET_SCHEDULES`` key).
+
+    ``params`` holds one block per schedule name so a derived preset can switch schedules (YAML merges cannot
+    delete keys); only the block of ``name`` is used, and every block is checked against its schedule.
+    """
+
+    name: str
+    """constant | cosine_curriculum | epic_progressive."""
+    params: dict[str, dict[str, Any]]
+    """Schedule name -> its keyword arguments, exactly (``budget``; start/final budgets, α, ...)."""
+
+    def __post_init__(self) -> None:
+        _check_key(BUDGET_SCHEDULES, self.name, "method.schedule.name")
+        if self.name not in self.params:
+            raise KeyError(
+                f"method.schedule.params.{self.name} is missing: give the arguments of {self.name!r}"
+            )
+        for name, block in self.params.items():
+            key = f"method.schedule.params.{name}"
+            _check_key(BUDGET_SCHEDULES, name, key)
+            schedule = BUDGET_SCHEDULES.get(name)
+            check_params(schedule, block, _SCHEDULE_ARGS, key)
+            try:  # the schedule's own checks (final budget above start, α, ...) run here, before any work
+                schedule(0, total_steps=1, generator=torch.Generator().manual_seed(0), **block)
+            except ValueError as err:
+                raise ValueError(f"{key}: {err}") from None
+
+    def kwargs(self) -> dict[str, Any]:
+        """Returns the keyword arguments of the chosen schedule."""
+        return dict(self.params[self.name])
+
+    def max_budget(self) -> float:
+        """Returns the largest budget the chosen schedule can give (its start, or the constant budget)."""
+        values = [v for k, v in self.kwargs().items() if k.endswith("budget") and isinstance(v, (int, float))]
+        return float(max(values))
+
+
+@dataclass
+class RolloutConfig:
+    """``method.rollout``: how the student samples its prefixes (``prefix: rollout`` only)."""
+
+    do_sample: bool
+    """False = greedy (SCOPD authors' configs), True = sample."""
+    temperature: float
+    """Sampling temperature T_gen."""
+    top_p: float
+    """Nucleus mass kept (1.0 = off)."""
+    top_k: int
+    """Most-likely tokens kept (0 = off)."""
+    stop_strings: list[str]
+    """A rollout also ends once its text holds one of these (the end-of-turn token always ends it)."""
+
+    def sampling(self, max_new_tokens: int) -> SamplingConfig:
+        """Returns the ``SamplingConfig`` for rollouts of at most ``max_new_tokens`` tokens."""
+        return SamplingConfig(
+            max_new_tokens=max_new_tokens, do_sample=self.do_sample, temperature=self.temperature,
+            top_p=self.top_p, top_k=self.top_k, stop_strings=list(self.stop_strings),
+        )  # fmt: skip
+
+
+@dataclass
+class LoraSettings:
+    """``method.lora``: LoRA on the language model's decoder layers only, or full-parameter training."""
+
+    enabled: bool
+    """True = train LoRA adapters; False = train every language-model weight (vision tower stays frozen)."""
+    r: int
+    """Adapter rank."""
+    alpha: int
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float
+    """Dropout on the adapter input."""
+    target_modules: list[str]
+    """Projection names adapted inside ``language_model.layers.*`` (never the vision tower)."""
+
+    def __post_init__(self) -> None:
+        if self.enabled:
+            if self.r < 1 or self.alpha <= 0:
+                raise ValueError(
+                    f"method.lora.r={self.r} and method.lora.alpha={self.alpha} must be positive"
+                )
+            if not 0.0 <= self.dropout < 1.0:
+                raise ValueError(f"method.lora.dropout={self.dropout} must lie in [0, 1)")
+            if not self.target_modules:
+                raise ValueError("method.lora.target_modules is empty; list e.g. [q_proj, k_proj, ...]")
+
+
+@dataclass
+class OptimConfig:
+    """``method.optim``: AdamW and its learning-rate schedule."""
+
+    lr: float
+    """Peak learning rate."""
+    weight_decay: float
+    """AdamW decoupled weight decay."""
+    betas: list[float]
+    """AdamW (β1, β2)."""
+    eps: float
+    """AdamW ε."""
+    max_grad_norm: float
+    """Global gradient-norm clip before each optimizer step."""
+    warmup_steps: int
+    """Linear warm-up steps from 0 to ``lr``."""
+    lr_schedule: str
+    """constant | cosine (to 0 at the last step), after warm-up."""
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0 or self.weight_decay < 0 or not self.eps > 0 or not self.max_grad_norm > 0:
+            raise ValueError(
+                f"method.optim: lr={self.lr}, eps={self.eps} and max_grad_norm={self.max_grad_norm} must be "
+                "> 0, "
+                f"weight_decay={self.weight_decay} >= 0"
+            )
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"method.optim.betas={list(self.betas)} must be two values in [0, 1)")
+        if self.warmup_steps < 0:
+            raise ValueError(f"method.optim.warmup_steps={self.warmup_steps} must be >= 0")
+        _check_choice(self.lr_schedule, LR_SCHEDULES, "method.optim.lr_schedule")
+
+
+@dataclass
+class MethodConfig:
+    """``method``: one training method, composed from registry-named parts (``conf/method/<name>.yaml``)."""
+
+    name: str
+    """The preset's file stem (used in the run directory)."""
+    prefix: str
+    """Where the response prefixes come from: rollout | reference."""
+    objective: str
+    """distill (divergence to the teacher) | sft (cross-entropy of the reference at budget b)."""
+    reduction: str
+    """seq_mean_token_mean | global_token_mean, normalised over the whole optimizer step."""
+    effective_batch_size: int
+    """Sequences per optimizer step over all processes (= processes x micro_batch_size x grad_accum)."""
+    teacher: TeacherConfig
+    divergence: DivergenceConfig
+    positions: PositionsConfig
+    schedule: ScheduleConfig
+    rollout: RolloutConfig
+    lora: LoraSettings
+    optim: OptimConfig
+
+    def __post_init__(self) -> None:
+        _check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
+        _check_choice(self.objective, OBJECTIVES, "method.objective")
+        _check_choice(self.reduction, REDUCTIONS, "method.reduction")
+        if self.effective_batch_size < 1:
+            raise ValueError(f"method.effective_batch_size={self.effective_batch_size} must be >= 1")
+        if self.objective == "sft" and self.teacher.kind != "none":
+            raise ValueError(
+                f"method.teacher.kind={self.teacher.kind!r} with method.objective='sft': SFT has no teacher; "
+                "set method.teacher.kind=none"
+            )
+        if self.objective == "sft" and self.prefix != "reference":
+            raise ValueError(
+                "method.objective='sft' trains on the reference answer; set method.prefix=reference"
+            )
+        if self.objective == "distill" and self.teacher.kind == "none":
+            raise ValueError(
+                "method.teacher.kind='none' with method.objective='distill': pick frozen, ema or shared"
+            )
+        if (
+            POSITION_SELECTORS.get(self.positions.name).score == "teacher_divergence"
+            and self.teacher.kind == "none"
+        ):
+            raise ValueError(
+                f"method.positions.name={self.positions.name!r} ranks the teacher divergence; needs a teacher"
+            )

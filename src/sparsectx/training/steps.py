@@ -1,0 +1,293 @@
+"""One micro-batch: build its contexts from one encoding, get the prefix, compute its share of the step loss.
+
+``prepare_micro`` runs without gradients: encode the prompts once (vision tower once), select the student's
+tokens at budget b (and b+δ for the sensitivity probe), build the teacher's prompt, and get the prefix.
+``micro_loss`` then runs the student forward with gradients, the teacher and probe forwards without, picks
+the distilled positions and reduces the per-position loss with counts taken over the WHOLE optimizer step
+(``StepCounts``), so summing micro-batch losses gives the step loss and accumulation 1×N equals N×1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sparsectx.context import build_context
+from sparsectx.data import Item
+from sparsectx.data.synthetic import derive_seed
+from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.generation import response_logits
+from sparsectx.pruning import select_tokens
+from sparsectx.training import reduction
+from sparsectx.training.batches import prompt_item, reencode_text, with_reference
+from sparsectx.training.config import TrainConfig
+from sparsectx.training.divergences import DIVERGENCES
+from sparsectx.training.positions import POSITION_SELECTORS, positions_per_sequence, visual_sensitivity
+from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs, is_correct
+from sparsectx.training.student import Student, mode
+from sparsectx.training.teachers import teacher_logits
+from sparsectx.visual import Selection
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss or gradient norm is NaN/inf; the run stops and keeps its last good state and checkpoint."""
+
+
+@dataclass
+class StepCounts:
+    """Normalisers of one optimizer step, summed over every micro-batch and process."""
+
+    sequences: int
+    """Sequences with at least one distilled position."""
+    tokens: int
+    """Distilled positions."""
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch after the no-grad phase: contexts, prefix and the planned position counts.
+
+    Attributes:
+        items: the training items.
+        positions: their global sample positions.
+        encoded: the student's encoded prompts (one vision-tower run).
+        teacher_encoded: the teacher's prompts (same images; with the reference for SCOPD+GT).
+        selections: per sample, the student's per-image selection at budget b.
+        probe_selections: the same at b+δ for the sensitivity probe, else None.
+        prefix: the response prefixes.
+        ids: (B, T) int64 prefix ids, right-padded.
+        valid: (B, T) bool real prefix positions.
+        planned: (B,) int64 positions each sequence contributes (k_i).
+    """
+
+    items: list[Item]
+    positions: list[int]
+    encoded: list[EncodedSample]
+    teacher_encoded: list[EncodedSample]
+    selections: list[list[Selection]]
+    probe_selections: list[list[Selection]] | None
+    prefix: Prefix
+    ids: torch.Tensor
+    valid: torch.Tensor
+    planned: torch.Tensor
+
+
+def nested_union(inner: Selection, outer: Selection) -> Selection:
+    """Returns the selection keeping every token of ``inner`` plus those of ``outer`` (inner's vectors win).
+
+    The b+δ probe context is then a superset of x_b (spec §3, "nested"), whatever the pruner does at b+δ.
+    """
+    indices = torch.cat([inner.indices, outer.indices])
+    unique, inverse = torch.unique(indices, sorted=True, return_inverse=True)
+    order = torch.arange(indices.numel(), device=indices.device)
+    first = torch.full((unique.numel(),), indices.numel(), dtype=torch.long, device=indices.device)
+    first = first.scatter_reduce(0, inverse, order, reduce="amin")  # inner entries come first in the concat
+    take = lambda a, b: torch.cat([a, b])[first]  # noqa: E731
+    deepstack = tuple(take(a, b) for a, b in zip(inner.deepstack, outer.deepstack, strict=True))
+    return Selection(indices=unique, embeds=take(inner.embeds, outer.embeds), deepstack=deepstack)
+
+
+def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, position: int) -> list[Selection]:
+    """Returns the pruner's selection of each image of ``sample`` at ``budget``, seeded per (position, image).
+
+    The same seed serves b and b+δ, so a pruner that draws a permutation (random) is nested by construction.
+    """
+    out = []
+    for index, image in enumerate(sample.images):
+        generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "prune", position, index))
+        out.append(
+            select_tokens(
+                cfg.pruner.name, image, sample.question_embeds, budget, generator, cfg.pruner.params
+            )
+        )
+    return out
+
+
+def probe_images(
+    cfg: TrainConfig, sample: EncodedSample, inner: list[Selection], budget: float, position: int
+):
+    """Returns the per-image selections of the b+δ probe (``method.positions.probe_nesting``)."""
+    outer = select_images(cfg, sample, min(1.0, budget + float(cfg.method.positions.delta)), position)
+    if cfg.method.positions.probe_nesting == "recompute":
+        return outer
+    return [nested_union(a, b) for a, b in zip(inner, outer, strict=True)]
+
+
+def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """Returns (B,) int64 k_i, the positions the selector will pick per sequence (known before forwards)."""
+    fraction = cfg.method.positions.fraction
+    if fraction is None:
+        return valid.sum(dim=-1)
+    return positions_per_sequence(valid, fraction)
+
+
+def prepare_micro(
+    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
+    generator: torch.Generator,
+) -> MicroBatch:  # fmt: skip
+    """Returns the micro-batch's contexts and prefix; no gradients, the vision tower runs once.
+
+    Args:
+        cfg: the run config.
+        student: the model.
+        items: the micro-batch's items.
+        positions: their global sample positions (seed the pruner and name the samples).
+        budget: the student's budget b this step.
+        generator: the rollout sampler's generator.
+    """
+    method = cfg.method
+    prompts = [prompt_item(item, cfg.train_data, p) for item, p in zip(items, positions, strict=True)]
+    with torch.no_grad():
+        encoded = encode_samples(student.adapter, student.processor, prompts)
+        selections = [select_images(cfg, s, budget, p) for s, p in zip(encoded, positions, strict=True)]
+        probe = None
+        if method.positions.needs_probe:
+            probe = [
+                probe_images(cfg, s, sel, budget, p)
+                for s, sel, p in zip(encoded, selections, positions, strict=True)
+            ]
+        teacher_encoded = encoded
+        if method.teacher.reference_in_prompt:
+            template = method.teacher.reference_template
+            teacher_encoded = [
+                reencode_text(student.adapter, student.processor, with_reference(pr, it, template), s)
+                for pr, it, s in zip(prompts, items, encoded, strict=True)
+            ]
+    sampling = method.rollout.sampling(cfg.max_new_tokens)
+    prefix = PREFIX_SOURCES.get(method.prefix)(
+        PrefixInputs(student, items, encoded, selections, sampling, generator)
+    )
+    ids, valid = prefix.padded()
+    return MicroBatch(
+        items,
+        positions,
+        encoded,
+        teacher_encoded,
+        selections,
+        probe,
+        prefix,
+        ids,
+        valid,
+        planned_counts(valid, cfg),
+    )
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Returns (B, T) fp32 -log p(y_t) at ``mask`` positions (0 elsewhere); SFT's per-token loss.
+
+    Args:
+        logits: (B, T, V) student logits predicting each prefix token.
+        targets: (B, T) int64 prefix ids.
+        mask: (B, T) bool positions to score.
+    """
+    rows = mask.reshape(-1).nonzero().squeeze(1)
+    flat = logits.reshape(-1, logits.shape[-1]).index_select(0, rows).float()
+    values = F.cross_entropy(flat, targets.reshape(-1)[rows], reduction="none")
+    out = torch.zeros(mask.numel(), dtype=torch.float32, device=logits.device)
+    return out.index_put((rows,), values).view(mask.shape)
+
+
+def _probe_sensitivity(
+    cfg: TrainConfig, student: Student, mb: MicroBatch, s_logits: torch.Tensor
+) -> torch.Tensor:
+    """Returns (B, T) visual sensitivity JSD_0.5(p_b, p_{b+δ}) on the same prefix (SCOPD Eq. 7), no grad."""
+    with torch.no_grad(), mode(student.model, training=False), student.compute():
+        batch = build_context(student.adapter, mb.encoded, mb.probe_selections, mb.prefix.tokens)
+        probe_logits, _ = response_logits(student.adapter, batch)
+    div = cfg.method.divergence
+    return visual_sensitivity(
+        s_logits, probe_logits, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature
+    )
+
+
+def _divergence(
+    cfg: TrainConfig, s_logits: torch.Tensor, t_logits: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
+    """Returns (B, T) fp32 ``method.divergence`` between student and teacher logits at ``mask`` positions."""
+    div = cfg.method.divergence
+    return DIVERGENCES.get(div.name)(
+        student_logits=s_logits, teacher_logits=t_logits, mask=mask, sampled_ids=ids, top_k=div.top_k,
+        chunk_size=div.chunk_size, temperature=div.temperature, **div.extra(),
+    )  # fmt: skip
+
+
+def _reduce(
+    cfg: TrainConfig, per_token: torch.Tensor, selected: torch.Tensor, counts: StepCounts
+) -> torch.Tensor:
+    """Returns the micro-batch's share of the step loss under ``method.reduction`` (step-wide counts)."""
+    if cfg.method.reduction == "seq_mean_token_mean":
+        return reduction.seq_mean_token_mean(per_token, selected, num_sequences=counts.sequences)
+    return reduction.global_token_mean(per_token, selected, num_tokens=counts.tokens)
+
+
+def micro_loss(
+    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
+
+    Args:
+        cfg: the run config.
+        student: the model.
+        mb: the prepared micro-batch.
+        counts: the whole step's normalisers.
+        generator: the random position selector's generator.
+    """
+    method = cfg.method
+    t_logits = None
+    # The teacher goes first: the EMA swap writes the weights in place, which must not happen while the
+    # student's autograd graph holds them.
+    if method.objective == "distill":
+        t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens)
+    with mode(student.model, training=True), student.compute():
+        batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)
+        s_logits, _ = response_logits(student.adapter, batch)
+    sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
+    selector = POSITION_SELECTORS.get(method.positions.name)
+    scores = sensitivity
+    if selector.score == "teacher_divergence":
+        with torch.no_grad():
+            scores = _divergence(cfg, s_logits.detach(), t_logits, mb.valid, mb.ids)
+    selected = selector.select(mb.valid, scores, generator=generator, **method.positions.extra())
+    if not torch.equal(selected.sum(dim=-1), mb.planned):
+        raise RuntimeError(
+            f"position selector {method.positions.name!r} picked {selected.sum(-1).tolist()}, "
+            f"planned {mb.planned.tolist()}: the step's loss normaliser would be wrong"
+        )
+    if method.objective == "sft":
+        per_token = token_cross_entropy(s_logits, mb.ids, selected)
+    else:
+        per_token = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
+    loss = _reduce(cfg, per_token, selected, counts)
+    return loss, micro_stats(mb, per_token, selected, sensitivity, loss, method.prefix == "rollout")
+
+
+def micro_stats(
+    mb: MicroBatch, per_token: torch.Tensor, selected: torch.Tensor, sensitivity: torch.Tensor | None,
+    loss: torch.Tensor, on_policy: bool,
+) -> dict[str, float]:  # fmt: skip
+    """Returns the micro-batch's statistics as sums and counts (they add across micro-batches and ranks)."""
+    kept = [sum(s.indices.numel() for s in sel) for sel in mb.selections]
+    total = [sum(image.num_tokens for image in s.images) for s in mb.encoded]
+    stats = {
+        "loss": float(loss.detach()),
+        "divergence_sum": float(per_token.detach()[selected].sum()),
+        "selected": float(selected.sum()),
+        "valid": float(mb.valid.sum()),
+        "sequences": float(len(mb.items)),
+        "length_sum": float(mb.valid.sum()),
+        "stopped": float(sum(mb.prefix.stopped)),
+        "kept_visual": float(sum(kept)),
+        "visual": float(sum(total)),
+        "sensitivity_sum": 0.0 if sensitivity is None else float(sensitivity[mb.valid].sum()),
+        "sensitivity_n": 0.0 if sensitivity is None else float(mb.valid.sum()),
+        "graded": 0.0,
+        "correct": 0.0,
+    }
+    if on_policy:
+        stats["graded"] = float(len(mb.items))
+        stats["correct"] = float(
+            sum(is_correct(t, it) for t, it in zip(mb.prefix.texts, mb.items, strict=True))
+        )
+    return stats

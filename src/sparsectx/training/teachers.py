@@ -1,0 +1,85 @@
+"""Teachers: who scores the prefix with the full visual context (training-methods spec §1.8).
+
+Each registry entry is a context manager that, given the ``Student``, yields the adapter whose forward is the
+teacher; ``teacher_logits`` runs it in eval mode under ``no_grad``. Keys (``method.teacher.kind``):
+
+- ``frozen``: the initial model. With LoRA, the same model inside ``PeftModel.disable_adapter()`` (base
+  weights, no second copy); without LoRA, the frozen copy taken before the first step.
+- ``ema``: the EMA of the trainable tensors swapped into the live model for the pass and restored bit-exactly
+  after (``ParameterEMA.swapped``). Lazy init: before the first update the teacher is the current student.
+- ``shared``: the current student itself (the paper's collapsing "shared" ablation).
+
+SCOPD+GT is not a separate kind: ``method.teacher.reference_in_prompt`` gives any kind a prompt that also
+holds the reference answer (built by ``sparsectx.training.batches.reencode_text``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import torch
+
+from sparsectx.context import build_context, keep_all
+from sparsectx.encoding import EncodedSample
+from sparsectx.generation import response_logits
+from sparsectx.models.adapter import VLMAdapter
+from sparsectx.registry import Registry
+from sparsectx.training.student import Student, mode
+
+TeacherView = Callable[[Student], AbstractContextManager[VLMAdapter]]
+
+TEACHERS: Registry[TeacherView] = Registry("teacher")
+
+
+@TEACHERS.register("frozen")
+@contextmanager
+def frozen_teacher(student: Student) -> Iterator[VLMAdapter]:
+    """Yields the initial model: adapters disabled (LoRA) or the frozen copy (full parameters)."""
+    if student.peft is not None:
+        with student.peft.disable_adapter():
+            yield student.adapter
+        return
+    if student.frozen is None:
+        raise RuntimeError(
+            "teacher 'frozen' without LoRA needs the frozen copy; build_student did not make one"
+        )
+    yield student.frozen
+
+
+@TEACHERS.register("ema")
+@contextmanager
+def ema_teacher(student: Student) -> Iterator[VLMAdapter]:
+    """Yields the student with the EMA of its trainable tensors swapped in (restored exactly on exit)."""
+    if student.ema is None:
+        raise RuntimeError("teacher 'ema' needs the student's ParameterEMA; build_student did not make one")
+    with student.ema.swapped(student.trainable):
+        yield student.adapter
+
+
+@TEACHERS.register("shared")
+@contextmanager
+def shared_teacher(student: Student) -> Iterator[VLMAdapter]:
+    """Yields the current student itself."""
+    yield student.adapter
+
+
+def teacher_logits(
+    student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor]
+) -> torch.Tensor:
+    """Returns (B, T, V) detached teacher logits at the response positions (full context; eval, no_grad).
+
+    The context is built inside the teacher view, so its text embeddings are the teacher's own (they differ
+    from the student's for a full-parameter frozen copy or EMA).
+
+    Args:
+        student: the trained model and its companions.
+        kind: ``method.teacher.kind`` (a ``TEACHERS`` key).
+        samples: the teacher's encoded prompts (every visual token is kept).
+        responses: per sample, (T_i,) int64 prefix ids.
+    """
+    view = TEACHERS.get(kind)
+    with torch.no_grad(), view(student) as adapter, mode(adapter.model, training=False), student.compute():
+        batch = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
+        logits, _ = response_logits(adapter, batch)
+    return logits.detach()

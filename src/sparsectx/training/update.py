@@ -1,0 +1,224 @@
+"""One optimizer step: every micro-batch's forward/backward, then the gradient sync, clip, update and EMA.
+
+Loss scaling (gradient accumulation and multiple processes). The step loss is
+``L = Σ_{processes} Σ_{micro-batches} ℓ_j`` where each ``ℓ_j`` is divided by a count taken over the WHOLE
+step: ``StepCounts`` sums the planned positions (or sequences) of every micro-batch on every process before
+any backward. Each process backpropagates its own ``ℓ_j`` unscaled, and after the last micro-batch the
+gradients of the trainable tensors are SUMMED over processes (``torch.distributed.all_reduce``, op SUM).
+The result is exactly ∇L: no division by the number of micro-batches or processes appears anywhere, so
+1×4 == 4×1 == 2 processes × 2 (tested for accumulation). The model is not wrapped in DDP because the adapter
+calls the language model directly; Accelerate provides the process group, device placement and reductions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from sparsectx.data.synthetic import derive_seed
+from sparsectx.training.batches import TrainingSet
+from sparsectx.training.config import TrainConfig
+from sparsectx.training.schedules import BUDGET_SCHEDULES
+from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_micro
+from sparsectx.training.student import Student
+
+
+class LRFactor:
+    """The LR multiplier at a scheduler step: linear warm-up, then constant or cosine to 0 (picklable)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, kind: str) -> None:
+        self.warmup_steps, self.total_steps, self.kind = warmup_steps, total_steps, kind
+
+    def __call__(self, step: int) -> float:
+        """Returns the factor on the peak LR for optimizer step ``step`` (from 0)."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.kind == "constant":
+            return 1.0
+        span = max(1, self.total_steps - self.warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - self.warmup_steps) / span)))
+
+
+def build_optimizer(
+    cfg: TrainConfig, student: Student
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Returns AdamW over the trainable tensors (no weight decay below 2 dims) and its LR schedule."""
+    optim = cfg.method.optim
+    params = list(student.trainable.values())
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps
+    )
+    factor = LRFactor(optim.warmup_steps, cfg.steps, optim.lr_schedule)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+@dataclass
+class Trainer:
+    """The live run: config, model, optimizer and counters (what ``state/`` saves).
+
+    Attributes:
+        step: optimizer steps done.
+        samples_seen: training samples consumed over all processes (the data position).
+        wandb_id: the W&B run id, None without tracking.
+    """
+
+    cfg: TrainConfig
+    accelerator: Accelerator
+    student: Student
+    data: TrainingSet
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    accum: int
+    step: int
+    samples_seen: int
+    wandb_id: str | None
+
+    def generator(self, stream: str, micro: int, device: torch.device | str) -> torch.Generator:
+        """Returns a generator seeded by (seed, stream, step, process, micro-batch) on ``device``."""
+        seed = derive_seed(self.cfg.seed, stream, self.step, self.accelerator.process_index, micro)
+        return torch.Generator(device=device).manual_seed(seed)
+
+
+def step_budget(trainer: Trainer) -> float:
+    """Returns the student's budget at the current step from ``method.schedule``."""
+    schedule = trainer.cfg.method.schedule
+    generator = torch.Generator().manual_seed(derive_seed(trainer.cfg.seed, "schedule", trainer.step))
+    fn = BUDGET_SCHEDULES.get(schedule.name)
+    return float(fn(trainer.step, total_steps=trainer.cfg.steps, generator=generator, **schedule.kwargs()))
+
+
+def micro_positions(trainer: Trainer, micro: int) -> list[int]:
+    """Returns the global sample positions of micro-batch ``micro`` on this process for the current step."""
+    size, world = trainer.cfg.micro_batch_size, trainer.accelerator.num_processes
+    start = trainer.samples_seen + (micro * world + trainer.accelerator.process_index) * size
+    return list(range(start, start + size))
+
+
+def step_counts(micro: list[MicroBatch], accelerator: Accelerator) -> StepCounts:
+    """Returns the step's normalisers: planned sequences and positions over all micro-batches and ranks."""
+    device = accelerator.device
+    local = torch.tensor(
+        [sum(int((m.planned > 0).sum()) for m in micro), sum(int(m.planned.sum()) for m in micro)],
+        device=device,
+    )
+    total = accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local
+    return StepCounts(sequences=int(total[0]), tokens=int(total[1]))
+
+
+def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
+    """Returns (summed statistics, micro-batches, budget) after backpropagating every micro-batch of the step.
+
+    Raises:
+        NonFiniteLossError: a micro-batch loss is NaN/inf (nothing has been updated yet).
+    """
+    cfg, student = trainer.cfg, trainer.student
+    budget = step_budget(trainer)
+    device = trainer.accelerator.device
+    micro = []
+    for j in range(trainer.accum):
+        positions = micro_positions(trainer, j)
+        items = [trainer.data.item_at(p) for p in positions]
+        micro.append(
+            prepare_micro(cfg, student, items, positions, budget, trainer.generator("rollout", j, device))
+        )
+    counts = step_counts(micro, trainer.accelerator)
+    totals: dict[str, float] = {}
+    problems = []
+    for j, mb in enumerate(micro):
+        loss, stats = micro_loss(cfg, student, mb, counts, trainer.generator("positions", j, device))
+        if not torch.isfinite(loss):  # no backward: the gradients stay finite, the update will not happen
+            problems.append(
+                f"step {trainer.step}, micro-batch {j}: loss={float(loss.detach())} is not finite "
+                f"(budget {budget:.4f}, samples {[it.index for it in mb.items]}, prefix lengths "
+                f"{mb.valid.sum(-1).tolist()}, normalisers {counts})"
+            )
+            continue
+        trainer.accelerator.backward(loss)
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value
+    check_finite(trainer, problems)
+    return totals, micro, budget
+
+
+def check_finite(trainer: Trainer, problems: list[str]) -> None:
+    """Raises NonFiniteLossError on every process when any process saw a non-finite loss (none hangs)."""
+    flag = torch.tensor([float(len(problems))], device=trainer.accelerator.device)
+    if trainer.accelerator.num_processes > 1:
+        flag = trainer.accelerator.reduce(flag, reduction="sum")
+    if float(flag) > 0:
+        where = "; ".join(problems) or "another process"
+        raise NonFiniteLossError(
+            f"{where} gave a non-finite loss; the run stops, keeping the last good state/ and checkpoint/"
+        )
+
+
+def sync_gradients(trainer: Trainer) -> None:
+    """Returns None after summing the trainable tensors' gradients over processes (a no-op on one process)."""
+    if trainer.accelerator.num_processes == 1:
+        return
+    for param in trainer.student.trainable.values():
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        torch.distributed.all_reduce(param.grad, op=torch.distributed.ReduceOp.SUM)
+
+
+def apply_update(trainer: Trainer) -> float:
+    """Returns the pre-clip gradient norm after sync, clip, optimizer and LR steps, and the EMA update.
+
+    Raises:
+        NonFiniteLossError: the gradient norm is NaN/inf (the weights are left untouched).
+    """
+    sync_gradients(trainer)
+    params = list(trainer.student.trainable.values())
+    norm = float(torch.nn.utils.clip_grad_norm_(params, trainer.cfg.method.optim.max_grad_norm))
+    if not math.isfinite(norm):
+        raise NonFiniteLossError(
+            f"step {trainer.step}: gradient norm {norm} is not finite; the run stops, keeping the last good "
+            "state/ and checkpoint/"
+        )
+    trainer.optimizer.step()
+    trainer.scheduler.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    if trainer.student.ema is not None:  # after optimizer.step(), never before (spec §1.8)
+        trainer.student.ema.update(trainer.student.trainable)
+    return norm
+
+
+def reduce_stats(trainer: Trainer, totals: dict[str, float]) -> dict[str, float]:
+    """Returns ``totals`` summed over processes (the same keys on every process)."""
+    if trainer.accelerator.num_processes == 1:
+        return totals
+    keys = sorted(totals)
+    values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=trainer.accelerator.device)
+    summed = trainer.accelerator.reduce(values, reduction="sum")
+    return dict(zip(keys, summed.tolist(), strict=True))
+
+
+def step_metrics(totals: dict[str, Any], budget: float, lr: float, grad_norm: float) -> dict[str, float]:
+    """Returns the per-step metrics logged to the tracker (means from the summed statistics)."""
+    seqs = max(totals["sequences"], 1.0)
+    metrics = {
+        "train/loss": totals["loss"],
+        "train/divergence": totals["divergence_sum"] / max(totals["selected"], 1.0),
+        "train/selected_fraction": totals["selected"] / max(totals["valid"], 1.0),
+        "train/grad_norm": grad_norm,
+        "train/lr": lr,
+        "train/budget": budget,
+        "train/kept_visual_fraction": totals["kept_visual"] / max(totals["visual"], 1.0),
+        "train/kept_visual_tokens": totals["kept_visual"] / seqs,
+        "rollout/length": totals["length_sum"] / seqs,
+        "rollout/stop_rate": totals["stopped"] / seqs,
+    }
+    if totals["sensitivity_n"] > 0:
+        metrics["train/sensitivity"] = totals["sensitivity_sum"] / totals["sensitivity_n"]
+    if totals["graded"] > 0:
+        metrics["rollout/accuracy"] = totals["correct"] / totals["graded"]
+    return metrics
