@@ -60,7 +60,8 @@ def _sample_pieces(
     embeds = adapter.embed_ids(ids)
     visual = ids == adapter.image_token_id
     embeds = embeds.clone()
-    embeds[visual] = torch.cat([s.embeds for s in selections]).to(embeds.dtype)
+    if selections:
+        embeds[visual] = torch.cat([s.embeds for s in selections]).to(embeds.dtype)
     levels = len(selections[0].deepstack) if selections else 0
     deepstack = [torch.cat([s.deepstack[level] for s in selections]) for level in range(levels)]
     prompt_len = ids.numel()

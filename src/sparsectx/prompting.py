@@ -48,6 +48,13 @@ def chat_messages(item: PromptItem) -> list[dict]:
 
 def processor_inputs(processor: ImageTextProcessor, items: list[PromptItem]) -> BatchFeature:
     """Returns the processor's tensors (input_ids, pixel_values, image_grid_thw) for a batch of prompts."""
+    for item in items:
+        for number, image in enumerate(item.images):
+            if not isinstance(image, Image.Image):
+                raise ValueError(
+                    f"sample {item.sample_id!r}: image {number} is {type(image).__name__}, not a decoded PIL image "
+                    "(missing or unreadable image file?)"
+                )
     texts = [
         processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
         for item in items

@@ -144,3 +144,11 @@ def test_three_budgets_run_the_vision_tower_once(tiny_vlm):
     for budget in (0.1, 0.11, 1.0):
         build_context(adapter, samples, _random_selections(samples, budget, seed=0))
     assert adapter.vision_calls - before == 1
+
+
+@torch.no_grad()
+def test_text_only_sample_builds_a_context(tiny_vlm):
+    samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, [PromptItem("txt", [], "no image here", "s", "")])
+    ctx = build_context(tiny_vlm.adapter, samples, [[]])
+    assert int(ctx.kept_visual[0]) == 0
+    assert ctx.inputs.embeds.shape[1] == samples[0].prompt_ids.numel()

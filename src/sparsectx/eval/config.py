@@ -217,6 +217,8 @@ class EvalConfig:
     """Trained checkpoint directory; replaces ``model.path`` when set."""
     experiment: str
     """Experiment name: first path component under ``results_root`` and the W&B group."""
+    grid: Any
+    """The study grid of an experiment preset (``conf/experiment``); the Snakefile reads it, evaluation does not."""
     results_root: str
     """Root of every results leaf."""
     seed: int

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 """Bump when a field of ``BenchResult`` (or the Pass@K / efficiency JSON) changes meaning or name."""
 
 PACKAGES = ("sparsectx", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "pillow")
-NOT_IN_KEY = ("force", "logger", "results_root", "bench", "passk", "efficiency")
+NOT_IN_KEY = ("force", "logger", "results_root", "bench", "passk", "efficiency", "grid")
 """Config keys that never change a benchmark's numbers (or are re-added per benchmark / mode)."""
 
 

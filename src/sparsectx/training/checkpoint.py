@@ -138,7 +138,7 @@ def check_resume(
         raise ValueError(
             f"cannot resume {where}: run-defining keys changed ({lines}). Resume with the original values, "
             "or "
-            f"start a separate run (experiment=<new name>) or delete {where / 'state'} to start over."
+            f"start a separate run (runs_root=<new dir>) or delete {where / 'state'} to start over."
         )
     before, now = flatten(meta["resolved"]), flatten(resolved)
     return [

@@ -84,6 +84,8 @@ class TrainConfig:
 
     experiment: str
     """Experiment name: first component of the run directory."""
+    grid: Any
+    """The study grid of an experiment preset (``conf/experiment``); the Snakefile reads it, training does not."""
     runs_root: str
     """Root of every run directory."""
     seed: int
