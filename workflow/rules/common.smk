@@ -1,0 +1,33 @@
+"""Parse-time setup for every rule file: the config checked against the schema, the grid, wildcard constraints.
+
+Nothing here schedules work; the helpers live in the tested module sparsectx.workflow.
+"""
+
+import re
+
+from snakemake.utils import validate
+
+from sparsectx import workflow as wf
+
+if Path(workflow.basedir).resolve() != wf.REPO_DIR:
+    raise ValueError(
+        f"sparsectx is imported from {wf.REPO_DIR}, not from this checkout {workflow.basedir}; "
+        "run `pip install -e .` here (the Makefile's venv does)"
+    )
+CONFIG = wf.resolve_config(config)
+validate(CONFIG, "../schemas/config.schema.yaml")
+GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"])
+_unknown = GRID.unknown_conf_names()
+if _unknown:
+    raise ValueError(f"experiment {GRID.experiment}: scheduled cells name configs that do not exist: {_unknown}")
+DATA = GRID.data_files()
+RES = GRID.resources
+
+
+wildcard_constraints:
+    experiment=re.escape(GRID.experiment),
+    model=GRID.constraint("model"),
+    method=GRID.constraint("method"),
+    pruner=GRID.constraint("pruner"),
+    budget=GRID.constraint("budget"),
+    bench=GRID.constraint("bench"),

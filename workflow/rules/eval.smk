@@ -1,0 +1,86 @@
+"""Trained checkpoints: scores at their training budget, across budgets and across pruners; then the Pass@K
+analysis and the efficiency measurements (which may also name the untrained model)."""
+
+
+rule evaluate_trained:
+    """Scores one trained checkpoint on one benchmark under one pruner and budget."""
+    input:
+        bench=lambda w: DATA.get(w.bench, []),
+        checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
+    output:
+        wf.RESULT_PATTERN,
+    log:
+        wf.mirror(wf.RESULT_PATTERN, "logs", "evaluate", ".log"),
+    benchmark:
+        wf.mirror(wf.RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+    wildcard_constraints:
+        method=GRID.constraint("method", exclude=[wf.BASE]),
+    params:
+        cli=wf.entry_point("evaluate.py"),
+        args=lambda w: GRID.evaluate_args(wf.cell_of(w)),
+    threads: RES["evaluate"]["cpus_per_task"]
+    resources:
+        **RES["evaluate"],
+    shell:
+        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+
+
+rule passk:
+    """Fixed-context Pass@K of one cell; the cohort is what the full-context greedy run solved."""
+    input:
+        bench=lambda w: DATA.get(w.bench, []),
+        full_context=lambda w: GRID.reference_leaf(w.model, w.bench),
+        checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
+    output:
+        wf.PASSK_PATTERN,
+    log:
+        wf.mirror(wf.PASSK_PATTERN, "logs", "passk", ".log"),
+    benchmark:
+        wf.mirror(wf.PASSK_PATTERN, "benchmarks", "passk", ".tsv")
+    params:
+        cli=wf.entry_point("evaluate.py"),
+        args=lambda w: GRID.evaluate_args(wf.cell_of(w), mode="passk"),
+    threads: RES["passk"]["cpus_per_task"]
+    resources:
+        **RES["passk"],
+    shell:
+        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+
+
+rule efficiency:
+    """FLOPs, KV-cache size and stage latencies of one (model, method, pruner) at its budgets, relative to 1.0."""
+    input:
+        bench=lambda w: DATA.get(GRID.efficiency_run(w.model, w.method, w.pruner).bench, []),
+        checkpoint=lambda w: GRID.checkpoint_inputs(GRID.efficiency_run(w.model, w.method, w.pruner).cell),
+    output:
+        wf.EFFICIENCY_PATTERN,
+    log:
+        wf.mirror(wf.EFFICIENCY_PATTERN, "logs", "efficiency", ".log"),
+    benchmark:
+        wf.mirror(wf.EFFICIENCY_PATTERN, "benchmarks", "efficiency", ".tsv")
+    params:
+        cli=wf.entry_point("evaluate.py"),
+        args=lambda w: GRID.efficiency_args(GRID.efficiency_run(w.model, w.method, w.pruner)),
+    threads: RES["efficiency"]["cpus_per_task"]
+    resources:
+        **RES["efficiency"],
+    shell:
+        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+
+
+rule eval_trained:
+    """Target: every result of a trained checkpoint."""
+    input:
+        GRID.targets("trained"),
+
+
+rule passk_all:
+    """Target: the Pass@K analysis."""
+    input:
+        GRID.targets("passk"),
+
+
+rule efficiency_all:
+    """Target: the efficiency measurements."""
+    input:
+        GRID.targets("efficiency"),

@@ -1,0 +1,35 @@
+"""Untrained model: the full-context reference (budget 1) and every training-free pruner x budget."""
+
+
+rule evaluate_base:
+    """Scores the untrained model on one benchmark under one pruner and budget."""
+    input:
+        bench=lambda w: DATA.get(w.bench, []),
+    output:
+        wf.RESULT_PATTERN,
+    log:
+        wf.mirror(wf.RESULT_PATTERN, "logs", "evaluate", ".log"),
+    benchmark:
+        wf.mirror(wf.RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+    wildcard_constraints:
+        method=wf.BASE,
+    params:
+        cli=wf.entry_point("evaluate.py"),
+        args=lambda w: GRID.evaluate_args(wf.cell_of(w)),
+    threads: RES["evaluate"]["cpus_per_task"]
+    resources:
+        **RES["evaluate"],
+    shell:
+        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+
+
+rule full_context:
+    """Target: the untrained model at budget 1 (every table's reference row)."""
+    input:
+        GRID.targets("full_context"),
+
+
+rule sweep:
+    """Target: the training-free pruning sweeps."""
+    input:
+        GRID.targets("sweep"),

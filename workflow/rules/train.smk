@@ -1,0 +1,34 @@
+"""Training: one run per (model, method, training pruner, training budget) that some scheduled cell evaluates.
+
+The declared output is the final checkpoint's config.json (the directory is swapped in atomically).
+The resume state runs/.../state/ is not an output, so a failed or killed job never deletes what a rerun
+resumes from.
+"""
+
+
+rule train:
+    """Trains one method at its budget and exports runs/<...>/checkpoint/."""
+    input:
+        train=DATA.get("train", []),
+    output:
+        wf.CHECKPOINT_PATTERN,
+    log:
+        wf.mirror(wf.CHECKPOINT_PATTERN, "logs", "train", ".log"),
+    benchmark:
+        wf.mirror(wf.CHECKPOINT_PATTERN, "benchmarks", "train", ".tsv")
+    wildcard_constraints:
+        method=GRID.constraint("method", exclude=[wf.BASE]),
+    params:
+        cli=GRID.train_command(),
+        args=lambda w: GRID.train_args(wf.run_of(w)),
+    threads: RES["train"]["cpus_per_task"]
+    resources:
+        **RES["train"],
+    shell:
+        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+
+
+rule train_all:
+    """Target: every training run."""
+    input:
+        GRID.targets("train"),
