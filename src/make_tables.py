@@ -1,0 +1,27 @@
+"""Renders one study's tables and figures: compose ``conf/make_tables.yaml``, then ``sparsectx.report.study.run``.
+
+    python src/make_tables.py experiment=tiny
+    python src/make_tables.py experiment=scopd_qwen2_5_vl_7b results_root=/scratch/results logger=none
+
+Writes ``<results_root>/<experiment>/tables/`` (the Snakemake rule ``make_tables``' output). Tests call
+``run(cfg)`` with a config from Hydra's compose API.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from sparsectx.report.study import load_tables_config, run
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="make_tables")
+def main(cfg: DictConfig) -> None:
+    """Returns None after validating the composed config and writing every table and figure."""
+    load_tables_config(cfg)  # fail on a bad config before any result is read
+    for path in run(cfg):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

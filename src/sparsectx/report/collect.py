@@ -1,0 +1,143 @@
+"""Reads an experiment's leaves into what the tables show: a score per declared cell, or why it has none.
+
+Every cell a table block declares gets an entry. A supported cell's entry is the ``ResultRecord`` fields of its
+result JSON (``sparsectx.eval.results.BenchResult``), or ``NO_RECORD`` when that file does not exist; an
+unsupported cell's entry is the grid's declared reason (``Grid.reason``), whatever is on disk. Paths are
+``sparsectx.paths`` functions of the results root, so a moved results tree reads the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparsectx.eval.efficiency import efficiency_path
+from sparsectx.eval.passk_mode import passk_path
+from sparsectx.paths import leaf_dir, result_path
+from sparsectx.report.tables import NO_RECORD, ResultRecord, check_versions
+from sparsectx.workflow import BASE, Block, Cell, EfficiencyRun, Grid
+
+RECORD_KEYS = ("method", "pruner", "budget", "benchmark", "score", "scorer_version", "extractor_version")
+"""The ``BenchResult`` fields a table reads (the ``ResultRecord`` fields bar ``reason``)."""
+
+Entry = dict[str, Any] | str
+"""A cell's record fields, or the reason it has no score."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Returns the JSON object in ``path``; a torn file is an error (outputs are written atomically)."""
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job") from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path} holds a {type(payload).__name__}, not a JSON object")
+    return payload
+
+
+def read_result(path: Path, cell: Cell) -> dict[str, Any]:
+    """Returns the ``RECORD_KEYS`` of the result JSON at ``path``, checked against the cell it should hold."""
+    payload = read_json(path)
+    absent = [key for key in RECORD_KEYS if key not in payload]
+    if absent:
+        raise ValueError(f"{path} lacks the result keys {absent}; it is not a BenchResult JSON")
+    found = (payload["method"], payload["pruner"], float(payload["budget"]), payload["benchmark"])
+    wanted = (cell.method, cell.pruner, cell.budget, cell.bench)
+    if found != wanted:
+        raise ValueError(
+            f"{path} holds method/pruner/budget/benchmark {found}, but its path names {wanted}; "
+            "delete it and rerun its evaluation"
+        )
+    return {key: payload[key] for key in RECORD_KEYS}
+
+
+def cell_leaf(root: str | Path, experiment: str, cell: Cell) -> Path:
+    """Returns the leaf directory of ``cell`` under the results root ``root``."""
+    return leaf_dir(root, experiment, cell.model, cell.method, cell.pruner, cell.budget)
+
+
+def collect_results(grid: Grid, root: str | Path) -> dict[Cell, Entry]:
+    """Returns the entry of every cell of every table block (records, ``NO_RECORD`` or declared reasons)."""
+    entries: dict[Cell, Entry] = {}
+    for block in (b for b in grid.blocks if b.kind == "table"):
+        for cell in grid.block_cells(block):
+            if cell in entries:
+                continue
+            reason = grid.reason(cell)
+            path = result_path(cell_leaf(root, grid.experiment, cell), cell.bench)
+            if reason is not None:
+                entries[cell] = reason
+            elif not path.is_file():
+                entries[cell] = NO_RECORD
+            else:
+                entries[cell] = read_result(path, cell)
+    return entries
+
+
+def ordered_cells(grid: Grid, block: Block, model: str) -> list[Cell]:
+    """Returns the cells of ``block`` for ``model`` in display order: the full-context reference cells
+    (not for efficiency blocks), then each row's methods x pruners x budgets x benchmarks as declared."""
+    cells = []
+    if block.kind != "efficiency":
+        cells = [Cell(model, BASE, grid.reference_pruner, 1.0, bench) for bench in block.benchmarks]
+    for row in block.rows:
+        for method in row.methods:
+            for pruner in row.pruners:
+                cells += [Cell(model, method, pruner, b, bench) for b in row.budgets for bench in block.benchmarks]
+    return list(dict.fromkeys(cells))
+
+
+def method_label(method: str, labels: Mapping[str, str]) -> str:
+    """Returns the displayed name of a method: ``labels[method]``, or the method key when it has none."""
+    return labels.get(method, method)
+
+
+def block_records(
+    grid: Grid, block: Block, model: str, entries: Mapping[Cell, Entry], labels: Mapping[str, str]
+) -> list[ResultRecord]:
+    """Returns one ``ResultRecord`` per cell of ``block`` for ``model``, in display order.
+
+    A cell without a score becomes a record with ``score=None`` and its reason (the footnote), carrying the
+    versions of its benchmark's scored records so ``check_versions`` sees one version per benchmark.
+    """
+    cells = ordered_cells(grid, block, model)
+    # build_table orders a method's pruners by first appearance: the reference cells go last, so the rows keep
+    # the grid's pruner order (the 100% block still opens the table, and Vanilla each block).
+    reference = [c for c in cells if c.method == BASE and c.budget == 1.0]
+    cells = [c for c in cells if c not in reference] + reference
+    scored = [ResultRecord(**entries[c]) for c in cells if isinstance(entries[c], dict)]
+    versions = check_versions(scored)
+    records = []
+    for cell in cells:
+        entry = entries[cell]
+        label = method_label(cell.method, labels)
+        if isinstance(entry, dict):
+            records.append(ResultRecord(**{**entry, "method": label}))
+        else:
+            scorer, extractor = versions.get(cell.bench, (0, None))  # a benchmark with no record: nothing to mix
+            records.append(ResultRecord(label, cell.pruner, cell.budget, cell.bench, None, scorer, extractor, entry))
+    return records
+
+
+def score_of(entries: Mapping[Cell, Entry], cell: Cell) -> tuple[float | None, str]:
+    """Returns ``(score, "")`` of ``cell``, or ``(None, reason)``; a cell in no table block is a reason too."""
+    entry = entries.get(cell)
+    if entry is None:
+        return None, "in no table block of the grid, so never evaluated"
+    if isinstance(entry, str):
+        return None, entry
+    return float(entry["score"]), ""
+
+
+def read_passk(root: str | Path, experiment: str, cell: Cell) -> dict[str, Any] | None:
+    """Returns the Pass@K JSON of ``cell`` (``sparsectx.eval.passk_mode``), or None if it does not exist."""
+    path = passk_path(cell_leaf(root, experiment, cell), cell.bench)
+    return read_json(path) if path.is_file() else None
+
+
+def read_efficiency(root: str | Path, experiment: str, run: EfficiencyRun) -> dict[str, Any] | None:
+    """Returns the efficiency JSON of ``run`` (``sparsectx.eval.efficiency``), or None if it does not exist."""
+    path = efficiency_path(root, experiment, run.model, run.method, run.pruner)
+    return read_json(path) if path.is_file() else None

@@ -1,0 +1,186 @@
+"""``make_tables.py``: every table and figure of one experiment, from its grid and its results tree.
+
+For each ``tables:`` block of the experiment's grid (``conf/experiment/<e>.yaml``) this writes
+``<results_root>/<e>/tables/<block>.md|.tex|.csv``: rows grouped by budget, Vanilla (the untrained model at
+budget 1.0) first, an average retain ratio column, and every cell without a score footnoted with its reason
+(the grid's declared one, or "no result record"). Blocks with trained methods also get
+``<block>.recovery.md|.tex|.csv``. Then the retain-ratio and Pass@K plots (PNG), ``passk.md|.csv`` and
+``efficiency.md|.csv`` when the grid has those blocks, and ``README.md``, an index of everything written.
+The outputs are logged to the tracker (``logger``): tables as W&B tables, plots as images.
+
+Schema of ``conf/make_tables.yaml``: ``TablesConfig`` (struct mode; no defaults in code).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from sparsectx import workflow as wf
+from sparsectx.io import atomic_write_text
+from sparsectx.report.analyses import (
+    Figure,
+    SideTable,
+    efficiency_table,
+    figure_notes,
+    has_block,
+    passk_outputs,
+    retain_plots,
+)
+from sparsectx.report.blocks import Rendered, has_trained, recovery_table, render, score_tables
+from sparsectx.report.collect import collect_results
+from sparsectx.tracking import LoggerConfig, Tracker, start_run
+
+TABLES_DIR = "tables"
+"""Folder under ``<results_root>/<experiment>/`` holding every output (the Snakemake rule's directory)."""
+
+
+@dataclass
+class TablesConfig:
+    """The whole ``make_tables.py`` job (``conf/make_tables.yaml``)."""
+
+    experiment: str
+    """Stem of the ``conf/experiment`` preset (select it with ``experiment=<name>``); equals ``grid.name``."""
+    grid: Any
+    """The preset's ``grid:`` block (``sparsectx.workflow``); checked against the workflow schema."""
+    logger: LoggerConfig
+    results_root: str
+    """Root the results leaves live under; outputs go to ``<results_root>/<experiment>/tables``."""
+    decimals: int
+    """Digits after the point in every displayed number (marks compare values rounded to it)."""
+    avg_label: str
+    """Heading of the average retain ratio column."""
+    method_labels: dict[str, str]
+    """Method key -> displayed name; ``base`` (the untrained model) is required and names the reference
+    row (Vanilla). A method without an entry is shown by its key."""
+
+    def __post_init__(self) -> None:
+        if self.grid is None:
+            known = sorted(p.stem for p in (wf.CONF_DIR / "experiment").glob("*.yaml"))
+            raise ValueError(f"grid is null: choose a study with experiment=<preset>, one of {known}")
+        if self.decimals < 0:
+            raise ValueError(f"decimals={self.decimals} must be >= 0")
+        if wf.BASE not in self.method_labels:
+            raise ValueError(f"method_labels lacks {wf.BASE!r}: set method_labels.{wf.BASE}=Vanilla")
+        if not self.results_root:
+            raise ValueError("results_root is empty; set it to the directory holding <experiment>/ (e.g. results)")
+
+
+def load_tables_config(cfg: DictConfig) -> TablesConfig:
+    """Returns the composed config as a checked ``TablesConfig``; unknown, missing or mistyped keys raise."""
+    merged = OmegaConf.merge(OmegaConf.structured(TablesConfig), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def load_study_grid(tc: TablesConfig) -> wf.Grid:
+    """Returns the checked grid of the config (the preset's, with any Hydra overrides of ``grid.*``)."""
+    if not isinstance(tc.grid, dict):
+        raise ValueError(f"grid must be a mapping (the preset's `grid:` block), got {type(tc.grid).__name__}")
+    grid = dict(tc.grid)
+    wf.validate_config({"experiment": tc.experiment, "grid": grid, "hydra_overrides": {}})
+    return wf.Grid(tc.experiment, grid)
+
+
+def tables_dir(results_root: str | Path, experiment: str) -> Path:
+    """Returns the output directory: ``<results_root>/<experiment>/tables``."""
+    return Path(results_root) / experiment / TABLES_DIR
+
+
+@dataclass(frozen=True)
+class Written:
+    """One table written in three (or two) formats, for the index and the tracker."""
+
+    stem: str
+    title: str
+    files: tuple[Path, ...]
+    csv: str
+    missing: dict[str, int]
+
+
+def _write_rendered(out: Path, stem: str, title: str, rendered: Rendered) -> Written:
+    files = (out / f"{stem}.md", out / f"{stem}.tex", out / f"{stem}.csv")
+    for path, text in zip(files, (rendered.markdown, rendered.latex, rendered.csv), strict=True):
+        atomic_write_text(path, text)
+    return Written(stem, title, files, rendered.csv, rendered.missing)
+
+
+def _write_side(out: Path, stem: str, title: str, table: SideTable) -> Written:
+    files = (out / f"{stem}.md", out / f"{stem}.csv")
+    atomic_write_text(files[0], table.markdown(title))
+    atomic_write_text(files[1], table.csv())
+    missing: dict[str, int] = {}
+    for row in table.rows:
+        if row[-1]:
+            missing[row[-1]] = missing.get(row[-1], 0) + 1
+    return Written(stem, title, files, table.csv(), missing)
+
+
+def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Written], list[Figure]]:
+    """Returns the tables and figures written to ``out``: block tables, recovery, Pass@K, efficiency, plots."""
+    entries = collect_results(grid, tc.results_root)
+    labels, written = tc.method_labels, []
+    for block in (b for b in grid.blocks if b.kind == "table"):
+        tables = score_tables(grid, block, entries, labels, tc.avg_label, tc.decimals)
+        title = f"{grid.experiment}: {block.name} (scores; {tc.avg_label} = average retain ratio, %)"
+        written.append(_write_rendered(out, block.name, title, render(title, tables)))
+        if has_trained(block):
+            rec = {m: recovery_table(grid, block, m, entries, labels, tc.decimals) for m in block.models}
+            title = f"{grid.experiment}: {block.name} (compression-gap recovery, %)"
+            written.append(_write_rendered(out, f"{block.name}.recovery", title, render(title, rec)))
+    figures = retain_plots(grid, entries, labels, out)
+    if has_block(grid, "passk"):
+        summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals)
+        written.append(_write_side(out, "passk", f"{grid.experiment}: fixed-context Pass@K", summary))
+        figures += passk_figures
+    if has_block(grid, "efficiency"):
+        table = efficiency_table(grid, tc.results_root, labels, tc.decimals)
+        title = f"{grid.experiment}: efficiency (% of the unpruned model)"
+        written.append(_write_side(out, "efficiency", title, table))
+    return written, figures
+
+
+def index_markdown(experiment: str, written: list[Written], figures: list[Figure]) -> str:
+    """Returns ``README.md``: every table with its files and missing-cell counts, then every figure."""
+    lines = [f"# Tables of experiment `{experiment}`", "", "Written by `python src/make_tables.py "
+             f"experiment={experiment}`; each missing cell is footnoted in its table with its reason.", "",
+             "## Tables", ""]  # fmt: skip
+    for item in written:
+        links = " · ".join(f"[{p.suffix[1:]}]({p.name})" for p in item.files)
+        lines.append(f"- **{item.stem}**: {item.title} ({links})")
+        lines += [f"  - {count} missing: {reason}" for reason, count in item.missing.items()]
+    lines += ["", "## Figures", "", *(figure_notes(figures) or ["- none (the grid asks for no figure)"])]
+    return "\n".join(lines) + "\n"
+
+
+def log_outputs(tracker: Tracker, written: list[Written], figures: list[Figure]) -> None:
+    """Logs every table (as a table of its CSV) and every drawn figure (as an image)."""
+    for item in written:
+        header, *rows = csv.reader(io.StringIO(item.csv))
+        tracker.log_table(f"tables/{item.stem}", header, rows)
+    for figure in figures:
+        if figure.path is not None:
+            tracker.log_image(f"plots/{figure.name}", figure.path)
+
+
+def run(cfg: DictConfig) -> list[Path]:
+    """Returns every file written for the experiment of ``cfg`` (tables, plots, then ``README.md``)."""
+    tc = load_tables_config(cfg)
+    grid = load_study_grid(tc)
+    out = tables_dir(tc.results_root, tc.experiment)
+    resolved: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    tracker = start_run(tc.logger, f"{tc.experiment}-tables", tc.experiment, "tables", ["tables"], dict(resolved))
+    try:
+        written, figures = write_tables(tc, grid, out)
+        readme = out / "README.md"
+        atomic_write_text(readme, index_markdown(tc.experiment, written, figures))
+        log_outputs(tracker, written, figures)
+    finally:
+        tracker.finish()
+    paths = [p for item in written for p in item.files] + [f.path for f in figures if f.path is not None]
+    return [*paths, readme]
