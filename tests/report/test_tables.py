@@ -205,3 +205,9 @@ def test_accepts_dataclass_records_and_method_order():
     recs = [ResultRecord(**r) for r in _records()]
     table = build_table(recs, methods=["SCOPD+", "SCOPD", "SFT"])
     assert [r.method for r in table.blocks[2].rows] == ["Vanilla", "SCOPD+", "SCOPD"]
+
+
+def test_zero_full_context_score_blanks_the_average_with_a_reason():
+    rows = {key: ((0.0 if key == ("Vanilla", "none", 1.0) else s[0]), *s[1:]) for key, s in ROWS.items()}
+    md = to_markdown(build_table(_records(rows)))
+    assert "retain ratio undefined: the full-context score is 0 on MME" in md

@@ -62,7 +62,7 @@ def test_tiny_cells_include_the_reference_and_every_row_product() -> None:
     sweep = next(b for b in grid.blocks if b.name == "sweep")
     cells = grid.block_cells(sweep)
     assert len(cells) == len(sweep.benchmarks) * (1 + 4 * 3)  # benchmarks x (reference + pruners x budgets)
-    assert wf.Cell("tiny", "base", "visionzip", 1.0, "syn_ocr") in cells
+    assert wf.Cell("tiny", "base", "visionzip", 1.0, "syn_pope") in cells
     assert wf.Cell("tiny", "base", "divprune", 0.05, "syn_count") in cells
 
 

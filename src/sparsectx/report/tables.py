@@ -268,6 +268,9 @@ def _row_cells(
         else:
             scores[bench] = rec.score
             cells.append(Cell(rec.score, f"{rec.score:.{decimals}f}"))
+    zero = [bench for bench in benches if full.get(bench) == 0]
+    if avg_blocker is None and zero:
+        avg_blocker = f"retain ratio undefined: the full-context score is 0 on {', '.join(zero)}"
     if avg_blocker is None and len(scores) < len(benches):
         avg_blocker = "the average needs a score on every benchmark"
     if avg_blocker is not None:
