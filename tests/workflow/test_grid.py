@@ -134,12 +134,12 @@ def test_scopd_grid_shapes() -> None:
 def test_efficiency_runs_group_budgets_per_model_method_pruner() -> None:
     grid = wf.load_grid("tiny")
     assert grid.efficiency_runs == [
-        wf.EfficiencyRun("tiny", "base", "cdpruner", (0.05, 0.1, 0.2), "syn_ocr"),
-        wf.EfficiencyRun("tiny", "base", "visionzip", (0.05, 0.1, 0.2), "syn_ocr"),
-        wf.EfficiencyRun("tiny", "lt_opd", "cdpruner", (0.05,), "syn_ocr"),
+        wf.EfficiencyRun("tiny", "base", "cdpruner", (0.05, 0.1, 0.2), "syn_pope"),
+        wf.EfficiencyRun("tiny", "base", "visionzip", (0.05, 0.1, 0.2), "syn_pope"),
+        wf.EfficiencyRun("tiny", "lt_opd", "cdpruner", (0.05,), "syn_pope"),
     ]
     args = grid.efficiency_args(grid.efficiency_run("tiny", "lt_opd", "cdpruner"))
-    assert "mode=efficiency" in args and "efficiency.budgets=[0.05]" in args and "efficiency.bench=syn_ocr" in args
+    assert "mode=efficiency" in args and "efficiency.budgets=[0.05]" in args and "efficiency.bench=syn_pope" in args
     assert "checkpoint=runs/tiny/tiny/lt_opd/cdpruner/0.05/checkpoint" in args
     assert grid.targets("efficiency") == [
         "results/tiny/tiny/base/cdpruner/efficiency.json",
@@ -268,7 +268,7 @@ def test_unknown_experiment_lists_the_presets() -> None:
         (lambda g: g.update(reference_pruner="fastv"), "reference_pruner='fastv' is declared unsupported"),
         (lambda g: g.update(name="other"), "must equal the preset.s file stem"),
         (lambda g: g["methods"].update(base={"pruner": "visionzip", "budgets": [0.1]}), "is never declared"),
-        (lambda g: g["efficiency"].update(benchmarks=["syn_ocr", "syn_count"]), "name exactly one"),
+        (lambda g: g["efficiency"].update(benchmarks=["syn_pope", "syn_count"]), "name exactly one"),
         (lambda g: g["efficiency"]["rows"][0]["budgets"].append(1.0), "drop budget 1.0"),
     ],
 )
@@ -309,4 +309,4 @@ def test_method_trained_at_several_budgets_is_evaluated_at_each() -> None:
         wf.TrainRun("tiny", "scopd", "visionzip", 0.1),
         wf.TrainRun("tiny", "scopd", "visionzip", 0.2),
     ]
-    assert grid.train_run(wf.Cell("tiny", "scopd", "visionzip", 0.2, "syn_ocr")).budget == 0.2
+    assert grid.train_run(wf.Cell("tiny", "scopd", "visionzip", 0.2, "syn_pope")).budget == 0.2
