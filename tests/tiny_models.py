@@ -98,7 +98,8 @@ def tiny_qwen3_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen3VLForConditio
         },
         text_config={
             "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, **_text_ids(tok),
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
+            **_text_ids(tok),
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
                                 "mrope_interleaved": True},
         },

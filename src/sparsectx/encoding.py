@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from sparsectx.models.processor import ImageTextProcessor
 
 from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.visual import ImageTokens
 

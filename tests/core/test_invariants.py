@@ -18,7 +18,9 @@ def _items(patch: int) -> list[PromptItem]:
     return [
         PromptItem("wide", [noise_image(patch * 8, patch * 6, 1)], "what colour?", "sys", "think"),
         PromptItem("small", [noise_image(patch * 4, patch * 4, 2)], "how many?", "sys", ""),
-        PromptItem("two", [noise_image(patch * 4, patch * 6, 3), noise_image(patch * 6, patch * 4, 4)], "same?", "s", ""),
+        PromptItem(
+            "two", [noise_image(patch * 4, patch * 6, 3), noise_image(patch * 6, patch * 4, 4)], "same?", "s", ""
+        ),
     ]
 
 

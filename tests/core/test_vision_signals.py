@@ -33,14 +33,16 @@ def _eager_received(tiny_vlm, items, monkeypatch) -> torch.Tensor:
     per_patch = torch.cat([w[0].mean(0).sum(0) for w in last])
     unit = tiny_vlm.adapter.merge_unit
     merged = per_patch.reshape(-1, unit).mean(1)
-    to_raster = tiny_vlm.adapter.layout.to_raster(visual, torch.tensor([[1, im.grid[1] * 2, im.grid[2] * 2] for im in images]))
+    grids = torch.tensor([[1, im.grid[1] * 2, im.grid[2] * 2] for im in images])
+    to_raster = tiny_vlm.adapter.layout.to_raster(visual, grids)
     return merged if to_raster is None else merged[to_raster]
 
 
 @torch.no_grad()
 def test_attention_received_matches_eager_weights(tiny_vlm, monkeypatch):
     patch = tiny_vlm.patch
-    items = [PromptItem("a", [noise_image(patch * 8, patch * 4, 7), noise_image(patch * 4, patch * 6, 8)], "q?", "s", "")]
+    images = [noise_image(patch * 8, patch * 4, 7), noise_image(patch * 4, patch * 6, 8)]
+    items = [PromptItem("a", images, "q?", "s", "")]
     samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, items)
     ours = torch.cat([im.attention_received for im in samples[0].images])
     reference = _eager_received(tiny_vlm, items, monkeypatch)
