@@ -43,6 +43,28 @@ class SamplingConfig:
 
 
 @dataclass
+class DecodingConfig:
+    """Decoding settings without the length cap (benchmark, Pass@K and rollout configs supply the cap)."""
+
+    do_sample: bool
+    """False = greedy."""
+    temperature: float
+    """Softmax temperature when sampling."""
+    top_p: float
+    """Nucleus mass kept when sampling (1.0 = off)."""
+    top_k: int
+    """Most likely tokens kept when sampling (0 = off)."""
+    stop_strings: list[str]
+    """Generation ends once the text contains one of these (the seeds stop at ``</answer>``)."""
+
+    def sampling(self, max_new_tokens: int) -> SamplingConfig:
+        """Returns the ``SamplingConfig`` of these settings with the given cap."""
+        return SamplingConfig(
+            max_new_tokens, self.do_sample, self.temperature, self.top_p, self.top_k, list(self.stop_strings)
+        )
+
+
+@dataclass
 class Generation:
     """One generated response.
 

@@ -11,7 +11,6 @@ from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl, tiny_qwen3
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
-from sparsectx.eval.config import PrunerSpec
 from sparsectx.eval.efficiency import (
     _prefill,
     counted_flops,
@@ -23,10 +22,11 @@ from sparsectx.eval.protocol import select_visual
 from sparsectx.eval.runner import run
 from sparsectx.models import LoadedModel, adapter_for
 from sparsectx.prompting import PromptItem, processor_inputs
+from sparsectx.pruning.config import PrunerConfig
 
 from .test_runner_support import PATCH, SIDE, base_overrides, build_model_dir, compose_eval, write_bench
 
-RANDOM = PrunerSpec("random", "pre_llm", {})
+RANDOM = PrunerConfig("random", "pre_llm", {})
 
 
 @pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])

@@ -90,7 +90,7 @@ def load(env, tmp_path, *overrides: str):  # noqa: ANN001, ANN201
         (
             ["method=scopd", "+pruner.params.contextual_shar=0.1"],
             KeyError,
-            r"unknown \[.pruner\.params\.contextual_shar.\]",
+            r"unknown pruner\.params\.contextual_shar",
         ),
         (
             ["method=scopd", "method.schedule.name=cosine_curriculum"],

@@ -13,10 +13,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
+from sparsectx.data.config import PromptConfig
 from sparsectx.eval.scorers import SCORERS
-from sparsectx.generation import SamplingConfig
+from sparsectx.generation import DecodingConfig
 from sparsectx.models import ModelConfig
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
 
 MODES = ("greedy", "passk", "efficiency")
@@ -69,57 +70,6 @@ class BenchSpec:
         _check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
         _check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
         SCORERS.get(self.scorer)  # unknown scorer: raises with close matches and every name
-
-
-@dataclass
-class PrunerSpec:
-    """The ``pruner`` group (``conf/pruner/*.yaml``)."""
-
-    name: str
-    """Registry key in ``sparsectx.pruning.PRUNERS``; equals the YAML stem."""
-    stage: str
-    """``pre_llm``: selection after the merger, before the LLM (the only stage implemented)."""
-    params: dict[str, Any]
-    """The operator's keyword-only arguments."""
-
-    def __post_init__(self) -> None:
-        PRUNERS.get(self.name)  # unknown pruner: raises with close matches and every name
-        if self.stage != "pre_llm":
-            raise ValueError(f"pruner.stage={self.stage!r}: only 'pre_llm' operators can be evaluated")
-
-
-@dataclass
-class PromptConfig:
-    """The seeds' prompt protocol; the strings must equal the training suite's (``conf/data/tiny.yaml``)."""
-
-    system: str
-    """System message of every prompt."""
-    instruction: str
-    """Appended after the question on its own line (the think/answer instruction)."""
-    mcq_hint: str
-    """Line after the options of a multiple-choice question."""
-
-
-@dataclass
-class DecodingConfig:
-    """Decoding settings without the length cap (that comes from the benchmark or the Pass@K block)."""
-
-    do_sample: bool
-    """False = greedy."""
-    temperature: float
-    """Softmax temperature when sampling."""
-    top_p: float
-    """Nucleus mass kept when sampling (1.0 = off)."""
-    top_k: int
-    """Most likely tokens kept when sampling (0 = off)."""
-    stop_strings: list[str]
-    """Generation ends once the text contains one of these (the seeds stop at ``</answer>``)."""
-
-    def sampling(self, max_new_tokens: int) -> SamplingConfig:
-        """Returns the ``SamplingConfig`` of these settings with the given cap."""
-        return SamplingConfig(
-            max_new_tokens, self.do_sample, self.temperature, self.top_p, self.top_k, list(self.stop_strings)
-        )
 
 
 @dataclass
@@ -196,7 +146,7 @@ class EvalConfig:
     """The whole evaluation job (``conf/evaluate.yaml``)."""
 
     model: ModelConfig
-    pruner: PrunerSpec
+    pruner: PrunerConfig
     bench: dict[str, BenchSpec]
     """Benchmarks to run, keyed by name (one ``conf/bench`` file, or a suite that includes several)."""
     logger: LoggerConfig

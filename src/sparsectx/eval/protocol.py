@@ -19,8 +19,9 @@ from transformers import AutoConfig, AutoModelForImageTextToText
 
 from sparsectx.context import build_context, keep_all
 from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
+from sparsectx.data.config import PromptConfig
 from sparsectx.encoding import EncodedSample, encode_samples
-from sparsectx.eval.config import BenchSpec, PromptConfig, PrunerSpec
+from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
     ScoredItem,
@@ -37,6 +38,7 @@ from sparsectx.models.loading import DTYPES
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, chat_messages
 from sparsectx.pruning import select_tokens
+from sparsectx.pruning.config import PrunerConfig
 from sparsectx.visual import Selection
 
 BUILD_COMMAND = "python src/build_data.py"
@@ -158,7 +160,7 @@ def pruner_seed(seed: int, bench: str, sid: str) -> int:
 
 
 def select_visual(
-    samples: list[EncodedSample], pruner: PrunerSpec, budget: float, seed: int, bench: str
+    samples: list[EncodedSample], pruner: PrunerConfig, budget: float, seed: int, bench: str
 ) -> list[list[Selection]]:
     """Returns per sample one ``Selection`` per image: every token at budget 1.0, else the pruner's choice."""
     if budget == 1.0:
@@ -197,7 +199,7 @@ def generate_rows(
     items: list[Item],
     spec: BenchSpec,
     prompt: PromptConfig,
-    pruner: PrunerSpec,
+    pruner: PrunerConfig,
     budget: float,
     seed: int,
     sampling: SamplingConfig,

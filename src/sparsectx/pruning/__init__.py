@@ -52,13 +52,13 @@ def select_tokens(
     """
     k = tokens_to_keep(budget, image.num_tokens)
     operator = PRUNERS.get(name)
-    _check_params(name, operator, params)
+    check_params(name, operator, params)
     selection = operator(image, question_embeds, k, generator, **dict(params))
     _check_selection(name, selection, image, k)
     return selection
 
 
-def _check_params(name: str, operator: SelectTokens, params: Mapping[str, object]) -> None:
+def check_params(name: str, operator: SelectTokens, params: Mapping[str, object]) -> None:
     """Raises KeyError naming ``pruner.params.<key>`` when ``params`` differs from the keyword-only args."""
     signature = inspect.signature(operator).parameters.values()
     expected = [p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY]

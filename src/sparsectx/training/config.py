@@ -15,9 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
 from sparsectx.models import ModelConfig
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
-from sparsectx.training.method import MethodConfig, check_params
+from sparsectx.training.method import MethodConfig
 
 RUN_DEFINING_PREFIXES = (
     "model.name",
@@ -55,30 +55,6 @@ class TrainDataConfig:
 
 
 @dataclass
-class PrunerSpec:
-    """``pruner``: the operator the student's context is pruned with (``conf/pruner/*.yaml``)."""
-
-    name: str
-    """Registry key in ``sparsectx.pruning.PRUNERS``."""
-    stage: str
-    """pre_llm (the only stage the training loop supports)."""
-    params: dict[str, Any]
-    """The operator's keyword-only arguments."""
-
-    def __post_init__(self) -> None:
-        if self.name not in PRUNERS:
-            try:
-                PRUNERS.get(self.name)
-            except KeyError as err:
-                raise KeyError(f"pruner.name={self.name!r}: {err.args[0]}") from None
-        if self.stage != "pre_llm":
-            raise ValueError(
-                f"pruner.stage={self.stage!r}: the training loop prunes before the LLM only (pre_llm)"
-            )
-        check_params(PRUNERS.get(self.name), self.params, {"generator"}, "pruner.params")
-
-
-@dataclass
 class TrainConfig:
     """The composed ``conf/train.yaml``."""
 
@@ -108,7 +84,7 @@ class TrainConfig:
     """Optimizer steps between tables of sample rollouts."""
     train_data: TrainDataConfig
     model: ModelConfig
-    pruner: PrunerSpec
+    pruner: PrunerConfig
     method: MethodConfig
     logger: LoggerConfig
     data: Any

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from sparsectx.generation import SamplingConfig
+from sparsectx.generation import DecodingConfig
 from sparsectx.registry import Registry
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
@@ -250,29 +250,6 @@ class ScheduleConfig:
 
 
 @dataclass
-class RolloutConfig:
-    """``method.rollout``: how the student samples its prefixes (``prefix: rollout`` only)."""
-
-    do_sample: bool
-    """False = greedy (SCOPD authors' configs), True = sample."""
-    temperature: float
-    """Sampling temperature T_gen."""
-    top_p: float
-    """Nucleus mass kept (1.0 = off)."""
-    top_k: int
-    """Most-likely tokens kept (0 = off)."""
-    stop_strings: list[str]
-    """A rollout also ends once its text holds one of these (the end-of-turn token always ends it)."""
-
-    def sampling(self, max_new_tokens: int) -> SamplingConfig:
-        """Returns the ``SamplingConfig`` for rollouts of at most ``max_new_tokens`` tokens."""
-        return SamplingConfig(
-            max_new_tokens=max_new_tokens, do_sample=self.do_sample, temperature=self.temperature,
-            top_p=self.top_p, top_k=self.top_k, stop_strings=list(self.stop_strings),
-        )  # fmt: skip
-
-
-@dataclass
 class LoraSettings:
     """``method.lora``: LoRA on the language model's decoder layers only, or full-parameter training."""
 
@@ -350,7 +327,7 @@ class MethodConfig:
     divergence: DivergenceConfig
     positions: PositionsConfig
     schedule: ScheduleConfig
-    rollout: RolloutConfig
+    rollout: DecodingConfig
     lora: LoraSettings
     optim: OptimConfig
 
