@@ -128,6 +128,8 @@ class Method:
     pruner: str
     budgets: tuple[float, ...]
     reason: str | None
+    overrides: tuple[str, ...]
+    """Hydra overrides for this method's training runs only (e.g. a learning rate scaled to the model)."""
 
 
 def load_yaml(path: Path) -> Any:
@@ -214,7 +216,7 @@ class Grid:
         self.benchmarks = _declared(grid["benchmarks"])
         self.methods = {
             name: Method(name, spec["pruner"], _budgets(spec["budgets"], f"grid.methods.{name}.budgets"),
-                         spec.get("unsupported"))
+                         spec.get("unsupported"), tuple(spec.get("overrides", ())))
             for name, spec in grid["methods"].items()
         }  # fmt: skip
         self.reference_pruner: str = grid["reference_pruner"]
@@ -473,7 +475,7 @@ class Grid:
     def train_args(self, run: TrainRun) -> list[str]:
         """Returns the ``train.py`` overrides of ``run``."""
         cell = Cell(run.model, run.method, run.pruner, run.budget, "")
-        return self._point_args(cell, "method") + self.overrides("train")
+        return self._point_args(cell, "method") + self.overrides("train") + list(self.methods[run.method].overrides)
 
     def evaluate_args(self, cell: Cell, mode: str = "greedy") -> list[str]:
         """Returns the ``evaluate.py`` overrides of ``cell`` in ``mode`` (``greedy`` or ``passk``)."""

@@ -310,3 +310,14 @@ def test_method_trained_at_several_budgets_is_evaluated_at_each() -> None:
         wf.TrainRun("tiny", "scopd", "visionzip", 0.2),
     ]
     assert grid.train_run(wf.Cell("tiny", "scopd", "visionzip", 0.2, "syn_pope")).budget == 0.2
+
+
+def test_method_overrides_follow_the_train_stage_overrides_for_that_method_only() -> None:
+    raw = tiny_raw()
+    raw["methods"]["scopd"]["overrides"] = ["method.optim.lr=5e-4"]
+    raw["methods"]["lt_opd"].pop("overrides", None)
+    grid = wf.Grid("tiny", raw)
+    scopd = grid.train_args(wf.TrainRun("tiny", "scopd", "visionzip", 0.1))
+    assert scopd[-1] == "method.optim.lr=5e-4"
+    assert scopd.index("method.optim.lr=5e-4") > max(scopd.index(o) for o in grid.overrides("train"))
+    assert "method.optim.lr=5e-4" not in grid.train_args(wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
