@@ -184,3 +184,18 @@ def test_every_bench_config_composes_and_matches_its_stem():
     names = ("synthetic", "scopd13", "ltopd9")
     suites = {s: len(load_eval_config(compose_eval([f"bench={s}"])).bench) for s in names}
     assert suites == {"synthetic": 6, "scopd13": 13, "ltopd9": 9}
+
+
+
+def test_generation_builds_no_autograd_graph(model_dir, benches, tmp_path, monkeypatch):
+    """Evaluation records no autograd history (CDPruner's greedy loop would otherwise keep every step's graph)."""
+    grad_modes: list[bool] = []
+    original = protocol.encode_samples
+
+    def spy(*args, **kwargs):
+        grad_modes.append(torch.is_grad_enabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(protocol, "encode_samples", spy)
+    run(_cfg(model_dir, tmp_path / "results", benches, "pruner=cdpruner", "budget=0.1", only="syn_count"))
+    assert grad_modes and not any(grad_modes)

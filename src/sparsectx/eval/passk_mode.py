@@ -121,6 +121,7 @@ def _judge(spec: BenchSpec, item: Item, text: str) -> dict[str, Any]:
     return {"text": text, "answer": ext.lenient, "status": ext.status, "correct": correct}
 
 
+@torch.no_grad()
 def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, condition: str) -> dict[str, Any]:
     """Returns one item's greedy and n sampled responses from a single fixed context, judged."""
     cfg, pk = job.cfg, job.cfg.passk

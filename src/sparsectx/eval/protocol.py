@@ -194,6 +194,7 @@ class GenerationRow:
     error: str
 
 
+@torch.no_grad()
 def generate_rows(
     loaded: LoadedModel,
     items: list[Item],
