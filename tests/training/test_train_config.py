@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hydra.errors import MissingConfigException
-from omegaconf.errors import ConfigKeyError, MissingMandatoryValue
+from omegaconf.errors import ConfigKeyError
 
 from sparsectx.training import loop
 from sparsectx.training.config import load_train_config
@@ -109,10 +109,10 @@ def test_unknown_method_lists_the_presets(tiny_env, tmp_path) -> None:  # noqa: 
         compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd_plsu"])
 
 
-def test_missing_seed_and_unknown_keys_raise(tiny_env, tmp_path) -> None:  # noqa: ANN001
+def test_null_seed_and_unknown_keys_raise(tiny_env, tmp_path) -> None:  # noqa: ANN001
     overrides = [o for o in train_overrides(tiny_env, tmp_path) if not o.startswith("seed=")]
-    with pytest.raises(MissingMandatoryValue, match="seed"):
-        load_train_config(compose_train(overrides))
+    with pytest.raises(ValueError, match="full_key: seed"):
+        load_train_config(compose_train([*overrides, "seed=null"]))
     with pytest.raises(ConfigKeyError, match="lerning_rate"):
         load(tiny_env, tmp_path, "+method.optim.lerning_rate=1.0")
 

@@ -65,7 +65,7 @@ class TrainConfig:
     runs_root: str
     """Root of every run directory."""
     seed: int
-    """Root seed (required); every random stream derives from it (``sparsectx.data.derive_seed``)."""
+    """Root seed, an int (null is an error); every random stream derives from it (``sparsectx.data.derive_seed``)."""
     budget: float
     """The budget the run trains at (its final budget for curricula); set by the method preset."""
     steps: int
