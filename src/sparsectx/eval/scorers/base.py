@@ -134,6 +134,28 @@ def squash(text: str) -> str:
     return _SPACE.sub(" ", text).strip().lower()
 
 
+def accuracy_metrics(
+    items: Sequence[ScoredItem], correct: Sequence[bool], unread_key: str, unread: int
+) -> dict[str, float]:
+    """Returns the metrics every per-item accuracy scorer reports.
+
+    ``score`` (percent correct), ``n``, ``missing`` (extraction misses), ``unread_key`` (answers that were
+    extracted but could not be read as the benchmark's answer type) and, when items carry categories,
+    ``category/<name>`` accuracies.
+    """
+    metrics = {
+        "score": percent(sum(correct), len(items)),
+        "n": float(len(items)),
+        "missing": float(count_missing(items)),
+        unread_key: float(unread),
+    }
+    if any(item.category for item in items):
+        metrics |= per_key_accuracy(
+            ((it.category, ok) for it, ok in zip(items, correct, strict=True)), "category"
+        )
+    return metrics
+
+
 def per_key_accuracy(pairs: Iterable[tuple[str, bool]], prefix: str) -> dict[str, float]:
     """Returns ``{f"{prefix}/{key}": percent correct}`` for ``(key, correct)`` pairs, keys sorted."""
     hits: dict[str, list[int]] = {}

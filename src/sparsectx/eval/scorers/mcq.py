@@ -12,10 +12,8 @@ from collections.abc import Mapping, Sequence
 
 from sparsectx.eval.scorers.base import (
     ScoredItem,
+    accuracy_metrics,
     check_items,
-    count_missing,
-    per_key_accuracy,
-    percent,
     register_scorer,
     squash,
 )
@@ -103,14 +101,4 @@ def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     unmatched = sum(
         item.prediction is not None and match_choice(item.prediction, item.options) is None for item in items
     )
-    metrics = {
-        "score": percent(sum(correct), len(items)),
-        "n": float(len(items)),
-        "missing": float(count_missing(items)),
-        "unmatched": float(unmatched),
-    }
-    if any(item.category for item in items):
-        metrics |= per_key_accuracy(
-            ((it.category, ok) for it, ok in zip(items, correct, strict=True)), "category"
-        )
-    return metrics
+    return accuracy_metrics(items, correct, "unmatched", unmatched)

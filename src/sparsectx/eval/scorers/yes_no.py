@@ -10,10 +10,8 @@ from collections.abc import Sequence
 
 from sparsectx.eval.scorers.base import (
     ScoredItem,
+    accuracy_metrics,
     check_items,
-    count_missing,
-    per_key_accuracy,
-    percent,
     register_scorer,
 )
 
@@ -57,14 +55,4 @@ def score_yes_no(items: Sequence[ScoredItem]) -> dict[str, float]:
     check_items(items, "yes_no", needs=("reference",))
     correct = [parse_yes_no(item.prediction) == gold_yes_no(item, "yes_no") for item in items]
     unparsed = sum(it.prediction is not None and parse_yes_no(it.prediction) is None for it in items)
-    metrics = {
-        "score": percent(sum(correct), len(items)),
-        "n": float(len(items)),
-        "missing": float(count_missing(items)),
-        "unparsed": float(unparsed),
-    }
-    if any(item.category for item in items):
-        metrics |= per_key_accuracy(
-            ((it.category, ok) for it, ok in zip(items, correct, strict=True)), "category"
-        )
-    return metrics
+    return accuracy_metrics(items, correct, "unparsed", unparsed)
