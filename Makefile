@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests scripts
 
 demo: $(STAMP)
 	cd $(CURDIR) && $(BIN)/snakemake --profile workflow/profiles/local all_tables

@@ -49,7 +49,12 @@ class PretrainSchedule:
     weight_decay: float
     grad_clip: float
     bf16: bool
+    batched_vision_attention: bool
+    """Fold the vision tower's equal-size images into one attention call instead of HF's per-image loop."""
     num_workers: int
+    main_threads: int
+    """Intra-op CPU threads of the training process: left at the core count, they fight the data workers
+    for cores and stall the Python that launches GPU kernels."""
     log_every: int
     save_every: int
     time_limit_s: float

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from sparsectx.io import atomic_write_json
 from sparsectx.pretrain.config import PretrainConfig
 from sparsectx.pretrain.patchify import patchify
 from sparsectx.pretrain.stream import PretrainStream, collate
+from sparsectx.pretrain.vision_attention import use_uniform_vision_attention
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:
@@ -90,11 +93,14 @@ def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc
 def run(raw: DictConfig) -> dict:
     """Trains until ``train.steps`` or ``train.time_limit_s``; returns {step, done, curve}. Resumes from state_dir."""
     cfg = load_config(raw)
+    torch.set_num_threads(cfg.train.main_threads)
     out, state_dir = Path(cfg.out_dir), Path(cfg.state_dir)
     tokenizer = AutoTokenizer.from_pretrained(out)
     image_proc = Qwen2VLImageProcessorPil.from_pretrained(out)
     side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
     model = build_model(cfg, tokenizer).to(cfg.device)
+    if cfg.train.batched_vision_attention:
+        use_uniform_vision_attention(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     step, curve = 0, []
     if (state_dir / "state.pt").exists():
@@ -106,28 +112,16 @@ def run(raw: DictConfig) -> dict:
         init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
         model.load_state_dict(init.state_dict())
     stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg))
-    order = Subset(stream, range(step * cfg.train.batch_size, cfg.train.steps * cfg.train.batch_size))
-    loader = DataLoader(
-        order, batch_size=cfg.train.batch_size, num_workers=cfg.train.num_workers,
-        collate_fn=lambda items: collate(items, tokenizer.pad_token_id), pin_memory=cfg.device != "cpu",
-        persistent_workers=False, prefetch_factor=4 if cfg.train.num_workers else None,
-        worker_init_fn=_one_thread,
-    )
+    loader = make_loader(cfg, stream, tokenizer.pad_token_id, step)
     start, window = time.time(), []
     model.train()
     bar = tqdm(total=cfg.train.steps, initial=step, desc="pretrain", mininterval=10)
     for batch in loader:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        loss = _loss(model, batch, cfg, image_proc, cfg.device)
-        if not torch.isfinite(loss):
+        loss = train_step(model, optimizer, batch, cfg, image_proc, step)
+        if not math.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}; last good state is in {state_dir}")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        optimizer.step()
         step += 1
-        window.append(loss.item())
+        window.append(loss)
         bar.update(1)
         if step % cfg.train.log_every == 0:
             curve.append({"step": step, "loss": sum(window) / len(window), "seconds": time.time() - start})
@@ -142,6 +136,34 @@ def run(raw: DictConfig) -> dict:
     done = step >= cfg.train.steps
     save_release(model, cfg, out, curve, step, done)
     return {"step": step, "done": done, "curve": curve}
+
+
+def make_loader(cfg: PretrainConfig, stream: PretrainStream, pad_id: int, start_step: int) -> DataLoader:
+    """Returns the batches of steps ``start_step .. train.steps`` in order, built by ``train.num_workers`` workers."""
+    # Each worker tokenizes one item at a time; a Rust thread pool per worker only fights the others for cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    order = Subset(stream, range(start_step * cfg.train.batch_size, cfg.train.steps * cfg.train.batch_size))
+    return DataLoader(
+        order, batch_size=cfg.train.batch_size, num_workers=cfg.train.num_workers,
+        collate_fn=functools.partial(collate, pad_id=pad_id), pin_memory=cfg.device != "cpu",
+        persistent_workers=False, prefetch_factor=4 if cfg.train.num_workers else None,
+        worker_init_fn=_one_thread,
+    )
+
+
+def train_step(model, optimizer, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, step: int) -> float:
+    """Runs one optimizer step at ``step``'s learning rate; returns the loss (not applied when non-finite)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, cfg)
+    loss = _loss(model, batch, cfg, image_proc, cfg.device)
+    value = loss.item()
+    if not math.isfinite(value):
+        return value
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    optimizer.step()
+    return value
 
 
 def _one_thread(_worker: int) -> None:
@@ -163,6 +185,7 @@ def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int, 
     whether ``train.steps`` was reached (re-running continues from the resume state).
     """
     model.eval()
+    model.set_attn_implementation({"vision_config": "sdpa"})
     model.to(getattr(torch, cfg.weights_dtype)).save_pretrained(out, safe_serialization=True)
     record = {
         "command": "python src/build_data.py && python src/pretrain_tiny.py",
