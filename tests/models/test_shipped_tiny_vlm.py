@@ -1,0 +1,32 @@
+"""The shipped tiny VLM: one safetensors file within budget, loadable offline, shaped as its pretraining config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from transformers import AutoModelForImageTextToText
+
+from sparsectx.pretrain.train import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSET = ROOT / "src" / "sparsectx" / "assets" / "tiny-vlm"
+
+
+def test_weights_are_one_file_under_15_mib() -> None:
+    weights = list(ASSET.glob("*.safetensors"))
+    assert [w.name for w in weights] == ["model.safetensors"]
+    assert weights[0].stat().st_size <= 15 * 2**20
+
+
+def test_loads_offline_with_the_architecture_of_its_pretraining_config() -> None:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = load_config(compose("pretrain_tiny"))
+    model = AutoModelForImageTextToText.from_pretrained(ASSET, local_files_only=True)
+    vision, text = model.config.vision_config, model.config.text_config
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    for key, value in vars(cfg.vision).items():
+        assert getattr(vision, key) == value, f"vision.{key}"
+    for key in ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"]:
+        assert getattr(text, key) == getattr(cfg.text, key), f"text.{key}"
+    assert "sparsectx_uniform_flash" not in (ASSET / "config.json").read_text()  # a pretraining-only kernel
