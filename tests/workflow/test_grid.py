@@ -183,7 +183,8 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
         "budget=0.05",
         "seed=0",
     ]
-    assert "steps=40" in train and train[-1] == "method.optim.lr=1e-4"  # stage overrides, then the method's
+    method_overrides = tiny_raw()["methods"]["lt_opd"]["overrides"]
+    assert "steps=40" in train and train[-len(method_overrides):] == method_overrides  # stage's, then method's
 
 
 def test_train_command_launches_accelerate_only_for_several_gpus() -> None:
