@@ -4,7 +4,8 @@
 
 Reports: items/s of the synthetic stream in one process; items/s the DataLoader delivers with
 ``train.num_workers`` workers (no model); optimizer steps/s on one fixed batch with HF's per-image
-vision attention and with the batched one; and steps/s of the real loop (loader + steps) end to end.
+vision attention and with the batched one; and steps/s of the real loop (loader + steps, attention as
+``train.batched_vision_attention`` says) end to end.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from transformers import AutoTokenizer
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.pretrain.stream import PretrainStream
-from sparsectx.pretrain.train import benchmark_hashes, build_model, load_config, make_loader, train_step
-from sparsectx.pretrain.vision_attention import use_uniform_vision_attention
+from sparsectx.pretrain.train import benchmark_hashes, load_config, make_loader, train_step, training_model
 
 
 def _rate(count: int, seconds: float) -> str:
@@ -61,9 +61,7 @@ def main(overrides: list[str]) -> None:
 
     steps = 20
     for batched in (False, True):
-        model = build_model(cfg, tokenizer).to(device)
-        if batched:
-            use_uniform_vision_attention(model)
+        model = training_model(cfg, tokenizer, batched)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
         for s in range(3):
             train_step(model, optimizer, first, cfg, image_proc, s)
@@ -75,6 +73,8 @@ def main(overrides: list[str]) -> None:
         name = "batched" if batched else "per-image"
         print(f"fixed batch, {name:9s}   steps/s {_rate(steps, time.time() - start)}")
 
+    model = training_model(cfg, tokenizer, cfg.train.batched_vision_attention)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
     loader = make_loader(cfg, stream, tokenizer.pad_token_id, 0)
     start, done = time.time(), 0
     for s, batch in enumerate(loader):

@@ -59,6 +59,14 @@ def build_model(cfg: PretrainConfig, tokenizer) -> Qwen2_5_VLForConditionalGener
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
+def training_model(cfg: PretrainConfig, tokenizer, batched_vision_attention: bool):
+    """Returns a fresh model on ``cfg.device``, its vision tower on the batched attention when asked."""
+    model = build_model(cfg, tokenizer).to(cfg.device)
+    if batched_vision_attention:
+        use_uniform_vision_attention(model)
+    return model
+
+
 def benchmark_hashes(cfg: PretrainConfig) -> set[str]:
     """Returns the content hashes of every benchmark item, which pretraining must never see."""
     return set().union(*(generate_bench(cfg.data, bench)[1] for bench in cfg.data.benches))
@@ -98,9 +106,7 @@ def run(raw: DictConfig) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(out)
     image_proc = Qwen2VLImageProcessorPil.from_pretrained(out)
     side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
-    model = build_model(cfg, tokenizer).to(cfg.device)
-    if cfg.train.batched_vision_attention:
-        use_uniform_vision_attention(model)
+    model = training_model(cfg, tokenizer, cfg.train.batched_vision_attention)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     step, curve = 0, []
     if (state_dir / "state.pt").exists():
