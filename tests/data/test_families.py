@@ -16,6 +16,7 @@ from sparsectx.data.tsv import Item, read_tsv
 from .conftest import BENCHES, SMALL_BENCH
 
 TRACE = re.compile(r"^<think>[^<>]+</think><answer>([^<>]+)</answer>$")
+TRACE_THOUGHT = re.compile(r"^<think>([^<>]+)</think>")
 
 
 def _items(small_suite, split: str) -> list[Item]:
@@ -146,6 +147,19 @@ def test_mcq_has_four_options_and_the_letter_points_to_the_truth(small_suite) ->
         assert item.options[item.answer] == truth
     assert Counter(item.answer for item in items) == {letter: 3 for letter in "ABCD"}
     assert Counter(item.category for item in items) == {"color": 4, "shape": 4, "count": 4}
+
+
+def test_mcq_trace_checks_the_options_in_order_and_stops_at_the_answer(small_suite) -> None:
+    for item in _items(small_suite, "syn_mcq"):
+        thought = TRACE_THOUGHT.match(item.trace).group(1)
+        checks = re.findall(r"([A-D])\. (\w+): (yes|no)\.", thought)
+        letters = list(item.options)
+        expected = [
+            (letter, item.options[letter], "yes" if letter == item.answer else "no")
+            for letter in letters[: letters.index(item.answer) + 1]
+        ]
+        assert checks == expected, item.trace
+        assert thought.endswith(f"{item.answer}. {item.options[item.answer]}: yes.")
 
 
 def test_describe_lists_every_object_once(small_suite) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from sparsectx.pretrain import train
 from sparsectx.pretrain.train import run
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -69,3 +73,19 @@ def test_time_limited_calls_reach_the_uninterrupted_weights(tmp_path: Path) -> N
         assert torch.equal(got["model"][name], tensor), name
     assert [c["loss"] for c in got["curve"]] == [c["loss"] for c in want["curve"]]
     assert (split_out / "model.safetensors").is_file() and (split_out / "training_record.json").is_file()
+
+
+@pytest.mark.slow
+def test_training_seconds_add_up_over_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = itertools.count()
+    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: float(next(ticks))))
+    out = _processor_dir(tmp_path)
+    seconds = []
+    for _ in range(3):  # a fake clock ticking once per reading: each one-step call lasts a few ticks
+        _run(out, tmp_path / "state", time_limit=0.0)
+        seconds.append(json.loads((out / "training_record.json").read_text())["train_seconds"])
+    per_call = [seconds[0], seconds[1] - seconds[0], seconds[2] - seconds[1]]
+    assert all(1 <= ticks_in_call <= 10 for ticks_in_call in per_call), seconds
+    curve = torch.load(tmp_path / "state" / "state.pt", weights_only=False)["curve"]
+    assert [c["step"] for c in curve] == [1, 2, 3]
+    assert [c["seconds"] for c in curve] == sorted(c["seconds"] for c in curve) and curve[-1]["seconds"] < seconds[-1]

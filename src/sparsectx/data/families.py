@@ -270,7 +270,14 @@ def make_mcq(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     wrong.insert(LETTERS.index(letter), correct)
     options = dict(zip(LETTERS, wrong, strict=True))
     objects = place_all(rng, specs, cfg)
-    trace = format_trace(f"{thought}, which is option {letter}.", letter)
+    # The trace checks the options in order and stops at the match, so the letter it answers with is the
+    # one just written rather than a lookup across the prompt (which the tiny model got wrong for B-D).
+    checks = []
+    for option_letter, text in options.items():
+        checks.append(f"{option_letter}. {text}: {'yes' if option_letter == letter else 'no'}.")
+        if option_letter == letter:
+            break
+    trace = format_trace(f"{thought}. {' '.join(checks)}", letter)
     return ItemSpec(_scene(rng, cfg, objects), question, options, letter, trace, kind, "")
 
 

@@ -108,12 +108,12 @@ def run(raw: DictConfig) -> dict:
     side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
     model = training_model(cfg, tokenizer, cfg.train.batched_vision_attention)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    step, curve = 0, []
+    step, curve, seconds_before = 0, [], 0.0
     if (state_dir / "state.pt").exists():
         state = torch.load(state_dir / "state.pt", map_location=cfg.device, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        step, curve = state["step"], state["curve"]
+        step, curve, seconds_before = state["step"], state["curve"], state["seconds"]
     elif cfg.init_from is not None:
         init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
         model.load_state_dict(init.state_dict())
@@ -130,17 +130,18 @@ def run(raw: DictConfig) -> dict:
         window.append(loss)
         bar.update(1)
         if step % cfg.train.log_every == 0:
-            curve.append({"step": step, "loss": sum(window) / len(window), "seconds": time.time() - start})
+            seconds = seconds_before + time.time() - start
+            curve.append({"step": step, "loss": sum(window) / len(window), "seconds": seconds})
             bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
             window = []
         out_of_time = time.time() - start > cfg.train.time_limit_s
         if step % cfg.train.save_every == 0 or step == cfg.train.steps or out_of_time:
-            _save_state(state_dir, model, optimizer, step, curve)
+            _save_state(state_dir, model, optimizer, step, curve, seconds_before + time.time() - start)
         if out_of_time:
             break
     bar.close()
     done = step >= cfg.train.steps
-    save_release(model, cfg, out, curve, step, done)
+    save_release(model, cfg, out, curve, step, done, seconds_before + time.time() - start)
     return {"step": step, "done": done, "curve": curve}
 
 
@@ -177,18 +178,23 @@ def _one_thread(_worker: int) -> None:
     torch.set_num_threads(1)
 
 
-def _save_state(state_dir: Path, model, optimizer, step: int, curve: list) -> None:
+def _save_state(state_dir: Path, model, optimizer, step: int, curve: list, seconds: float) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / "state.pt.tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve}, tmp)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve}
+    torch.save({**state, "seconds": seconds}, tmp)
     tmp.replace(state_dir / "state.pt")
 
 
-def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int, complete: bool) -> None:
+def save_release(
+    model, cfg: PretrainConfig, out: Path, curve: list, step: int, complete: bool, train_seconds: float
+) -> None:
     """Writes the shipped weights (one safetensors file in ``weights_dtype``), config and training record.
 
     Written at every stop, so a time-limited call still leaves a usable model; ``complete`` records
-    whether ``train.steps`` was reached (re-running continues from the resume state).
+    whether ``train.steps`` was reached (re-running continues from the resume state). ``train_seconds``
+    is the loop's wall time summed over every call so far (the curve's ``seconds`` count the same way),
+    the figure the project's GPU-time budget for this script is checked against.
     """
     model.eval()
     model.set_attn_implementation({"vision_config": "sdpa"})
@@ -199,6 +205,7 @@ def save_release(model, cfg: PretrainConfig, out: Path, curve: list, step: int, 
         "steps": step,
         "complete": complete,
         "samples_seen": step * cfg.train.batch_size,
+        "train_seconds": round(train_seconds, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "curve": curve,
     }
