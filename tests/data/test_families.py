@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -149,17 +150,35 @@ def test_mcq_has_four_options_and_the_letter_points_to_the_truth(small_suite) ->
     assert Counter(item.category for item in items) == {"color": 4, "shape": 4, "count": 4}
 
 
-def test_mcq_trace_checks_the_options_in_order_and_stops_at_the_answer(small_suite) -> None:
-    for item in _items(small_suite, "syn_mcq"):
-        thought = TRACE_THOUGHT.match(item.trace).group(1)
-        checks = re.findall(r"([A-D])\. (\w+): (yes|no)\.", thought)
-        letters = list(item.options)
+def _mcq_specs(cfg, style: str) -> list:
+    families = replace(cfg.families, mcq=replace(cfg.families.mcq, trace=style))
+    ctx = family_context(replace(cfg, families=families))
+    return [generate_spec("mcq", slot, random.Random(slot), ctx) for slot in range(24)]
+
+
+def test_mcq_lookup_trace_names_the_answer_letter(small_suite) -> None:
+    for spec in _mcq_specs(small_suite[0], "lookup"):
+        thought = TRACE_THOUGHT.match(spec.trace).group(1)
+        assert thought.endswith(f", which is option {spec.answer}.") and ": yes." not in thought, spec.trace
+
+
+def test_mcq_walk_trace_checks_the_options_in_order_and_stops_at_the_answer(small_suite) -> None:
+    specs = _mcq_specs(small_suite[0], "walk")
+    assert {spec.answer for spec in specs} == set("ABCD")
+    for spec in specs:
+        thought = TRACE_THOUGHT.match(spec.trace).group(1)
+        letters = list(spec.options)
         expected = [
-            (letter, item.options[letter], "yes" if letter == item.answer else "no")
-            for letter in letters[: letters.index(item.answer) + 1]
+            (letter, spec.options[letter], "yes" if letter == spec.answer else "no")
+            for letter in letters[: letters.index(spec.answer) + 1]
         ]
-        assert checks == expected, item.trace
-        assert thought.endswith(f"{item.answer}. {item.options[item.answer]}: yes.")
+        assert re.findall(r"([A-D])\. (\w+): (yes|no)\.", thought) == expected, spec.trace
+        assert thought.endswith(f"{spec.answer}. {spec.options[spec.answer]}: yes.")
+
+
+def test_unknown_mcq_trace_style_is_refused(small_suite) -> None:
+    with pytest.raises(ValueError, match=r"data\.families\.mcq\.trace='think'.*lookup.*walk"):
+        replace(small_suite[0].families.mcq, trace="think")
 
 
 def test_describe_lists_every_object_once(small_suite) -> None:

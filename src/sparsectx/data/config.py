@@ -110,6 +110,16 @@ class McqConfig:
     """[min, max] true count for counting questions."""
     num_distractors: list[int]
     """[min, max] other objects in the scene."""
+    trace: str
+    """Reference reasoning: ``lookup`` names the answer's letter after the percept ("..., which is option
+    B."); ``walk`` checks the options in order and stops at the match ("A. red: no. B. blue: yes.")."""
+
+    def __post_init__(self) -> None:
+        if self.trace not in MCQ_TRACES:
+            raise ValueError(f"data.families.mcq.trace={self.trace!r} must be one of {MCQ_TRACES}")
+
+
+MCQ_TRACES = ("lookup", "walk")
 
 
 @dataclass

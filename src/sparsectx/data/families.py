@@ -270,15 +270,21 @@ def make_mcq(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     wrong.insert(LETTERS.index(letter), correct)
     options = dict(zip(LETTERS, wrong, strict=True))
     objects = place_all(rng, specs, cfg)
-    # The trace checks the options in order and stops at the match, so the letter it answers with is the
-    # one just written rather than a lookup across the prompt (which the tiny model got wrong for B-D).
+    trace = format_trace(_mcq_thought(thought, options, letter, params.trace), letter)
+    return ItemSpec(_scene(rng, cfg, objects), question, options, letter, trace, kind, "")
+
+
+def _mcq_thought(percept: str, options: dict[str, str], letter: str, style: str) -> str:
+    """Returns the MCQ reasoning in ``style`` (``data.families.mcq.trace``): the letter looked up, or reached
+    by checking the options in order, so that the letter answered is the one just written."""
+    if style == "lookup":
+        return f"{percept}, which is option {letter}."
     checks = []
     for option_letter, text in options.items():
         checks.append(f"{option_letter}. {text}: {'yes' if option_letter == letter else 'no'}.")
         if option_letter == letter:
             break
-    trace = format_trace(f"{thought}. {' '.join(checks)}", letter)
-    return ItemSpec(_scene(rng, cfg, objects), question, options, letter, trace, kind, "")
+    return f"{percept}. {' '.join(checks)}"
 
 
 @FAMILIES.register("describe")
