@@ -184,7 +184,9 @@ class GenerationRow:
     prompt: str
     output: str
     answer: str | None
+    """The model's answer as extracted from ``output`` (lenient rules) and scored: not the reference."""
     strict: str | None
+    """The model's answer from ``<answer>`` tags alone; None when the output has none."""
     status: str
     """``tagged`` / ``fallback`` / ``empty`` (see ``sparsectx.eval.extract``) or ``error``."""
     correct: bool
