@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from sparsectx.data.families import FAMILIES
-from sparsectx.data.scenes import Scene, SceneObject
+from sparsectx.data.scenes import RELATION_PHRASES, Scene, SceneObject
 from sparsectx.data.synthetic import SLOT_PERIOD, family_context, generate_spec
 from sparsectx.data.tsv import Item, read_tsv
 
@@ -102,6 +102,36 @@ def test_spatial_answer_matches_the_centres(small_suite) -> None:
         assert item.answer == truth
         answers[truth] += 1
     assert answers == {"left": 3, "right": 3, "above": 3, "below": 3}
+
+
+def test_spatial_grid_trace_locates_both_objects_then_states_the_relation(small_suite) -> None:
+    cfg = small_suite[0]
+    cells = -(-cfg.scene.image_size // cfg.families.spatial.min_offset)  # cells no wider than the offset
+    spatial = replace(cfg.families.spatial, trace="grid", grid_cells=cells)
+    ctx = family_context(replace(cfg, families=replace(cfg.families, spatial=spatial)))
+    pattern = (
+        r"The (\w+ \w+) is in row (\d+), column (\d+); the (\w+ \w+) is in row (\d+), column (\d+); "
+        r"so the \1 is (to the left of|to the right of|above|below) the \4\."
+    )
+    for slot in range(24):
+        spec = generate_spec("spatial", slot, random.Random(slot), ctx)
+        name_a, row_a, col_a, name_b, row_b, col_b, phrase = re.fullmatch(
+            pattern, TRACE_THOUGHT.match(spec.trace).group(1)
+        ).groups()
+        assert phrase == RELATION_PHRASES[spec.answer]
+        cell_of = {}
+        for obj in spec.scene.objects:
+            side = cfg.scene.image_size / cells
+            cell_of[f"{obj.color} {obj.shape}"] = (int(obj.cy // side) + 1, int(obj.cx // side) + 1)
+        assert cell_of[name_a] == (int(row_a), int(col_a)) and cell_of[name_b] == (int(row_b), int(col_b))
+        d_row, d_col = int(row_a) - int(row_b), int(col_a) - int(col_b)
+        moved = {"left": -d_col, "right": d_col, "above": -d_row, "below": d_row}[spec.answer]
+        assert moved >= 1, spec.trace  # the cells alone already show the relation's direction
+
+
+def test_unknown_spatial_trace_style_is_refused(small_suite) -> None:
+    with pytest.raises(ValueError, match=r"data\.families\.spatial\.trace='steps'.*direct.*grid"):
+        replace(small_suite[0].families.spatial, trace="steps")
 
 
 def test_ocr_answer_is_the_drawn_word(small_suite) -> None:

@@ -84,6 +84,20 @@ class SpatialConfig:
     """[min, max] objects besides the two that are asked about."""
     min_offset: int
     """Minimum centre distance in pixels along the relation's axis."""
+    trace: str
+    """Reference reasoning: ``direct`` states the relation at once; ``grid`` first gives each object's
+    row and column on a ``grid_cells`` x ``grid_cells`` grid, then the relation."""
+    grid_cells: int
+    """Cells per image side for the ``grid`` trace."""
+
+    def __post_init__(self) -> None:
+        if self.trace not in SPATIAL_TRACES:
+            raise ValueError(f"data.families.spatial.trace={self.trace!r} must be one of {SPATIAL_TRACES}")
+        if self.grid_cells < 2:
+            raise ValueError(f"data.families.spatial.grid_cells={self.grid_cells} must be >= 2")
+
+
+SPATIAL_TRACES = ("direct", "grid")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from sparsectx.data.scenes import (
     count_phrase,
     draw_free_specs,
     draw_spec,
+    grid_cell,
     place_all,
     place_box,
     place_object,
@@ -163,6 +164,9 @@ def make_spatial(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     name_a, name_b = f"{pair_a[0]} {pair_a[1]}", f"{pair_b[0]} {pair_b[1]}"
     question = f"Is the {name_a} left of, right of, above, or below the {name_b}?"
     thought = f"The {name_a} is {RELATION_PHRASES[want]} the {name_b}."
+    if params.trace == "grid":
+        where_a, where_b = (grid_cell(obj, cfg.image_size, params.grid_cells) for obj in (a, b))
+        thought = f"The {name_a} is in {where_a}; the {name_b} is in {where_b}; so the {thought[4:]}"
     return ItemSpec(
         _scene(rng, cfg, objects), question, {}, want, format_trace(thought, want), "relation", ""
     )

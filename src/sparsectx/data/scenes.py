@@ -128,6 +128,14 @@ def position_name(obj: SceneObject, image_size: int) -> str:
     return " ".join(part for part in (vertical, horizontal) if part) or "center"
 
 
+def grid_cell(obj: SceneObject, image_size: int, cells: int) -> str:
+    """Returns the object's centre as ``"row r, column c"`` on a ``cells`` x ``cells`` grid, counted from 1
+    at the top left, a finer locator than :func:`position_name` for stepwise spatial reasoning."""
+    row = min(cells - 1, obj.cy * cells // image_size) + 1
+    col = min(cells - 1, obj.cx * cells // image_size) + 1
+    return f"row {row}, column {col}"
+
+
 def _overlaps(box: Box, others: list[Box], gap: int) -> bool:
     x0, y0, x1, y1 = box
     return any(x0 < b[2] + gap and b[0] < x1 + gap and y0 < b[3] + gap and b[1] < y1 + gap for b in others)
