@@ -89,3 +89,14 @@ def test_training_seconds_add_up_over_calls(tmp_path: Path, monkeypatch: pytest.
     curve = torch.load(tmp_path / "state" / "state.pt", weights_only=False)["curve"]
     assert [c["step"] for c in curve] == [1, 2, 3]
     assert [c["seconds"] for c in curve] == sorted(c["seconds"] for c in curve) and curve[-1]["seconds"] < seconds[-1]
+
+
+@pytest.mark.slow
+def test_a_state_without_summed_seconds_is_refused_by_name(tmp_path: Path) -> None:
+    out, state = _processor_dir(tmp_path), tmp_path / "state"
+    _run(out, state, time_limit=0.0)
+    saved = torch.load(state / "state.pt", weights_only=False)
+    del saved["seconds"]
+    torch.save(saved, state / "state.pt")
+    with pytest.raises(ValueError, match=r"state\.pt has no 'seconds'"):
+        _run(out, state, time_limit=0.0)

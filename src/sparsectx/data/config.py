@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.checks import check_choice
+
 # Families that teach (dense description) but must never be scored: a benchmark may not use them.
 TRAIN_ONLY_FAMILIES = frozenset({"describe"})
 
@@ -91,8 +93,7 @@ class SpatialConfig:
     """Cells per image side for the ``grid`` trace."""
 
     def __post_init__(self) -> None:
-        if self.trace not in SPATIAL_TRACES:
-            raise ValueError(f"data.families.spatial.trace={self.trace!r} must be one of {SPATIAL_TRACES}")
+        check_choice(self.trace, SPATIAL_TRACES, "data.families.spatial.trace")
         if self.grid_cells < 2:
             raise ValueError(f"data.families.spatial.grid_cells={self.grid_cells} must be >= 2")
 
@@ -129,8 +130,7 @@ class McqConfig:
     B."); ``walk`` checks the options in order and stops at the match ("A. red: no. B. blue: yes.")."""
 
     def __post_init__(self) -> None:
-        if self.trace not in MCQ_TRACES:
-            raise ValueError(f"data.families.mcq.trace={self.trace!r} must be one of {MCQ_TRACES}")
+        check_choice(self.trace, MCQ_TRACES, "data.families.mcq.trace")
 
 
 MCQ_TRACES = ("lookup", "walk")

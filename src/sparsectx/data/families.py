@@ -163,10 +163,11 @@ def make_spatial(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     objects = [a, b, *place_all(rng, specs, cfg, taken)]
     name_a, name_b = f"{pair_a[0]} {pair_a[1]}", f"{pair_b[0]} {pair_b[1]}"
     question = f"Is the {name_a} left of, right of, above, or below the {name_b}?"
-    thought = f"The {name_a} is {RELATION_PHRASES[want]} the {name_b}."
+    claim = f"{name_a} is {RELATION_PHRASES[want]} the {name_b}."
+    thought = f"The {claim}"
     if params.trace == "grid":
         where_a, where_b = (grid_cell(obj, cfg.image_size, params.grid_cells) for obj in (a, b))
-        thought = f"The {name_a} is in {where_a}; the {name_b} is in {where_b}; so the {thought[4:]}"
+        thought = f"The {name_a} is in {where_a}; the {name_b} is in {where_b}; so the {claim}"
     return ItemSpec(
         _scene(rng, cfg, objects), question, {}, want, format_trace(thought, want), "relation", ""
     )

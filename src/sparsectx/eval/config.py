@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
+from sparsectx.checks import check_choice
 from sparsectx.data.config import PromptConfig
 from sparsectx.eval.scorers import SCORERS
 from sparsectx.generation import DecodingConfig
@@ -24,11 +25,6 @@ MODES = ("greedy", "passk", "efficiency")
 ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
 SUBSET_FIELDS = ("none", "subset", "category")
-
-
-def _check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}={value!r} is not one of {list(choices)}")
 
 
 def check_seed(seed: object, key: str) -> int:
@@ -66,9 +62,9 @@ class BenchSpec:
         key = f"bench.{self.name}"
         if self.max_new_tokens < 1:
             raise ValueError(f"{key}.max_new_tokens={self.max_new_tokens} must be >= 1")
-        _check_choice(self.answer_format, ANSWER_FORMATS, f"{key}.answer_format")
-        _check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
-        _check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
+        check_choice(self.answer_format, ANSWER_FORMATS, f"{key}.answer_format")
+        check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
+        check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
         SCORERS.get(self.scorer)  # unknown scorer: raises with close matches and every name
 
 
@@ -181,7 +177,7 @@ class EvalConfig:
     """A benchmark whose share of generation errors plus empty extractions exceeds this fails the run."""
 
     def __post_init__(self) -> None:
-        _check_choice(self.mode, MODES, "mode")
+        check_choice(self.mode, MODES, "mode")
         check_budget(self.budget, "budget")
         check_seed(self.seed, "seed")
         if self.batch_size < 1:

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForImageTextToText, PreTrainedModel
 
+from sparsectx.checks import check_choice
 from sparsectx.models import qwen2_5_vl, qwen3_vl
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor, load_processor
@@ -38,8 +39,7 @@ class ModelConfig:
     """Query chunk size when recomputing vision attention for pruner signals."""
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype={self.dtype!r} is not one of {sorted(DTYPES)}")
+        check_choice(self.dtype, sorted(DTYPES), "model.dtype")
         if self.signal_chunk < 1:
             raise ValueError(f"model.signal_chunk={self.signal_chunk} must be a positive integer")
 

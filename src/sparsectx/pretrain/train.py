@@ -113,6 +113,11 @@ def run(raw: DictConfig) -> dict:
         state = torch.load(state_dir / "state.pt", map_location=cfg.device, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        if "seconds" not in state:
+            raise ValueError(
+                f"{state_dir / 'state.pt'} has no 'seconds' (written before pretraining summed its time over "
+                "calls): move it away to start over, or finish that run with the code that wrote it"
+            )
         step, curve, seconds_before = state["step"], state["curve"], state["seconds"]
     elif cfg.init_from is not None:
         init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
@@ -120,6 +125,10 @@ def run(raw: DictConfig) -> dict:
     stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg))
     loader = make_loader(cfg, stream, tokenizer.pad_token_id, step)
     start, window = time.time(), []
+
+    def elapsed() -> float:  # loop wall time over every call so far
+        return seconds_before + time.time() - start
+
     model.train()
     bar = tqdm(total=cfg.train.steps, initial=step, desc="pretrain", mininterval=10)
     for batch in loader:
@@ -130,18 +139,17 @@ def run(raw: DictConfig) -> dict:
         window.append(loss)
         bar.update(1)
         if step % cfg.train.log_every == 0:
-            seconds = seconds_before + time.time() - start
-            curve.append({"step": step, "loss": sum(window) / len(window), "seconds": seconds})
+            curve.append({"step": step, "loss": sum(window) / len(window), "seconds": elapsed()})
             bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}")
             window = []
         out_of_time = time.time() - start > cfg.train.time_limit_s
         if step % cfg.train.save_every == 0 or step == cfg.train.steps or out_of_time:
-            _save_state(state_dir, model, optimizer, step, curve, seconds_before + time.time() - start)
+            _save_state(state_dir, model, optimizer, step, curve, elapsed())
         if out_of_time:
             break
     bar.close()
     done = step >= cfg.train.steps
-    save_release(model, cfg, out, curve, step, done, seconds_before + time.time() - start)
+    save_release(model, cfg, out, curve, step, done, elapsed())
     return {"step": step, "done": done, "curve": curve}
 
 
@@ -181,8 +189,11 @@ def _one_thread(_worker: int) -> None:
 def _save_state(state_dir: Path, model, optimizer, step: int, curve: list, seconds: float) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_dir / "state.pt.tmp"
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve}
-    torch.save({**state, "seconds": seconds}, tmp)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve,
+         "seconds": seconds},
+        tmp,
+    )  # fmt: skip
     tmp.replace(state_dir / "state.pt")
 
 

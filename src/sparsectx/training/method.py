@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from sparsectx.checks import check_choice
 from sparsectx.generation import DecodingConfig
 from sparsectx.registry import Registry
 from sparsectx.training.divergences import DIVERGENCES
@@ -81,11 +82,6 @@ def _check_key(registry: Registry[Any], name: str, key: str) -> None:
             raise KeyError(f"{key}={name!r}: {err.args[0]}") from None
 
 
-def _check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}={value!r} is not one of {list(choices)}; pick one of those")
-
-
 @dataclass
 class TeacherConfig:
     """``method.teacher``: who scores the prefix with the full visual context."""
@@ -100,7 +96,7 @@ class TeacherConfig:
     """Text appended to the teacher's user turn when ``reference_in_prompt``; ``{reference}`` is replaced."""
 
     def __post_init__(self) -> None:
-        _check_choice(self.kind, TEACHER_KINDS, "method.teacher.kind")
+        check_choice(self.kind, TEACHER_KINDS, "method.teacher.kind")
         if self.kind == "ema":
             if self.ema_decay is None or not 0.0 <= self.ema_decay <= 1.0:
                 raise ValueError(
@@ -198,7 +194,7 @@ class PositionsConfig:
                 f"method.positions.delta={self.delta!r} is only used by the sensitivity selectors; "
                 "set it to null"
             )
-        _check_choice(self.probe_nesting, PROBE_NESTINGS, "method.positions.probe_nesting")
+        check_choice(self.probe_nesting, PROBE_NESTINGS, "method.positions.probe_nesting")
 
     def extra(self) -> dict[str, Any]:
         """Returns the selector's own keyword arguments (``fraction`` for the top-ρ rules)."""
@@ -306,7 +302,7 @@ class OptimConfig:
             raise ValueError(f"method.optim.betas={list(self.betas)} must be two values in [0, 1)")
         if self.warmup_steps < 0:
             raise ValueError(f"method.optim.warmup_steps={self.warmup_steps} must be >= 0")
-        _check_choice(self.lr_schedule, LR_SCHEDULES, "method.optim.lr_schedule")
+        check_choice(self.lr_schedule, LR_SCHEDULES, "method.optim.lr_schedule")
 
 
 @dataclass
@@ -332,9 +328,9 @@ class MethodConfig:
     optim: OptimConfig
 
     def __post_init__(self) -> None:
-        _check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
-        _check_choice(self.objective, OBJECTIVES, "method.objective")
-        _check_choice(self.reduction, REDUCTIONS, "method.reduction")
+        check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
+        check_choice(self.objective, OBJECTIVES, "method.objective")
+        check_choice(self.reduction, REDUCTIONS, "method.reduction")
         if self.effective_batch_size < 1:
             raise ValueError(f"method.effective_batch_size={self.effective_batch_size} must be >= 1")
         if self.objective == "sft" and self.teacher.kind != "none":
