@@ -1,7 +1,8 @@
-"""Pruner signals recomputed from sdpa vision blocks equal the attention weights of an eager run."""
+"""Pruner signals (recomputed from sdpa blocks, or in-pass from grouped ones) equal an eager run's attention weights."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from tiny_models import noise_image
 
 from sparsectx.encoding import encode_samples
+from sparsectx.models import adapter_for, set_vision_attention
 from sparsectx.prompting import PromptItem
 from sparsectx.visual import ImageTokens
 
@@ -38,12 +40,22 @@ def _eager_received(tiny_vlm, items, monkeypatch) -> torch.Tensor:
     return merged if to_raster is None else merged[to_raster]
 
 
+def _adapter(tiny_vlm, vision_attention: str):
+    """The fixture's adapter (HF sdpa tower), or one over a copy routed as ``model.vision_attention`` says."""
+    if vision_attention == "hf":
+        return tiny_vlm.adapter
+    model = copy.deepcopy(tiny_vlm.adapter.model)
+    set_vision_attention(model, vision_attention)
+    return adapter_for(model, signal_chunk=tiny_vlm.adapter.signal_chunk)
+
+
+@pytest.mark.parametrize("vision_attention", ["hf", "grouped"])
 @torch.no_grad()
-def test_attention_received_matches_eager_weights(tiny_vlm, monkeypatch):
+def test_attention_received_matches_eager_weights(tiny_vlm, monkeypatch, vision_attention):
     patch = tiny_vlm.patch
     images = [noise_image(patch * 8, patch * 4, 7), noise_image(patch * 4, patch * 6, 8)]
     items = [PromptItem("a", images, "q?", "s", "")]
-    samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, items)
+    samples = encode_samples(_adapter(tiny_vlm, vision_attention), tiny_vlm.processor, items)
     ours = torch.cat([im.attention_received for im in samples[0].images])
     reference = _eager_received(tiny_vlm, items, monkeypatch)
     torch.testing.assert_close(ours, reference.float(), atol=1e-5, rtol=1e-5)

@@ -33,7 +33,7 @@ from sparsectx.eval.scorers import (
     vqa_soft_accuracy,
 )
 from sparsectx.generation import SamplingConfig, generate
-from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path
+from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path, set_vision_attention
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, chat_messages
@@ -284,12 +284,14 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
                 config, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
             )
         hf.eval()
+        set_vision_attention(hf, cfg.vision_attention)
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=load_processor(source))
     else:
         loaded = load_model(cfg)
     info = {
         "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
         "checkpoint_id": checkpoint_id(local), "random_weights": random_weights, "dtype": cfg.dtype,
-        "device": cfg.device, "attn_implementation": cfg.attn_implementation, "family": loaded.adapter.family,
+        "device": cfg.device, "attn_implementation": cfg.attn_implementation,
+        "vision_attention": cfg.vision_attention, "family": loaded.adapter.family,
     }  # fmt: skip
     return loaded, info

@@ -1,7 +1,14 @@
 """Load VLMs and talk to them through one adapter per family (Qwen2.5-VL, Qwen3-VL)."""
 
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
-from sparsectx.models.loading import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path
+from sparsectx.models.loading import (
+    LoadedModel,
+    ModelConfig,
+    adapter_for,
+    load_model,
+    resolve_model_path,
+    set_vision_attention,
+)
 
 __all__ = [
     "LLMInputs",
@@ -11,4 +18,5 @@ __all__ = [
     "adapter_for",
     "load_model",
     "resolve_model_path",
+    "set_vision_attention",
 ]

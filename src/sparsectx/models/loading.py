@@ -13,12 +13,14 @@ from sparsectx.models import qwen2_5_vl, qwen3_vl
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor, load_processor
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.vision_attention import use_grouped_vision_attention
 
 PACKAGE_PREFIX = "package:"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 LAYOUTS: dict[str, VisionLayout] = {"qwen2_5_vl": qwen2_5_vl.LAYOUT, "qwen3_vl": qwen3_vl.LAYOUT}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+VISION_ATTENTION = ("grouped", "hf")
 
 
 @dataclass
@@ -36,10 +38,16 @@ class ModelConfig:
     attn_implementation: str
     """transformers attention backend: sdpa, eager or flash_attention_2."""
     signal_chunk: int
-    """Query chunk size when recomputing vision attention for pruner signals."""
+    """Query rows whose explicit softmax is held at once when computing the pruner signals."""
+    vision_attention: str
+    """Vision tower attention: ``grouped`` runs one sdpa call per distinct window/image length and takes the
+    pruner signals from the signal block's own attention (``sparsectx.models.vision_attention``), whatever
+    ``attn_implementation`` says; ``hf`` keeps HF's backend for the tower too (under sdpa/eager, one call
+    per window or image, signals recomputed in a second pass)."""
 
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
+        check_choice(self.vision_attention, VISION_ATTENTION, "model.vision_attention")
         if self.signal_chunk < 1:
             raise ValueError(f"model.signal_chunk={self.signal_chunk} must be a positive integer")
 
@@ -77,6 +85,13 @@ def adapter_for(model: PreTrainedModel, signal_chunk: int) -> VLMAdapter:
     return QwenVLAdapter(family, model, LAYOUTS[family], signal_chunk)
 
 
+def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
+    """Returns None after routing ``model``'s vision tower as ``model.vision_attention`` (``choice``) says."""
+    check_choice(choice, VISION_ATTENTION, "model.vision_attention")
+    if choice == "grouped":
+        use_grouped_vision_attention(model)
+
+
 def load_model(cfg: ModelConfig) -> LoadedModel:
     """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes."""
     source = resolve_model_path(cfg.path)
@@ -91,4 +106,5 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
             "elsewhere and set model.path=/local/dir (a directory with config.json and weights)."
         ) from err
     model.to(cfg.device).eval()
+    set_vision_attention(model, cfg.vision_attention)
     return LoadedModel(adapter=adapter_for(model, cfg.signal_chunk), processor=processor)

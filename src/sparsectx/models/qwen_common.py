@@ -15,7 +15,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sparsectx.models.adapter import LLMInputs
-from sparsectx.models.vision_signals import capture_attention_input, merged_signals
+from sparsectx.models.vision_signals import block_signals, merge_signals
 from sparsectx.visual import ImageTokens
 
 
@@ -58,16 +58,18 @@ class QwenVLAdapter:
         return self.model.model.language_model
 
     def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
-        """Returns one ``ImageTokens`` per image; the vision tower runs exactly once for the whole batch."""
+        """Returns one ``ImageTokens`` per image; the vision tower runs exactly once for the whole batch.
+
+        The pruner signals come from the signal block's own attention call when the tower runs the grouped
+        attention (``model.vision_attention: grouped``), else from a recompute of that block.
+        """
         visual = self.visual
-        attn = self.layout.signal_block(visual)
-        with capture_attention_input(attn) as captured:
+        with block_signals(self.layout.signal_block(visual), self.signal_chunk) as record:
             out = visual(pixel_values.to(visual.dtype), grid_thw=grid_thw)
         self.vision_calls += 1
-        with torch.no_grad():
-            received, keys = merged_signals(
-                attn, captured[-1], self.merge_unit, self.layout.to_raster(visual, grid_thw), self.signal_chunk
-            )
+        received, keys = merge_signals(
+            record.received, record.keys, self.merge_unit, self.layout.to_raster(visual, grid_thw)
+        )
         sizes = (grid_thw.prod(-1) // self.merge_unit).tolist()
         embeds = torch.split(out.pooler_output, sizes)
         levels = [torch.split(f, sizes) for f in out.deepstack_features] if self.layout.has_deepstack else []

@@ -1,18 +1,25 @@
-"""Pruner signals recomputed from one vision attention block: attention received and merged keys.
+"""Pruner signals from one vision attention block: attention received and merged keys.
 
-Qwen vision towers run sdpa/flash attention, which return no attention weights, so the block's input is
-captured with a forward hook and its queries/keys are recomputed here, per image segment, in query
-chunks (never a full heads x T x T tensor). Recipe: ``shared/specs/pruning_operators.md`` §1.5.
+Two ways to get them, behind :func:`block_signals`. A vision tower routed through the grouped attention
+(``model.vision_attention: grouped``) computes them inside the block's own attention call, from the same
+softmax that gives the block output (``sparsectx.models.vision_attention``). HF's sdpa/flash attention
+return no attention weights, so otherwise the block's input is captured with a forward hook and its
+queries/keys are recomputed here, per image segment, in query chunks (never a full heads x T x T
+tensor); :func:`recomputed_signals` is that recompute, also the tests' oracle for the in-pass signals.
+Recipe: ``shared/specs/pruning_operators.md`` §1.5.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from sparsectx.models.vision_attention import SignalRecord, record_signals, uses_grouped_attention
 
 
 @dataclass
@@ -84,22 +91,52 @@ def merge_unit_mean(values: torch.Tensor, unit: int) -> torch.Tensor:
     return values.reshape(values.shape[0] // unit, unit, *values.shape[1:]).mean(dim=1)
 
 
-def merged_signals(
-    attn: nn.Module, captured: CapturedAttentionInput, unit: int, to_raster: torch.Tensor | None, chunk: int
+def merge_signals(
+    received: torch.Tensor, keys: torch.Tensor, unit: int, to_raster: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (M,) attention received and (M, d_head) keys per merged token, in raster order.
 
     Args:
-        attn: the vision attention module whose input was captured (a full-attention block).
-        captured: its captured input.
+        received: (T,) per-patch attention received, in the block's token order.
+        keys: (T, d_head) per-patch head-mean keys, in the same order.
         unit: patches per merged token (spatial_merge_size ** 2).
         to_raster: (M,) permutation from the block's token order to raster order (Qwen2.5-VL's
             argsort(window_index)); None when the block already runs in raster order.
-        chunk: query chunk size for the attention recompute.
     """
-    q, k = rotated_queries_keys(attn, captured)
-    received = merge_unit_mean(attention_received(q, k, captured.cu_seqlens, attn.scaling, chunk), unit)
-    keys = merge_unit_mean(k.mean(dim=0), unit)
+    received, keys = merge_unit_mean(received, unit), merge_unit_mean(keys, unit)
     if to_raster is not None:
         received, keys = received[to_raster], keys[to_raster]
     return received, keys
+
+
+def recomputed_signals(
+    attn: nn.Module, captured: CapturedAttentionInput, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (T,) attention received and (T, d_head) head-mean keys per patch, recomputed from ``attn``'s input.
+
+    Args:
+        attn: the vision attention module whose input was captured (a full-attention block).
+        captured: its captured input.
+        chunk: query chunk size for the attention recompute.
+    """
+    q, k = rotated_queries_keys(attn, captured)
+    return attention_received(q, k, captured.cu_seqlens, attn.scaling, chunk), k.mean(dim=0)
+
+
+@contextmanager
+def block_signals(attn: nn.Module, chunk: int) -> Iterator[SignalRecord]:
+    """Yields a ``SignalRecord`` holding, once the context exits, the signals of ``attn``'s last call in it.
+
+    In the same pass when ``attn`` runs the grouped attention; otherwise by recomputing the block's
+    attention from its captured input after the forward (under no_grad). ``chunk`` bounds the query
+    rows whose softmax is held at once, either way.
+    """
+    if uses_grouped_attention(attn):
+        with record_signals(attn, chunk) as record:
+            yield record
+        return
+    record = SignalRecord(chunk)
+    with capture_attention_input(attn) as captured:
+        yield record
+    with torch.no_grad():
+        record.received, record.keys = recomputed_signals(attn, captured[-1], chunk)

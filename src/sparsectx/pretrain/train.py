@@ -18,10 +18,10 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from sparsectx.data.synthetic import generate_bench
 from sparsectx.io import atomic_write_json
+from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.pretrain.config import PretrainConfig
 from sparsectx.pretrain.patchify import patchify
 from sparsectx.pretrain.stream import PretrainStream, collate
-from sparsectx.pretrain.vision_attention import use_uniform_vision_attention
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:
@@ -63,7 +63,7 @@ def training_model(cfg: PretrainConfig, tokenizer, batched_vision_attention: boo
     """Returns a fresh model on ``cfg.device``, its vision tower on the batched attention when asked."""
     model = build_model(cfg, tokenizer).to(cfg.device)
     if batched_vision_attention:
-        use_uniform_vision_attention(model)
+        use_grouped_vision_attention(model)
     return model
 
 
