@@ -109,8 +109,8 @@ def build_context(
         prompt_end.append(start + plen)
         resp_len.append(lengths[b] - plen)
         kept.append(int(vis.sum()))
-    levels = len(pieces[0][3])
-    deepstack = tuple(torch.cat([p[3][level] for p in pieces]) for level in range(levels))
+    levels = max(len(p[3]) for p in pieces)  # a sample without images has no DeepStack rows
+    deepstack = tuple(torch.cat([p[3][level] for p in pieces if p[3]]) for level in range(levels))
     next_pos = [s.next_position + r for s, r in zip(samples, resp_len, strict=True)]
     as_tensor = lambda v: torch.tensor(v, dtype=torch.long, device=ref.device)  # noqa: E731
     return ContextBatch(

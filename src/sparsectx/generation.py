@@ -1,8 +1,8 @@
-"""Score and generate on a (pruned) context.
+"""Score a (pruned) context, and the decoding settings and records the decode engine uses.
 
 Scoring gives teacher-forced logits/log-probs at response positions only (the LM head never runs on
-the prompt). Generation is a KV-cached loop over explicit positions, so decoding continues at the
-unpruned model's positions whatever was pruned.
+the prompt). Generation itself is ``sparsectx.engine``: its one decode engine serves rollouts, evaluation,
+Pass@K and the efficiency mode.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from sparsectx.context import ContextBatch
-from sparsectx.models.adapter import LLMInputs, VLMAdapter
+from sparsectx.models.adapter import VLMAdapter
 
 
 @dataclass
@@ -32,6 +31,8 @@ class SamplingConfig:
     """Most-likely tokens kept when sampling (0 = off)."""
     stop_strings: list[str]
     """Generation of a sample ends once its text contains any of these (kept in the output)."""
+    honour_stops: bool = True
+    """False = ignore end tokens and stop strings, always decode ``max_new_tokens`` (latency timing)."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -40,6 +41,14 @@ class SamplingConfig:
             raise ValueError(f"generation.temperature={self.temperature} must be > 0 when do_sample=true")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"generation.top_p={self.top_p} must lie in (0, 1]")
+        check_stop_strings(self.stop_strings)
+
+
+def check_stop_strings(stop_strings: list[str]) -> None:
+    """Raises ValueError naming ``stop_strings`` if one is empty (it would end every sample at once)."""
+    empty = [i for i, s in enumerate(stop_strings) if not s]
+    if empty:
+        raise ValueError(f"stop_strings[{empty[0]}] is empty; an empty stop string ends every sample at once")
 
 
 @dataclass
@@ -56,6 +65,9 @@ class DecodingConfig:
     """Most likely tokens kept when sampling (0 = off)."""
     stop_strings: list[str]
     """Generation ends once the text contains one of these (the seeds stop at ``</answer>``)."""
+
+    def __post_init__(self) -> None:
+        check_stop_strings(self.stop_strings)
 
     def sampling(self, max_new_tokens: int) -> SamplingConfig:
         """Returns the ``SamplingConfig`` of these settings with the given cap."""
@@ -128,62 +140,3 @@ def choose_next(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gene
         scores = scores.masked_fill(drop, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def end_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    """Returns the ids that end a turn: the tokenizer's eos and ``<|im_end|>`` when present."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return ids
-
-
-def _step_inputs(adapter: VLMAdapter, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> LLMInputs:
-    embeds = adapter.embed_ids(tokens[:, None])
-    visual = torch.zeros(tokens.shape[0], 1, dtype=torch.bool, device=tokens.device)
-    return LLMInputs(embeds, mask, positions[None, :, None].expand(3, -1, 1), visual, ())
-
-
-@torch.no_grad()
-def generate(
-    adapter: VLMAdapter,
-    tokenizer: PreTrainedTokenizerBase,
-    batch: ContextBatch,
-    cfg: SamplingConfig,
-    generator: torch.Generator | None,
-) -> list[Generation]:
-    """Returns one ``Generation`` per sample, decoded with a KV cache from the batch's (pruned) context."""
-    cache = DynamicCache(config=adapter.model.config.get_text_config())
-    hidden = adapter.run_llm(batch.inputs, cache)
-    logits = adapter.logits(hidden[:, -1])
-    mask = batch.inputs.attention_mask
-    positions = batch.next_position.clone()
-    ends = end_token_ids(tokenizer)
-    size = logits.shape[0]
-    out: list[list[int]] = [[] for _ in range(size)]
-    done = [False] * size
-    stopped = [False] * size
-    for _ in range(cfg.max_new_tokens):
-        tokens = choose_next(logits, cfg, generator)
-        for b, tok in enumerate(tokens.tolist()):
-            if done[b]:
-                continue
-            out[b].append(tok)
-            text = tokenizer.decode(out[b][-16:], skip_special_tokens=False)
-            if tok in ends or any(s in text for s in cfg.stop_strings):
-                done[b] = stopped[b] = True
-        if all(done):
-            break
-        mask = torch.cat([mask, mask.new_ones(size, 1)], dim=1)
-        hidden = adapter.run_llm(_step_inputs(adapter, tokens, positions, mask), cache)
-        logits = adapter.logits(hidden[:, -1])
-        positions = positions + 1
-    return [
-        Generation(
-            token_ids=torch.tensor(ids, dtype=torch.long),
-            text=tokenizer.decode(ids, skip_special_tokens=True),
-            stopped=stop,
-        )
-        for ids, stop in zip(out, stopped, strict=True)
-    ]

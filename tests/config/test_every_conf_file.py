@@ -28,6 +28,7 @@ GROUP_ROOTS = {
     "method": ["train", "evaluate"],
     "experiment": ["train", "evaluate", "make_tables"],
     "data": ["train", "pretrain_tiny"],
+    "engine": ["train", "evaluate"],
 }
 REQUIRED = {"make_tables": ["experiment=tiny"]}
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import torch
+from engine_setup import default_engine
 from tiny_models import noise_image
 from transformers import GenerationConfig
 
 from sparsectx.context import build_context, keep_all
 from sparsectx.encoding import encode_samples
-from sparsectx.generation import SamplingConfig, generate, response_logits
+from sparsectx.engine import DecodeEngine, pruned_prompts
+from sparsectx.generation import SamplingConfig, response_logits
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.pruning import select_tokens
 from sparsectx.visual import Selection
@@ -57,8 +59,8 @@ def test_budget_one_greedy_text_equals_hf_generate(tiny_vlm):
     hf = tiny_vlm.adapter.model.generate(**batch, generation_config=config)
     hf_new = hf[:, batch["input_ids"].shape[1] :]
     samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, items)
-    ctx = build_context(tiny_vlm.adapter, samples, [keep_all(s) for s in samples])
-    ours = generate(tiny_vlm.adapter, tok, ctx, _greedy(12), None)
+    prompts = pruned_prompts(tiny_vlm.adapter, samples, [keep_all(s) for s in samples])
+    ours = DecodeEngine(tiny_vlm.adapter, tok, default_engine()).generate(prompts, _greedy(12))
     for row, gen in zip(hf_new, ours, strict=True):
         assert gen.token_ids.tolist() == row[: gen.token_ids.numel()].tolist()
         assert gen.text == tok.decode(row[: gen.token_ids.numel()], skip_special_tokens=True)
@@ -108,7 +110,8 @@ def test_cached_generation_equals_full_reforward_loop(tiny_vlm):
     samples = encode_samples(adapter, tiny_vlm.processor, _items(tiny_vlm.patch))
     selections = _random_selections(samples, 0.25, seed=3)
     steps = 8
-    cached = generate(adapter, tok, build_context(adapter, samples, selections), _greedy(steps), None)
+    engine = DecodeEngine(adapter, tok, default_engine())
+    cached = engine.generate(pruned_prompts(adapter, samples, selections), _greedy(steps))
     produced = [torch.zeros(0, dtype=torch.long) for _ in samples]
     for _ in range(steps):
         ctx = build_context(adapter, samples, selections, produced)

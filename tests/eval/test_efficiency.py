@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl, tiny_qwen3_vl
+from transformers import DynamicCache
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
 from sparsectx.eval.efficiency import (
-    _prefill,
     counted_flops,
     kv_cache_bytes,
     prefill_flops,
@@ -66,7 +66,8 @@ def test_analytic_vision_flops_match_the_counted_tally(tiny):
 def test_kv_cache_bytes_equal_the_real_cache(tiny):
     samples = encode_samples(tiny.adapter, tiny.processor, [_prompt(PATCH[tiny.adapter.family])])
     ctx = build_context(tiny.adapter, samples, select_visual(samples, RANDOM, 0.25, 0, "t"))
-    cache, _ = _prefill(tiny, ctx)
+    cache = DynamicCache(config=tiny.adapter.model.config.get_text_config())
+    tiny.adapter.run_llm(ctx.inputs, cache)
     real = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     text = tiny.adapter.model.config.get_text_config()
     assert kv_cache_bytes(text, ctx.inputs.embeds.shape[1], 4) == real

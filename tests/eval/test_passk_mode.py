@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sparsectx.eval import passk_mode, protocol
+from sparsectx.engine import DecodeEngine
 from sparsectx.eval.runner import run
 from sparsectx.generation import Generation
 from sparsectx.io import append_jsonl, read_jsonl
@@ -64,7 +64,8 @@ def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, mo
     """Scripted draws: greedy right with the image, alternate samples right, the control always wrong."""
     contexts = []
 
-    def fake(adapter, tokenizer, batch, cfg, generator):
+    def fake(engine, prompts, cfg, generator=None, slots=None, on_finish=None):
+        batch = prompts.build(range(len(prompts)))
         size, with_image = batch.inputs.embeds.shape[0], bool(batch.kept_visual.sum())
         contexts.append((batch.inputs.embeds[0].clone(), with_image))
         if not with_image:
@@ -72,11 +73,10 @@ def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, mo
         elif not cfg.do_sample:
             texts = ["<answer>3</answer>"] * size
         else:
-            texts = ["<answer>3</answer>" if i % 2 == 0 else "<answer>5</answer>" for i in range(size)]
+            texts = ["<answer>5</answer>" if i == 1 else "<answer>3</answer>" for i in range(size)]
         return [Generation(torch.tensor([1]), text, True) for text in texts]
 
-    monkeypatch.setattr(protocol, "generate", fake)
-    monkeypatch.setattr(passk_mode, "generate", fake)
+    monkeypatch.setattr(DecodeEngine, "generate", fake)
     payload = json.loads(run(_cfg(model_dir, tmp_path))[0].read_text())  # cohort computed: all solved
     assert payload["cohort"] == {
         "size": 3,
@@ -85,12 +85,10 @@ def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, mo
     }
     sparse, control = payload["sparse"], payload["no_image"]
     assert sparse["greedy_accuracy"] == 100.0 and control["greedy_accuracy"] == 0.0
-    assert (
-        sparse["mean_correct_samples"] == 3.0
-    )  # batch of 3 gives right, wrong, right; batch of 1 gives right
+    assert sparse["mean_correct_samples"] == 3.0  # one engine call of 4 draws: right, wrong, right, right
     assert sparse["pass_at_k"]["1"] == pytest.approx(75.0) and sparse["pass_at_k"]["4"] == 100.0
     assert sparse["hit_at_least"] == {"1": 100.0, "3": 100.0}
     assert control["pass_at_k"]["4"] == 0.0 and payload["gap"] == 0.0
     sparse_calls = [embeds for embeds, with_image in contexts[1:] if with_image]  # after the cohort batch
-    first_item = sparse_calls[:3]  # item 0's greedy run and its two sampling batches share one context
+    first_item = sparse_calls[:2]  # item 0's greedy run and its sampling call share one context
     assert all(torch.equal(e, first_item[0]) for e in first_item)

@@ -10,6 +10,7 @@ import torch
 import yaml
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
+from sparsectx.engine import DecodeEngine
 from sparsectx.eval import protocol
 from sparsectx.eval.config import load_eval_config
 from sparsectx.eval.runner import run
@@ -125,8 +126,8 @@ def test_unknown_benchmark_lists_available_ones():
 def _fake_generate(texts: list[str]):
     queue = list(texts)
 
-    def fake(adapter, tokenizer, batch, cfg, generator):
-        out = [queue.pop(0) for _ in range(batch.inputs.embeds.shape[0])]
+    def fake(engine, prompts, cfg, generator=None, slots=None, on_finish=None):
+        out = [queue.pop(0) for _ in range(len(prompts))]
         return [Generation(torch.tensor([1, 2]), text, True) for text in out]
 
     return fake
@@ -134,7 +135,7 @@ def _fake_generate(texts: list[str]):
 
 def test_fallback_is_scored_and_counted_and_failures_fail(model_dir, benches, tmp_path, monkeypatch):
     texts = ["<think>I see 3.</think><answer>3</answer>", "There are 3 circles.", "   "]
-    monkeypatch.setattr(protocol, "generate", _fake_generate(texts))
+    monkeypatch.setattr(DecodeEngine, "generate", _fake_generate(texts))
     result_file = run(_cfg(model_dir, tmp_path, benches, only="syn_count"))[0]
     result = json.loads(result_file.read_text())
     assert result["extraction"] == {"tagged": 1, "fallback": 1, "empty": 1, "error": 0}
@@ -143,7 +144,7 @@ def test_fallback_is_scored_and_counted_and_failures_fail(model_dir, benches, tm
     assert [(r["status"], r["answer"], r["correct"]) for r in rows] == [
         ("tagged", "3", True), ("fallback", "There are 3 circles.", True), ("empty", None, False),
     ]  # fmt: skip
-    monkeypatch.setattr(protocol, "generate", _fake_generate(texts))
+    monkeypatch.setattr(DecodeEngine, "generate", _fake_generate(texts))
     with pytest.raises(RuntimeError, match="max_failure_rate"):
         run(_cfg(model_dir, tmp_path, benches, "force=true", "max_failure_rate=0.2", only="syn_count"))
 

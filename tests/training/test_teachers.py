@@ -17,7 +17,7 @@ from sparsectx.prompting import PromptItem
 from sparsectx.training.batches import reencode_text
 from sparsectx.training.config import load_train_config
 from sparsectx.training.method import MethodConfig
-from sparsectx.training.steps import StepCounts, micro_loss, nested_union, prepare_micro, select_images
+from sparsectx.training.steps import StepCounts, micro_loss, nested_union, prepare_step, select_images
 from sparsectx.training.student import Student, build_student
 from sparsectx.training.teachers import teacher_logits
 from sparsectx.visual import Selection
@@ -149,7 +149,7 @@ def test_gradients_reach_only_the_student(method: str, tiny_env, tmp_path) -> No
         student.ema.update(student.trainable)
     items = training_items(2)
     generator = torch.Generator().manual_seed(0)
-    mb = prepare_micro(cfg, student, items, [0, 1], cfg.budget, generator)
+    (mb,) = prepare_step(cfg, student, [(items, [0, 1])], cfg.budget, generator)
     counts = StepCounts(sequences=int((mb.planned > 0).sum()), tokens=int(mb.planned.sum()))
     loss, _ = micro_loss(cfg, student, mb, counts, generator)
     loss.backward()
@@ -201,7 +201,7 @@ def test_probe_context_is_a_superset_or_the_pruner_choice(nesting: str, tiny_env
         ])
     )  # fmt: skip
     student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
-    mb = prepare_micro(cfg, student, training_items(2), [0, 1], cfg.budget, torch.Generator().manual_seed(0))
+    (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], cfg.budget, torch.Generator().manual_seed(0))
     for sample, inner, outer in zip(mb.encoded, mb.selections, mb.probe_selections, strict=True):
         plus = select_images(cfg, sample, cfg.budget + 0.3, 0 if sample is mb.encoded[0] else 1)
         for a, b, c in zip(inner, outer, plus, strict=True):

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
 from sparsectx.data.config import PromptConfig
+from sparsectx.engine.config import EngineConfig
 from sparsectx.eval.scorers import SCORERS
 from sparsectx.generation import DecodingConfig
 from sparsectx.models import ModelConfig
@@ -170,7 +171,12 @@ class EvalConfig:
     seed: int
     """Root of every random choice (pruner masks, Pass@K draws, random weights)."""
     batch_size: int
-    """Prompts generated together in greedy evaluation."""
+    """Sequences the decode engine holds at once in greedy evaluation (its slots)."""
+    queue_size: int
+    """Items handed to the engine per call (encoded in ``batch_size`` groups); finished slots are refilled
+    from them, and their predictions are appended to disk when the call returns."""
+    engine: EngineConfig
+    """The decode engine's settings (``conf/engine``)."""
     force: bool
     """Recompute finished benchmarks and discard their cached predictions."""
     max_failure_rate: float
@@ -182,6 +188,13 @@ class EvalConfig:
         check_seed(self.seed, "seed")
         if self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+        if self.queue_size < self.batch_size:
+            raise ValueError(
+                f"queue_size={self.queue_size} < batch_size={self.batch_size}: the engine's slots could never "
+                "all be filled; set queue_size to a multiple of batch_size"
+            )
+        self.engine.check_slots(self.batch_size, "batch_size")
+        self.engine.check_slots(self.passk.sample_batch, "passk.sample_batch")
         if not 0.0 <= self.max_failure_rate <= 1.0:
             raise ValueError(f"max_failure_rate={self.max_failure_rate} must lie in [0, 1]")
         if self.decoding.do_sample:
@@ -199,8 +212,7 @@ class EvalConfig:
                 raise ValueError(f"bench.{key}.name={spec.name!r} must equal its key {key!r} (the YAML stem)")
         if self.mode == "efficiency" and self.efficiency.bench not in self.bench:
             raise ValueError(
-                f"efficiency.bench={self.efficiency.bench!r} is not among the chosen benchmarks "
-                f"{sorted(self.bench)}"
+                f"efficiency.bench={self.efficiency.bench!r} is not among the chosen benchmarks {sorted(self.bench)}"
             )
 
     @property

@@ -16,7 +16,8 @@ KV cache: ``2 (K and V) x layers x KV heads x d_h x L x bytes per element`` at t
 Latency per stage, batch size 1, each stage between synchronisations (``torch.cuda.synchronize`` on GPU),
 median over ``repetitions`` after ``warmup`` untimed ones, then averaged over items: vision = tower + merger +
 pruner signals (``adapter.encode_images``); selection = the pruner; prefill = building the pruned context and
-the LLM forward with a KV cache; decode = ``decode_tokens`` greedy steps (stop tokens ignored).
+the decode engine's prefill (``DecodeEngine.time_stages``); decode = ``decode_tokens`` greedy engine steps
+(stops ignored), CUDA graphs included where ``engine.cuda_graphs`` turns them on.
 
 Output: ``<results_root>/<experiment>/<model>/<method>/<pruner>/efficiency.json``, one row per budget.
 """
@@ -34,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm import tqdm
-from transformers import DynamicCache, PretrainedConfig
+from transformers import PretrainedConfig
 
-from sparsectx.context import ContextBatch, build_context
+from sparsectx.context import build_context
 from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.engine import engine_for, pruned_prompts
 from sparsectx.eval.protocol import load_bench_items, prompt_item, select_visual
 from sparsectx.eval.results import finished, provenance, write_json
 from sparsectx.models import LoadedModel
-from sparsectx.models.adapter import LLMInputs
 from sparsectx.prompting import processor_inputs
 
 if TYPE_CHECKING:
@@ -163,25 +164,6 @@ def _sync(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _prefill(loaded: LoadedModel, ctx: ContextBatch) -> tuple[DynamicCache, torch.Tensor]:
-    cache = DynamicCache(config=loaded.adapter.model.config.get_text_config())
-    hidden = loaded.adapter.run_llm(ctx.inputs, cache)
-    return cache, loaded.adapter.logits(hidden[:, -1]).argmax(-1)
-
-
-def _decode(
-    loaded: LoadedModel, ctx: ContextBatch, cache: DynamicCache, token: torch.Tensor, steps: int
-) -> None:
-    adapter, mask, position = loaded.adapter, ctx.inputs.attention_mask, ctx.next_position.clone()
-    for _ in range(steps):
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-        embeds = adapter.embed_ids(token[:, None])
-        visual = torch.zeros(token.shape[0], 1, dtype=torch.bool, device=token.device)
-        inputs = LLMInputs(embeds, mask, position[None, :, None].expand(3, -1, 1), visual, ())
-        token = adapter.logits(adapter.run_llm(inputs, cache)[:, -1]).argmax(-1)
-        position = position + 1
-
-
 @torch.no_grad()
 def measure_item(
     job: EvalJob,
@@ -195,6 +177,10 @@ def measure_item(
     With ``efficiency.count_flops`` also the prefill FLOPs counted by ``FlopCounterMode``.
     """
     cfg, device = job.cfg, loaded.adapter.model.device
+    engine, steps = (
+        engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine),
+        cfg.efficiency.decode_tokens,
+    )
     times: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for rep in range(cfg.efficiency.warmup + cfg.efficiency.repetitions):
         t0 = _sync(device)
@@ -202,14 +188,12 @@ def measure_item(
         t1 = _sync(device)
         selection = select_visual([fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
         t2 = _sync(device)
-        ctx = build_context(loaded.adapter, [fresh], selection)
-        cache, token = _prefill(loaded, ctx)
-        t3 = _sync(device)
-        _decode(loaded, ctx, cache, token, cfg.efficiency.decode_tokens)
-        t4 = _sync(device)
+        prefill, decode = engine.time_stages(pruned_prompts(loaded.adapter, [fresh], selection), steps)
         if rep >= cfg.efficiency.warmup:
-            for stage, start, end in zip(STAGES, (t0, t1, t2, t3), (t1, t2, t3, t4), strict=True):
-                times[stage].append(1000.0 * (end - start))
+            spans = (t1 - t0, t2 - t1, prefill, decode)
+            for stage, seconds in zip(STAGES, spans, strict=True):
+                times[stage].append(1000.0 * seconds)
+    ctx = build_context(loaded.adapter, [fresh], selection)
     out = {
         "latency_ms": {stage: statistics.median(values) for stage, values in times.items()},
         "prefill_len": int(ctx.inputs.embeds.shape[1]),

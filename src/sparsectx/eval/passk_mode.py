@@ -33,6 +33,7 @@ from tqdm import tqdm
 from sparsectx.context import ContextBatch, build_context
 from sparsectx.data import Item, derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.engine import Prompts, context_length, engine_for
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
 from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
@@ -46,7 +47,6 @@ from sparsectx.eval.protocol import (
     select_visual,
 )
 from sparsectx.eval.results import finished, provenance, resume_rows, write_json, write_rows
-from sparsectx.generation import generate
 from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
@@ -108,9 +108,11 @@ def cohort_ids(job: EvalJob, spec: BenchSpec, items: list[Item]) -> tuple[set[st
     loaded, _ = job.model()
     sampling = cfg.decoding.sampling(spec.max_new_tokens)
     solved: set[str] = set()
-    for start in tqdm(range(0, len(items), cfg.batch_size), desc=f"{spec.name} cohort", unit="batch"):
-        chunk = items[start : start + cfg.batch_size]
-        rows = generate_rows(loaded, chunk, spec, cfg.prompt, cfg.pruner, 1.0, cfg.seed, sampling)
+    for start in tqdm(range(0, len(items), cfg.queue_size), desc=f"{spec.name} cohort", unit="chunk"):
+        chunk = items[start : start + cfg.queue_size]
+        rows = generate_rows(
+            loaded, chunk, spec, cfg.prompt, cfg.pruner, 1.0, cfg.seed, sampling, cfg.engine, cfg.batch_size
+        )
         solved.update(row.id for row in rows if row.correct)
     return solved, "computed: full-context greedy pass"
 
@@ -133,18 +135,19 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
         selection = select_visual([sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
         context = lambda m: build_context(loaded.adapter, [sample] * m, [selection] * m)  # noqa: E731
         kept = [s.indices.tolist() for s in selection]
+        length = context_length(sample, selection)
     else:
         context = lambda m: text_context(loaded.adapter, [sample] * m)  # noqa: E731
-        kept = []
+        kept, length = [], sample.prompt_ids.numel()
+    copies = lambda m: Prompts([length] * m, lambda idx: context(len(idx)))  # noqa: E731
     seed = derive_seed(cfg.seed, "passk", spec.name, sid, condition)
     generator = torch.Generator(device=loaded.adapter.model.device).manual_seed(seed)
-    tok = loaded.processor.tokenizer
-    greedy = generate(loaded.adapter, tok, context(1), cfg.decoding.sampling(pk.max_new_tokens), None)[0]
-    sampling = pk.sampling.sampling(pk.max_new_tokens)
-    texts: list[str] = []
-    for start in range(0, pk.n, pk.sample_batch):
-        outs = generate(loaded.adapter, tok, context(min(pk.sample_batch, pk.n - start)), sampling, generator)
-        texts.extend(out.text for out in outs)
+    engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
+    greedy = engine.generate(copies(1), cfg.decoding.sampling(pk.max_new_tokens))[0]
+    samples = engine.generate(
+        copies(pk.n), pk.sampling.sampling(pk.max_new_tokens), generator, slots=pk.sample_batch
+    )
+    texts = [out.text for out in samples]
     return {
         "key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "kept_indices": kept,
         "greedy": _judge(spec, item, greedy.text), "samples": [_judge(spec, item, t) for t in texts],

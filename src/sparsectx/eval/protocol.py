@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from sparsectx.context import build_context, keep_all
+from sparsectx.context import keep_all
 from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
 from sparsectx.data.config import PromptConfig
 from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.engine import EngineConfig, engine_for, pruned_prompts
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
@@ -32,7 +33,7 @@ from sparsectx.eval.scorers import (
     parse_yes_no,
     vqa_soft_accuracy,
 )
-from sparsectx.generation import SamplingConfig, generate
+from sparsectx.generation import SamplingConfig
 from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path, set_vision_attention
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.processor import load_processor
@@ -88,9 +89,7 @@ def prompt_item(item: Item, prompt: PromptConfig, with_image: bool) -> PromptIte
 
 def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
     """Returns the chat-templated prompt text (one image placeholder per image, not expanded)."""
-    return loaded.processor.apply_chat_template(
-        chat_messages(item), tokenize=False, add_generation_prompt=True
-    )
+    return loaded.processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
 
 
 def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
@@ -140,9 +139,7 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return normalize_short_answer(pred) in golds
     if scorer == "number_match":
         value, gold = parse_number(pred), parse_number(item.reference)
-        return (
-            value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
-        )
+        return value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
     if scorer == "vqa_soft":
         return vqa_soft_accuracy(pred, item.answers) > 0
     if scorer == "ocrbench":
@@ -170,9 +167,7 @@ def select_visual(
         # A CPU generator: the same mask on every device.
         generator = torch.Generator().manual_seed(pruner_seed(seed, bench, sample.sample_id))
         embeds = sample.question_embeds
-        out.append(
-            [select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images]
-        )
+        out.append([select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images])
     return out
 
 
@@ -196,6 +191,15 @@ class GenerationRow:
     error: str
 
 
+def encode_in_batches(loaded: LoadedModel, prompts: list[PromptItem], batch_size: int) -> list[EncodedSample]:
+    """Returns the encoded prompts, running the vision tower on ``batch_size`` prompts at a time."""
+    return [
+        sample
+        for start in range(0, len(prompts), batch_size)
+        for sample in encode_samples(loaded.adapter, loaded.processor, prompts[start : start + batch_size])
+    ]
+
+
 @torch.no_grad()
 def generate_rows(
     loaded: LoadedModel,
@@ -206,24 +210,29 @@ def generate_rows(
     budget: float,
     seed: int,
     sampling: SamplingConfig,
+    engine: EngineConfig,
+    batch_size: int,
 ) -> list[GenerationRow]:
-    """Returns one row per item, generated as one batch; a runtime failure becomes ``status="error"`` rows."""
+    """Returns one row per item; the engine decodes ``batch_size`` at a time, refilling finished slots.
+
+    A runtime failure (e.g. out of memory) becomes ``status="error"`` rows for every item of the call:
+    recorded and counted, never scored as an answer.
+    """
     prompts = [prompt_item(item, prompt, with_image=True) for item in items]
     try:
-        samples = encode_samples(loaded.adapter, loaded.processor, prompts)
-        batch = build_context(
-            loaded.adapter, samples, select_visual(samples, pruner, budget, seed, spec.name)
+        samples = encode_in_batches(loaded, prompts, batch_size)
+        selections = select_visual(samples, pruner, budget, seed, spec.name)
+        tokenizer = loaded.processor.tokenizer
+        outs = engine_for(loaded.adapter, tokenizer, engine).generate(
+            pruned_prompts(loaded.adapter, samples, selections), sampling, None, slots=batch_size
         )
-        outs = generate(loaded.adapter, loaded.processor.tokenizer, batch, sampling, None)
-    except RuntimeError as err:  # e.g. out of memory: recorded and counted, never scored as an answer
+    except RuntimeError as err:
         return [
-            GenerationRow(
-                sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err)
-            )
+            GenerationRow(sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err))
             for it, p in zip(items, prompts, strict=True)
         ]
     rows = []
-    for item, p, out, kept in zip(items, prompts, outs, batch.kept_visual.tolist(), strict=True):
+    for item, p, out, chosen in zip(items, prompts, outs, selections, strict=True):
         ext = extract_answer(out.text)
         correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
         rows.append(
@@ -235,7 +244,7 @@ def generate_rows(
                 ext.strict,
                 ext.status,
                 correct,
-                int(kept),
+                sum(s.indices.numel() for s in chosen),
                 out.stopped,
                 int(out.token_ids.numel()),
                 "",

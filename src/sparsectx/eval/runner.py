@@ -157,9 +157,12 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
     cfg = job.cfg
     sampling = cfg.decoding.sampling(spec.max_new_tokens)
     with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
-        for start in range(0, len(todo), cfg.batch_size):
-            chunk = todo[start : start + cfg.batch_size]
-            rows = generate_rows(loaded, chunk, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed, sampling)
+        for start in range(0, len(todo), cfg.queue_size):
+            chunk = todo[start : start + cfg.queue_size]
+            rows = generate_rows(
+                loaded, chunk, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed, sampling, cfg.engine,
+                cfg.batch_size,
+            )  # fmt: skip
             records = [{**asdict(row), "config_hash": chash} for row in rows]
             append_jsonl(preds, records)
             done.update((r["id"], r) for r in records)

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
+from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
@@ -76,6 +77,10 @@ class TrainConfig:
     """Micro-batches per optimizer step; null = method.effective_batch_size / (processes x micro_batch)."""
     max_new_tokens: int
     """Longest rollout; reference prefixes are cut to the same length."""
+    rollout_batch_size: int | None
+    """Rollouts the engine decodes at once; null = the whole per-process step (all micro-batches)."""
+    engine: EngineConfig
+    """The decode engine's settings (``conf/engine``)."""
     save_every: int
     """Optimizer steps between resume states (``state/``); the last step always saves."""
     log_every: int
@@ -104,6 +109,12 @@ class TrainConfig:
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be >= 1")
+        if self.rollout_batch_size is not None:
+            if self.rollout_batch_size < 1:
+                raise ValueError(
+                    f"rollout_batch_size={self.rollout_batch_size} must be >= 1, or null for the step"
+                )
+            self.engine.check_slots(self.rollout_batch_size, "rollout_batch_size")
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         if self.method.positions.needs_probe:

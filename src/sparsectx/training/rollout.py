@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from sparsectx.context import build_context
 from sparsectx.data import Item
 from sparsectx.encoding import EncodedSample
+from sparsectx.engine import EngineConfig, engine_for, pruned_prompts
 from sparsectx.eval.extract import extract_answer
-from sparsectx.generation import SamplingConfig, generate
+from sparsectx.generation import SamplingConfig
 from sparsectx.registry import Registry
 from sparsectx.training.batches import reference_ids, reference_text
 from sparsectx.training.student import Student, mode
@@ -29,7 +29,7 @@ from sparsectx.visual import Selection
 
 @dataclass
 class Prefix:
-    """The response prefixes of one micro-batch.
+    """The response prefixes of a list of samples (one micro-batch, or a whole step before it is split).
 
     Attributes:
         tokens: per sample, (T_i,) int64 ids on the model's device, T_i >= 1.
@@ -55,7 +55,7 @@ class Prefix:
 
 @dataclass
 class PrefixInputs:
-    """What a prefix source may use for one micro-batch."""
+    """What a prefix source may use: the samples of one optimizer step on this process."""
 
     student: Student
     items: list[Item]
@@ -63,6 +63,10 @@ class PrefixInputs:
     selections: list[list[Selection]]
     sampling: SamplingConfig
     generator: torch.Generator
+    engine: EngineConfig
+    """The decode engine's settings."""
+    slots: int | None
+    """Rollouts decoded at once (``rollout_batch_size``); None = every sample given."""
 
 
 PrefixSource = Callable[[PrefixInputs], Prefix]
@@ -73,11 +77,10 @@ PREFIX_SOURCES: Registry[PrefixSource] = Registry("prefix source")
 def rollout_prefix(inputs: PrefixInputs) -> Prefix:
     """Returns on-policy student rollouts from the pruned contexts x_b (SCOPD Eq. 1)."""
     student = inputs.student
-    batch = build_context(student.adapter, inputs.encoded, inputs.selections)
+    prompts = pruned_prompts(student.adapter, inputs.encoded, inputs.selections)
+    engine = engine_for(student.adapter, student.processor.tokenizer, inputs.engine)
     with torch.no_grad(), mode(student.model, training=False), student.compute():
-        outs = generate(
-            student.adapter, student.processor.tokenizer, batch, inputs.sampling, inputs.generator
-        )
+        outs = engine.generate(prompts, inputs.sampling, inputs.generator, slots=inputs.slots)
     device = inputs.encoded[0].prompt_ids.device
     empty = [i for i, out in enumerate(outs) if out.token_ids.numel() == 0]
     if empty:

@@ -1,7 +1,8 @@
 """One micro-batch: build its contexts from one encoding, get the prefix, compute its share of the step loss.
 
-``prepare_micro`` runs without gradients: encode the prompts once (vision tower once), select the student's
-tokens at budget b (and b+δ for the sensitivity probe), build the teacher's prompt, and get the prefix.
+``prepare_step`` runs without gradients: per micro-batch, encode the prompts once (vision tower once), select
+the student's tokens at budget b (and b+δ for the sensitivity probe) and build the teacher's prompt; then one
+prefix call serves the whole step (all rollouts decode together).
 ``micro_loss`` then runs the student forward with gradients, the teacher and probe forwards without, picks
 the distilled positions and reduces the per-position loss with counts taken over the WHOLE optimizer step
 (``StepCounts``), so summing micro-batch losses gives the step loss and accumulation 1×N equals N×1.
@@ -123,11 +124,22 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     return positions_per_sequence(valid, fraction)
 
 
-def prepare_micro(
-    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
-    generator: torch.Generator,
-) -> MicroBatch:  # fmt: skip
-    """Returns the micro-batch's contexts and prefix; no gradients, the vision tower runs once.
+@dataclass
+class MicroContexts:
+    """One micro-batch's no-grad inputs before its prefix (fields as in ``MicroBatch``)."""
+
+    items: list[Item]
+    positions: list[int]
+    encoded: list[EncodedSample]
+    teacher_encoded: list[EncodedSample]
+    selections: list[list[Selection]]
+    probe_selections: list[list[Selection]] | None
+
+
+def micro_contexts(
+    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float
+) -> MicroContexts:
+    """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
     Args:
         cfg: the run config.
@@ -135,7 +147,6 @@ def prepare_micro(
         items: the micro-batch's items.
         positions: their global sample positions (seed the pruner and name the samples).
         budget: the student's budget b this step.
-        generator: the rollout sampler's generator.
     """
     method = cfg.method
     prompts = [prompt_item(item, cfg.train_data, p) for item, p in zip(items, positions, strict=True)]
@@ -155,23 +166,60 @@ def prepare_micro(
                 reencode_text(student.adapter, student.processor, with_reference(pr, it, template), s)
                 for pr, it, s in zip(prompts, items, encoded, strict=True)
             ]
-    sampling = method.rollout.sampling(cfg.max_new_tokens)
-    prefix = PREFIX_SOURCES.get(method.prefix)(
-        PrefixInputs(student, items, encoded, selections, sampling, generator)
-    )
-    ids, valid = prefix.padded()
-    return MicroBatch(
-        items,
-        positions,
-        encoded,
-        teacher_encoded,
-        selections,
-        probe,
-        prefix,
-        ids,
-        valid,
-        planned_counts(valid, cfg),
-    )
+    return MicroContexts(items, positions, encoded, teacher_encoded, selections, probe)
+
+
+def step_prefixes(
+    cfg: TrainConfig, student: Student, contexts: list[MicroContexts], generator: torch.Generator
+) -> list[Prefix]:
+    """Returns each micro-batch's prefix from ONE prefix-source call over the whole step.
+
+    Rollouts of every micro-batch decode together (``rollout_batch_size`` at a time, default all), so the
+    engine's batch is the step, not the micro-batch; ``micro_batch_size`` only sizes the gradient passes.
+    """
+    joined = lambda field: [x for c in contexts for x in getattr(c, field)]  # noqa: E731
+    inputs = PrefixInputs(
+        student, joined("items"), joined("encoded"), joined("selections"),
+        cfg.method.rollout.sampling(cfg.max_new_tokens), generator, cfg.engine, cfg.rollout_batch_size,
+    )  # fmt: skip
+    prefix = PREFIX_SOURCES.get(cfg.method.prefix)(inputs)
+    out, start = [], 0
+    for c in contexts:
+        end = start + len(c.items)
+        out.append(Prefix(prefix.tokens[start:end], prefix.texts[start:end], prefix.stopped[start:end]))
+        start = end
+    return out
+
+
+def prepare_step(
+    cfg: TrainConfig, student: Student, batches: list[tuple[list[Item], list[int]]], budget: float,
+    generator: torch.Generator,
+) -> list[MicroBatch]:  # fmt: skip
+    """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
+
+    Args:
+        batches: per micro-batch, its items and their global sample positions.
+        generator: the rollout sampler's generator (one stream for the step).
+    """
+    contexts = [micro_contexts(cfg, student, items, positions, budget) for items, positions in batches]
+    micro = []
+    for c, prefix in zip(contexts, step_prefixes(cfg, student, contexts, generator), strict=True):
+        ids, valid = prefix.padded()
+        micro.append(
+            MicroBatch(
+                c.items,
+                c.positions,
+                c.encoded,
+                c.teacher_encoded,
+                c.selections,
+                c.probe_selections,
+                prefix,
+                ids,
+                valid,
+                planned_counts(valid, cfg),
+            )  # fmt: skip
+        )
+    return micro
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

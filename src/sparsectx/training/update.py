@@ -23,7 +23,7 @@ from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.schedules import BUDGET_SCHEDULES
-from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_micro
+from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
 from sparsectx.training.student import Student
 
 
@@ -122,13 +122,11 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     cfg, student = trainer.cfg, trainer.student
     budget = step_budget(trainer)
     device = trainer.accelerator.device
-    micro = []
+    batches = []
     for j in range(trainer.accum):
         positions = micro_positions(trainer, j)
-        items = [trainer.data.item_at(p) for p in positions]
-        micro.append(
-            prepare_micro(cfg, student, items, positions, budget, trainer.generator("rollout", j, device))
-        )
+        batches.append(([trainer.data.item_at(p) for p in positions], positions))
+    micro = prepare_step(cfg, student, batches, budget, trainer.generator("rollout", 0, device))
     counts = step_counts(micro, trainer.accelerator)
     totals: dict[str, float] = {}
     problems = []

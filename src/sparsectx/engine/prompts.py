@@ -1,0 +1,51 @@
+"""What the decode engine generates from: prompts whose contexts are built only when a slot takes them.
+
+A ``Prompts`` knows each prompt's context length (to sort and size the cache) and builds the left-padded
+``ContextBatch`` of any subset on demand, so continuous batching can encode and prefill the next items while
+others decode, and nothing is built for an item before a slot is free for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sparsectx.context import ContextBatch, build_context
+from sparsectx.encoding import EncodedSample
+from sparsectx.models.adapter import VLMAdapter
+from sparsectx.visual import Selection
+
+
+@dataclass
+class Prompts:
+    """Prompts to generate from.
+
+    Attributes:
+        lengths: each prompt's context length in tokens (pruned visual tokens + text).
+        build: returns the left-padded contexts of the prompts at the given indices, in that order.
+    """
+
+    lengths: list[int]
+    build: Callable[[Sequence[int]], ContextBatch]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def context_length(sample: EncodedSample, selections: Sequence[Selection]) -> int:
+    """Returns the length of ``sample``'s context when each image keeps its selection."""
+    dropped = sum(
+        image.num_tokens - s.indices.numel() for image, s in zip(sample.images, selections, strict=True)
+    )
+    return sample.prompt_ids.numel() - dropped
+
+
+def pruned_prompts(
+    adapter: VLMAdapter, samples: Sequence[EncodedSample], selections: Sequence[Sequence[Selection]]
+) -> Prompts:
+    """Returns the prompts of encoded samples with their per-image selections (contexts via ``build_context``)."""
+    lengths = [context_length(s, sel) for s, sel in zip(samples, selections, strict=True)]
+    return Prompts(
+        lengths,
+        lambda idx: build_context(adapter, [samples[i] for i in idx], [list(selections[i]) for i in idx]),
+    )

@@ -1,0 +1,109 @@
+"""The static KV cache of the decode engine: B slots x S positions per layer, written at a per-slot index.
+
+A slot holds one sequence at a time: its (left-padded) prompt from a prefill at positions ``[0, W)``, then
+one generated token per decode step at ``write_index``. ``valid`` marks the key positions a slot attends to
+(padding and stale rows of a previous occupant are False), so slots of different lengths, refilled at
+different times, share one fixed-shape decode step that a CUDA graph can replay. The HF decoder layers
+call ``update`` like any transformers cache; during a decode step the text model's attention is switched
+to ``slot_attention``, which attends each slot's single query to its valid keys with grouped KV heads and
+no copy of the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface, DynamicCache, PretrainedConfig
+
+ATTENTION = "sparsectx_slot_decode"
+
+
+def slot_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor,
+    scaling: float | None = None,
+    **_: object,
+) -> tuple[torch.Tensor, None]:
+    """Returns (B, 1, H, d) attention of one query per slot over its valid cached keys, and no weights.
+
+    Args:
+        query: (B, H, 1, d) rotated queries.
+        key, value: (B, KV, S, d) the whole slot cache of this layer (H a multiple of KV).
+        attention_mask: (B, 1, 1, S) bool, True at keys the slot attends to.
+        scaling: softmax scale (d ** -0.5 when None).
+    """
+    batch, heads, _, dim = query.shape
+    groups = heads // key.shape[1]
+    scale = dim**-0.5 if scaling is None else scaling
+    q = query.reshape(batch, key.shape[1], groups, dim)  # head h reads KV head h // groups
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # (B, KV, G, S)
+    scores = scores.masked_fill(~attention_mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value)  # (B, KV, G, d)
+    return out.reshape(batch, 1, heads, dim), None
+
+
+AttentionInterface.register(ATTENTION, slot_attention)
+
+
+@contextmanager
+def decode_attention(text_config: PretrainedConfig) -> Iterator[None]:
+    """Routes the text model's attention through ``slot_attention`` inside the context (then restores it)."""
+    previous = text_config._attn_implementation_internal
+    text_config._attn_implementation_internal = ATTENTION
+    try:
+        yield
+    finally:
+        text_config._attn_implementation_internal = previous
+
+
+class SlotCache:
+    """Per-layer (B, KV, S, d) key/value buffers, the per-slot write index and the (B, S) valid-key mask."""
+
+    def __init__(self, prefill: DynamicCache, slots: int, length: int) -> None:
+        """Allocates ``slots`` x ``length`` rows shaped like the layers of a prefill cache."""
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        for layer in prefill.layers:
+            _, kv_heads, _, dim = layer.keys.shape
+            self.keys.append(layer.keys.new_zeros(slots, kv_heads, length, dim))
+            self.values.append(layer.values.new_zeros(slots, kv_heads, length, dim))
+        device = self.keys[0].device
+        self.slots, self.length = slots, length
+        self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
+        self.valid = torch.zeros(slots, length, dtype=torch.bool, device=device)
+        self.valid[:, 0] = True  # an empty slot attends to one (zero) key: finite logits, never NaN
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: object, **__: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes one step's (B, KV, 1, d) keys/values at each slot's write index; returns the whole layer."""
+        index = self.write_index.view(-1, 1, 1, 1).expand(-1, key_states.shape[1], 1, key_states.shape[-1])
+        self.keys[layer_idx].scatter_(2, index, key_states.to(self.keys[layer_idx].dtype))
+        self.values[layer_idx].scatter_(2, index, value_states.to(self.values[layer_idx].dtype))
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def mark_written(self) -> None:
+        """Marks each slot's write position as a valid key (called before the step's layers run)."""
+        self.valid.scatter_(1, self.write_index[:, None], True)
+
+    def load(self, slots: list[int], prefill: DynamicCache, mask: torch.Tensor) -> None:
+        """Places a prefill's rows into ``slots``: keys/values at ``[0, W)``, valid where ``mask`` (B_new, W) is 1.
+
+        The next decode step of each slot writes at W.
+        """
+        width = mask.shape[1]
+        if width >= self.length:
+            raise ValueError(f"a prompt of {width} tokens does not fit a cache of {self.length} positions")
+        rows = torch.tensor(slots, dtype=torch.long, device=self.write_index.device)
+        for layer, keys, values in zip(prefill.layers, self.keys, self.values, strict=True):
+            keys[rows, :, :width] = layer.keys.to(keys.dtype)
+            values[rows, :, :width] = layer.values.to(values.dtype)
+        self.valid[rows] = False
+        self.valid[rows, :width] = mask.bool()
+        self.write_index[rows] = width

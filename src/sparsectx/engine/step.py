@@ -1,0 +1,88 @@
+"""One decode step over every slot of a ``SlotCache``: eager, or captured once as a CUDA graph and replayed.
+
+The step reads its inputs from fixed buffers (each slot's last token and its unpruned next position), writes
+the new keys/values at each slot's write index, advances index and position, and leaves (B, V) logits in a
+fixed output buffer. Captured, it is one graph launch per token for the whole batch; the graph holds
+pointers to the model's weights, so it is captured again whenever the parameters are re-allocated
+(``weights_key``), never when they are only updated in place (optimizer steps, EMA swaps).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sparsectx.engine.slots import SlotCache, decode_attention
+from sparsectx.models.adapter import LLMInputs, VLMAdapter
+
+WARMUP_STEPS = 2
+"""Eager steps run on a side stream before capture (lazy allocations and kernel choices happen there)."""
+
+
+def weights_key(model: torch.nn.Module) -> int:
+    """Returns a hash of where the model's parameters live: it changes when a graph's pointers go stale."""
+    return hash(tuple((p.data_ptr(), p.dtype) for p in model.parameters()))
+
+
+class DecodeStep:
+    """The fixed-shape decode step of one slot cache; ``run`` advances every slot by one token."""
+
+    def __init__(self, adapter: VLMAdapter, cache: SlotCache, capture: bool) -> None:
+        self.adapter, self.cache = adapter, cache
+        device = cache.valid.device
+        self.tokens = torch.zeros(cache.slots, dtype=torch.long, device=device)
+        self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)
+        self._visual = torch.zeros(cache.slots, 1, dtype=torch.bool, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits = self._forward()
+        self._reset()
+        if capture:
+            self._capture()
+
+    def _forward(self) -> torch.Tensor:
+        """Runs the model on each slot's token at its position; returns the (B, V) next-token logits."""
+        cache, adapter = self.cache, self.adapter
+        cache.mark_written()
+        embeds = adapter.embed_ids(self.tokens[:, None])
+        positions = self.positions.view(1, -1, 1).expand(3, -1, 1)
+        inputs = LLMInputs(embeds, cache.valid[:, None, None, :], positions, self._visual, ())
+        with decode_attention(adapter.model.config.get_text_config()):
+            hidden = adapter.run_llm(inputs, cache)
+        logits = adapter.logits(hidden[:, -1])
+        cache.write_index.add_(1).clamp_(max=cache.length - 1)
+        self.positions.add_(1)
+        return logits
+
+    def _capture(self) -> None:
+        """Warms the step up on a side stream, captures it as a CUDA graph, then clears the slot state."""
+        side = torch.cuda.Stream(device=self.tokens.device)
+        side.wait_stream(torch.cuda.current_stream(self.tokens.device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_STEPS):
+                self._forward()
+        torch.cuda.current_stream(self.tokens.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        device_type = self.tokens.device.type
+        autocast = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type)
+        # An autocast weight cache would hold tensors made during capture; graphs need it off.
+        with (
+            torch.autocast(device_type, dtype=dtype, enabled=autocast, cache_enabled=False),
+            torch.cuda.graph(self.graph),
+        ):
+            self.logits = self._forward()
+        self._reset()
+
+    def _reset(self) -> None:
+        cache = self.cache
+        cache.write_index.zero_()
+        cache.valid.zero_()
+        cache.valid[:, 0] = True
+        self.positions.zero_()
+        self.tokens.zero_()
+
+    def run(self) -> None:
+        """Advances every slot by one token; the logits land in ``self.logits`` (overwritten by the next run)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.logits = self._forward()
