@@ -47,8 +47,8 @@ class StepCounts:
 
 
 @dataclass
-class MicroBatch:
-    """One micro-batch after the no-grad phase: contexts, prefix and the planned position counts.
+class MicroContexts:
+    """One micro-batch's no-grad inputs before its prefix.
 
     Attributes:
         items: the training items.
@@ -57,10 +57,6 @@ class MicroBatch:
         teacher_encoded: the teacher's prompts (same images; with the reference for SCOPD+GT).
         selections: per sample, the student's per-image selection at budget b.
         probe_selections: the same at b+δ for the sensitivity probe, else None.
-        prefix: the response prefixes.
-        ids: (B, T) int64 prefix ids, right-padded.
-        valid: (B, T) bool real prefix positions.
-        planned: (B,) int64 positions each sequence contributes (k_i).
     """
 
     items: list[Item]
@@ -69,6 +65,19 @@ class MicroBatch:
     teacher_encoded: list[EncodedSample]
     selections: list[list[Selection]]
     probe_selections: list[list[Selection]] | None
+
+
+@dataclass
+class MicroBatch(MicroContexts):
+    """One micro-batch after the no-grad phase: its contexts, prefix and the planned position counts.
+
+    Attributes:
+        prefix: the response prefixes.
+        ids: (B, T) int64 prefix ids, right-padded.
+        valid: (B, T) bool real prefix positions.
+        planned: (B,) int64 positions each sequence contributes (k_i).
+    """
+
     prefix: Prefix
     ids: torch.Tensor
     valid: torch.Tensor
@@ -122,18 +131,6 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     if fraction is None:
         return valid.sum(dim=-1)
     return positions_per_sequence(valid, fraction)
-
-
-@dataclass
-class MicroContexts:
-    """One micro-batch's no-grad inputs before its prefix (fields as in ``MicroBatch``)."""
-
-    items: list[Item]
-    positions: list[int]
-    encoded: list[EncodedSample]
-    teacher_encoded: list[EncodedSample]
-    selections: list[list[Selection]]
-    probe_selections: list[list[Selection]] | None
 
 
 def micro_contexts(
