@@ -64,11 +64,17 @@ TEXT_STUB = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1
 
 def parse_args() -> argparse.Namespace:
     """Returns the command line; the defaults are the measurement of ``shared/specs/engine.md``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny dimensions on CPU (conf/model/tiny.yaml)")
     parser.add_argument("--config", help="a model directory whose config.json gives the vision dimensions")
-    parser.add_argument("--image-size", type=int, help="square image side in pixels (default 1008; 224 with --tiny)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", help="images per call (default 1 32; 1 4 with --tiny)")
+    parser.add_argument(
+        "--image-size", type=int, help="square image side in pixels (default 1008; 224 with --tiny)"
+    )
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", help="images per call (default 1 32; 1 4 with --tiny)"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls before timing")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls; the median is printed")
     return parser.parse_args()
@@ -128,7 +134,9 @@ def time_batch(model: torch.nn.Module, chunk: int, batch: int, side: int, args: 
         bare = median_ms(lambda: visual(pixels, grid_thw=grid), device, args.warmup, args.repeats)
         signals = median_ms(lambda: adapter.encode_images(pixels, grid), device, args.warmup, args.repeats)
         encoded[choice] = adapter.encode_images(pixels, grid)
-        print(f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image")
+        print(
+            f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image"
+        )
     for name in ("embeds", "attention_received", "keys"):
         got, want = (torch.cat([getattr(im, name).float() for im in encoded[c]]) for c in ("grouped", "hf"))
         print(f"  max |grouped - hf| {name:18s} {(got - want).abs().max().item():.2e}")

@@ -34,7 +34,14 @@ from sparsectx.eval.scorers import (
     vqa_soft_accuracy,
 )
 from sparsectx.generation import SamplingConfig
-from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, resolve_model_path, set_vision_attention
+from sparsectx.models import (
+    LoadedModel,
+    ModelConfig,
+    adapter_for,
+    load_model,
+    resolve_model_path,
+    set_vision_attention,
+)
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, chat_messages
@@ -89,7 +96,9 @@ def prompt_item(item: Item, prompt: PromptConfig, with_image: bool) -> PromptIte
 
 def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
     """Returns the chat-templated prompt text (one image placeholder per image, not expanded)."""
-    return loaded.processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
+    return loaded.processor.apply_chat_template(
+        chat_messages(item), tokenize=False, add_generation_prompt=True
+    )
 
 
 def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
@@ -139,7 +148,9 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return normalize_short_answer(pred) in golds
     if scorer == "number_match":
         value, gold = parse_number(pred), parse_number(item.reference)
-        return value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
+        return (
+            value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
+        )
     if scorer == "vqa_soft":
         return vqa_soft_accuracy(pred, item.answers) > 0
     if scorer == "ocrbench":
@@ -167,7 +178,9 @@ def select_visual(
         # A CPU generator: the same mask on every device.
         generator = torch.Generator().manual_seed(pruner_seed(seed, bench, sample.sample_id))
         embeds = sample.question_embeds
-        out.append([select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images])
+        out.append(
+            [select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images]
+        )
     return out
 
 
@@ -228,7 +241,9 @@ def generate_rows(
         )
     except RuntimeError as err:
         return [
-            GenerationRow(sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err))
+            GenerationRow(
+                sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err)
+            )
             for it, p in zip(items, prompts, strict=True)
         ]
     rows = []

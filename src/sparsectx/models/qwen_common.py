@@ -95,7 +95,10 @@ class QwenVLAdapter:
         """Returns (B, L, D) final-norm hidden states of the text model on prepared inputs."""
         extra = {}
         if self.layout.has_deepstack and inputs.deepstack:
-            extra = {"visual_pos_masks": inputs.visual_mask, "deepstack_visual_embeds": list(inputs.deepstack)}
+            extra = {
+                "visual_pos_masks": inputs.visual_mask,
+                "deepstack_visual_embeds": list(inputs.deepstack),
+            }
         out = self.language_model(
             inputs_embeds=inputs.embeds,
             attention_mask=inputs.attention_mask,

@@ -53,7 +53,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotated_queries_keys(attn: nn.Module, captured: CapturedAttentionInput) -> tuple[torch.Tensor, torch.Tensor]:
+def rotated_queries_keys(
+    attn: nn.Module, captured: CapturedAttentionInput
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns fp32 (heads, T, d_head) queries and keys of ``attn`` after the vision 2D rotary embedding."""
     x = captured.hidden_states
     seq = x.shape[0]
