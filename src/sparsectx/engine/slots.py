@@ -77,7 +77,16 @@ class SlotCache:
         self.slots, self.length = slots, length
         self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
         self.valid = torch.zeros(slots, length, dtype=torch.bool, device=device)
-        self.valid[:, 0] = True  # an empty slot attends to one (zero) key: finite logits, never NaN
+        self.clear()
+
+    def clear(self) -> None:
+        """Empties every slot: writes start at 0, and each slot attends to one (zero) key only.
+
+        That one key keeps an empty slot's logits finite (never NaN) while it decodes unused.
+        """
+        self.write_index.zero_()
+        self.valid.zero_()
+        self.valid[:, 0] = True
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: object, **__: object

@@ -73,10 +73,7 @@ class DecodeStep:
         self._reset()
 
     def _reset(self) -> None:
-        cache = self.cache
-        cache.write_index.zero_()
-        cache.valid.zero_()
-        cache.valid[:, 0] = True
+        self.cache.clear()
         self.positions.zero_()
         self.tokens.zero_()
 
