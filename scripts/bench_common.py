@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig
+from transformers.models.qwen3_vl import Qwen3VLConfig
 
 # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the dimensions that set the cost).
 QWEN2_5_VL_7B = {
@@ -34,12 +35,53 @@ QWEN2_5_VL_7B = {
     "vision_end_token_id": 151653, "tie_word_embeddings": False,
 }  # fmt: skip
 
+# Qwen/Qwen3-VL-4B-Instruct's config.json (the dimensions that set the cost).
+QWEN3_VL_4B = {
+    "text_config": {
+        "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                            "mrope_interleaved": True},
+    },
+    "vision_config": {
+        "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "patch_size": 16,
+        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 2560,
+        "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17], "hidden_act": "gelu_pytorch_tanh",
+    },
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653, "tie_word_embeddings": True,
+}  # fmt: skip
 
-def architecture(config_dir: str | None) -> PretrainedConfig:
-    """Returns the Qwen2.5-VL-7B config, or the one in ``config_dir``'s config.json when given."""
+ARCHITECTURES = {
+    "qwen2_5_vl_7b": (Qwen2_5_VLConfig, QWEN2_5_VL_7B),
+    "qwen3_vl_4b": (Qwen3VLConfig, QWEN3_VL_4B),
+}
+SPECIAL_TOKENS = {
+    "image_token_id": "<|image_pad|>",
+    "video_token_id": "<|video_pad|>",
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+}
+
+
+def architecture(config_dir: str | None, arch: str = "qwen2_5_vl_7b", tokenizer=None) -> PretrainedConfig:
+    """Returns the config of ``arch`` (``ARCHITECTURES``), or the one in ``config_dir``'s config.json.
+
+    With ``tokenizer`` (the shipped tiny model's, for benchmarks that run the project's prompts), the special
+    token ids are that tokenizer's, so its prompts place image tokens where the model looks for them.
+    """
     if config_dir is not None:
-        return AutoConfig.from_pretrained(Path(config_dir))
-    return Qwen2_5_VLConfig(**QWEN2_5_VL_7B)
+        config = AutoConfig.from_pretrained(Path(config_dir))
+    else:
+        cls, values = ARCHITECTURES[arch]
+        config = cls(**values)
+    if tokenizer is not None:
+        for key, token in SPECIAL_TOKENS.items():
+            setattr(config, key, tokenizer.convert_tokens_to_ids(token))
+        text = config.get_text_config()
+        text.eos_token_id, text.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    return config
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:

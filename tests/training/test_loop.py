@@ -4,50 +4,24 @@ b = 1 alignment sanity check (spec §8)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from accelerate import Accelerator
 from safetensors.torch import load_file
 
 from sparsectx.models import ModelConfig, load_model
 from sparsectx.training import loop, steps
-from sparsectx.training.batches import TrainingSet
-from sparsectx.training.config import load_train_config
 from sparsectx.training.steps import NonFiniteLossError
-from sparsectx.training.update import Trainer, accumulate_gradients
+from sparsectx.training.update import accumulate_gradients
 
-from .test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
+from .test_loop_support import FROZEN, TinyEnv, compose_train, make_trainer, shared_env, train_overrides
 
 
 @pytest.fixture(scope="session")
 def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
     """Returns the session's tiny model directory and training TSV."""
     return shared_env(tmp_path_factory)
-
-
-# A frozen teacher keeps the divergence large once the student is perturbed (a lazily initialised EMA teacher
-# would follow the student).
-FROZEN = ["method.teacher.kind=frozen", "method.teacher.ema_decay=null"]
-
-
-def make_trainer(env, root: Path, *overrides: str) -> Trainer:  # noqa: ANN001
-    """Returns a fresh Trainer (no resume) for the shrunk config with ``overrides``, its student perturbed."""
-    tc = load_train_config(compose_train([*train_overrides(env, root), *overrides]))
-    accelerator = Accelerator(cpu=True)
-    trainer = loop.setup(
-        tc, accelerator, tc.accumulation(1), TrainingSet.load(tc.train_data, tc.seed), root, None
-    )
-    # Move the student well away from its teacher (LoRA B = 0 would also leave A without gradient): a large
-    # divergence keeps fp32 batching noise (~1e-7 of the logits) far below the tolerances.
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in trainer.student.trainable.values():
-            noise = torch.randn(p.shape, generator=generator)
-            p.copy_(0.3 * noise) if trainer.student.peft is not None else p.add_(0.05 * noise)
-    return trainer
 
 
 @pytest.mark.parametrize(
@@ -95,7 +69,7 @@ def test_checkpoint_is_the_merged_model_and_loads(tiny_env, tmp_path) -> None:  
     want = base[key] + (32 / 16) * b @ a  # W + (alpha / r) B A
     torch.testing.assert_close(weights[key], want, atol=1e-6, rtol=1e-6)
     assert not torch.allclose(weights[key], base[key])  # it trained
-    loaded = load_model(ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped"))
+    loaded = load_model(ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped", 1))
     assert loaded.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") == loaded.adapter.image_token_id
     assert (result.run_dir / "config.yaml").is_file()
 

@@ -1,4 +1,5 @@
-"""Shared set-up for the training-loop tests: a tiny model directory, a tiny TSV and a composed train config.
+"""Shared set-up for the training-loop tests: a tiny model directory, a tiny TSV, a composed train config
+and a fresh ``Trainer``.
 
 The model is the real HF Qwen2.5-VL class with tiny random weights (``tests/tiny_models.py``) saved with the
 character-level processor, so ``model.path=<dir>`` exercises the production loading path on CPU.
@@ -13,11 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+from accelerate import Accelerator
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl
 
 from sparsectx.data import Item, write_tsv
+from sparsectx.training import loop
+from sparsectx.training.batches import TrainingSet
+from sparsectx.training.config import load_train_config
+from sparsectx.training.update import Trainer
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 METHODS = sorted(path.stem for path in (CONF_DIR / "method").glob("*.yaml"))
@@ -86,3 +93,25 @@ def compose_train(overrides: list[str]) -> DictConfig:
     """Returns ``conf/train.yaml`` composed with ``overrides`` (Hydra compose API)."""
     with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
         return compose("train", overrides=overrides)
+
+
+# A frozen teacher keeps the divergence large once the student is perturbed (a lazily initialised EMA teacher
+# would follow the student).
+FROZEN = ["method.teacher.kind=frozen", "method.teacher.ema_decay=null"]
+
+
+def make_trainer(env, root: Path, *overrides: str) -> Trainer:  # noqa: ANN001
+    """Returns a fresh Trainer (no resume) for the shrunk config with ``overrides``, its student perturbed."""
+    tc = load_train_config(compose_train([*train_overrides(env, root), *overrides]))
+    accelerator = Accelerator(cpu=True)
+    trainer = loop.setup(
+        tc, accelerator, tc.accumulation(1), TrainingSet.load(tc.train_data, tc.seed), root, None
+    )
+    # Move the student well away from its teacher (LoRA B = 0 would also leave A without gradient): a large
+    # divergence keeps fp32 batching noise (~1e-7 of the logits) far below the tolerances.
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in trainer.student.trainable.values():
+            noise = torch.randn(p.shape, generator=generator)
+            p.copy_(0.3 * noise) if trainer.student.peft is not None else p.add_(0.05 * noise)
+    return trainer

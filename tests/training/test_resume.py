@@ -45,8 +45,16 @@ def kill_during_update(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [["method=scopd_plus", "method.positions.delta=0.3"], ["method=lt_opd"]],
-    ids=["scopd_plus_lora_ema", "lt_opd_full_frozen_sampled_curriculum"],
+    [
+        ["method=scopd_plus", "method.positions.delta=0.3"],
+        ["method=lt_opd"],
+        ["method=lt_opd", "memory.optimizer_states=int8", "memory.teacher_offload=true"],
+    ],
+    ids=[
+        "scopd_plus_lora_ema",
+        "lt_opd_full_frozen_sampled_curriculum",
+        "lt_opd_int8_adamw_offloaded_teacher",
+    ],
 )
 def test_kill_and_resume_reaches_the_same_weights(
     overrides: list[str], tiny_env, tmp_path, monkeypatch
@@ -90,6 +98,7 @@ def test_kill_and_resume_reaches_the_same_weights(
         ("pruner.params.contextual_share=0.1", "pruner.params.contextual_share"),
         ("seed=1", "seed"),
         ("method.teacher.ema_decay=0.99", "method.teacher.ema_decay"),
+        ("memory.optimizer_states=int8", "memory.optimizer_states"),
     ],
 )
 def test_changed_run_defining_key_refuses_to_resume(

@@ -85,6 +85,22 @@ def load(env, tmp_path, *overrides: str):  # noqa: ANN001, ANN201
         ),
         (["method=sft", "method.teacher.kind=frozen"], ValueError, r"method\.teacher\.kind='frozen'.*sft"),
         (["method=scopd", "method.prefix=rollouts"], ValueError, r"method\.prefix='rollouts'"),
+        (
+            ["method=scopd", "memory.teacher_offload=true"],
+            ValueError,
+            r"memory\.teacher_offload=True .*method\.teacher\.kind='ema'.*set memory\.teacher_offload=false",
+        ),
+        (
+            ["method=lt_opd", "method.lora.enabled=true", "memory.teacher_offload=true"],
+            ValueError,
+            r"memory\.teacher_offload=True with method\.lora\.enabled=True",
+        ),
+        (["method=sft", "memory.teacher_offload=true"], ValueError, r"memory\.teacher_offload=True .*'none'"),
+        (
+            ["method=scopd", "memory.optimizer_states=int4"],
+            ValueError,
+            r"memory\.optimizer_states='int4' is not one of \['fp32', 'int8'\]",
+        ),
         (["method=scopd", "budget=0.0"], ValueError, r"budget=0\.0 is outside \(0, 1\]"),
         (["method=scopd_plus", "budget=1.0"], ValueError, r"method\.positions\.delta=0\.01 .* exceeds 1"),
         (

@@ -44,7 +44,7 @@ from sparsectx.models import (
 )
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.processor import load_processor
-from sparsectx.prompting import PromptItem, chat_messages
+from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.visual import Selection
@@ -231,7 +231,8 @@ def generate_rows(
     A runtime failure (e.g. out of memory) becomes ``status="error"`` rows for every item of the call:
     recorded and counted, never scored as an answer.
     """
-    prompts = [prompt_item(item, prompt, with_image=True) for item in items]
+    build = lambda item: prompt_item(item, prompt, with_image=True)  # noqa: E731
+    prompts = build_prompts(build, items, loaded.processor.image_workers)
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)
         selections = select_visual(samples, pruner, budget, seed, spec.name)
@@ -309,7 +310,8 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
             )
         hf.eval()
         set_vision_attention(hf, cfg.vision_attention)
-        loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=load_processor(source))
+        processor = load_processor(source, cfg.image_workers)
+        loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:
         loaded = load_model(cfg)
     info = {

@@ -9,6 +9,7 @@ composes them, reading the same files a hub checkpoint ships, so one code path s
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -22,10 +23,32 @@ IMAGE_TOKEN = "<|image_pad|>"
 class ImageTextProcessor:
     """Turns chat-templated text plus images into ``input_ids``, ``pixel_values`` and ``image_grid_thw``."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, image_processor: Qwen2VLImageProcessorPil) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        image_processor: Qwen2VLImageProcessorPil,
+        image_workers: int = 1,
+    ) -> None:
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.merge_unit = int(image_processor.merge_size) ** 2
+        self.image_workers = image_workers
+
+    def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (pixel_values, image_grid_thw) of ``images``, ``image_workers`` images at a time.
+
+        HF's image processor handles each image on its own and concatenates, so splitting the list across
+        threads (numpy and PIL release the GIL) gives the same tensors as one call, in the same order.
+        """
+        run = lambda part: self.image_processor(images=part, return_tensors="pt")  # noqa: E731
+        workers = min(self.image_workers, len(images))
+        if workers <= 1:
+            out = run(images)
+            return out["pixel_values"], out["image_grid_thw"]
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(run, [[image] for image in images]))
+        pixels = torch.cat([part["pixel_values"] for part in parts])
+        return pixels, torch.cat([part["image_grid_thw"] for part in parts])
 
     def apply_chat_template(self, messages: list[dict], tokenize: bool, add_generation_prompt: bool) -> str:
         """Returns the prompt text of ``messages`` under the tokenizer's chat template (one image-pad per image)."""
@@ -34,7 +57,11 @@ class ImageTextProcessor:
         )
 
     def __call__(
-        self, text: list[str], images: list[Image.Image] | None, return_tensors: str = "pt", padding: bool = True
+        self,
+        text: list[str],
+        images: list[Image.Image] | None,
+        return_tensors: str = "pt",
+        padding: bool = True,
     ) -> BatchFeature:
         """Returns token ids (left-padded), attention mask, modality ids (1 = image) and pixel values with grids.
 
@@ -44,24 +71,28 @@ class ImageTextProcessor:
         data: dict[str, torch.Tensor] = {}
         counts: list[int] = []
         if images:
-            vision = self.image_processor(images=images, return_tensors="pt")
-            data["pixel_values"] = vision["pixel_values"]
-            data["image_grid_thw"] = vision["image_grid_thw"]
-            counts = (vision["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
+            data["pixel_values"], data["image_grid_thw"] = self.process_images(images)
+            counts = (data["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
         expanded, cursor = [], 0
         for prompt in text:
             parts = prompt.split(IMAGE_TOKEN)
             pieces = [parts[0]]
             for part in parts[1:]:
                 if cursor >= len(counts):
-                    raise ValueError(f"the prompts hold more {IMAGE_TOKEN} markers than the {len(counts)} images")
+                    raise ValueError(
+                        f"the prompts hold more {IMAGE_TOKEN} markers than the {len(counts)} images"
+                    )
                 pieces.append(IMAGE_TOKEN * counts[cursor] + part)
                 cursor += 1
             expanded.append("".join(pieces))
         if cursor != len(counts):
-            raise ValueError(f"{len(counts)} images were given but the prompts hold {cursor} {IMAGE_TOKEN} markers")
+            raise ValueError(
+                f"{len(counts)} images were given but the prompts hold {cursor} {IMAGE_TOKEN} markers"
+            )
         self.tokenizer.padding_side = "left"
-        tokens = self.tokenizer(expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False)
+        tokens = self.tokenizer(
+            expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False
+        )
         data["input_ids"] = tokens["input_ids"]
         data["attention_mask"] = tokens["attention_mask"]
         image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
@@ -69,8 +100,11 @@ class ImageTextProcessor:
         return BatchFeature(data)
 
 
-def load_processor(path: str | Path) -> ImageTextProcessor:
-    """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json)."""
+def load_processor(path: str | Path, image_workers: int = 1) -> ImageTextProcessor:
+    """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json).
+
+    ``image_workers`` is ``model.image_workers``: threads that preprocess a batch's images.
+    """
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
-    return ImageTextProcessor(tokenizer, image_processor)
+    return ImageTextProcessor(tokenizer, image_processor, image_workers)

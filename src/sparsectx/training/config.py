@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
+from sparsectx.checks import check_choice
 from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
 from sparsectx.pruning.config import PrunerConfig
@@ -29,10 +30,16 @@ RUN_DEFINING_PREFIXES = (
     "pruner.",
     "seed",
     "train_data.",
+    "memory.optimizer_states",
 )
 """Keys that define what a run trains: changing one and resuming the same run directory is an error. Every
 other
 key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns."""
+
+
+ROLLOUT_WEIGHTS = ("auto", "copy", "live")
+"""``auto``: ``copy`` for a LoRA student on CUDA, else ``live``; ``copy``: a plain twin of the student's current
+weights (``sparsectx.training.decode_copy``); ``live``: the student itself."""
 
 
 @dataclass
@@ -53,6 +60,41 @@ class TrainDataConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_skip_fraction < 1.0:
             raise ValueError(f"train_data.max_skip_fraction={self.max_skip_fraction} must lie in [0, 1)")
+
+
+OPTIMIZER_STATES = ("fp32", "int8")
+"""``fp32``: ``torch.optim.AdamW``'s fp32 moments; ``int8``: torchao's ``AdamW8bit`` (8-bit moments)."""
+
+
+@dataclass
+class MemoryConfig:
+    """``memory``: switches that trade compute or optimizer precision for accelerator memory (off: plain)."""
+
+    activation_checkpointing: bool
+    """Recompute the student's decoder layers in backward (HF gradient checkpointing, non-reentrant): one
+    layer's activations live at a time instead of every layer's, for about one more student forward per
+    micro-batch. The numbers do not change."""
+    teacher_offload: bool
+    """Keep the separate frozen teacher copy (full parameters with ``method.teacher.kind=frozen`` only) on the
+    CPU and move it to the device once per step, for the teacher logits of all the step's micro-batches, which
+    then wait on the CPU. The numbers do not change."""
+    optimizer_states: str
+    """AdamW's moments: fp32 | int8 (torchao ``AdamW8bit``, block-wise: 2 instead of 8 bytes per trained
+    parameter; a tensor under 4096 values, or not a multiple of 256, keeps fp32 moments). int8 changes the
+    numbers, so it is run-defining."""
+
+    def __post_init__(self) -> None:
+        check_choice(self.optimizer_states, OPTIMIZER_STATES, "memory.optimizer_states")
+
+    def check_method(self, method: MethodConfig) -> None:
+        """Returns None; raises ValueError if ``teacher_offload`` is on without a separate frozen copy."""
+        if self.teacher_offload and (method.lora.enabled or method.teacher.kind != "frozen"):
+            raise ValueError(
+                f"memory.teacher_offload=True with method.lora.enabled={method.lora.enabled} and "
+                f"method.teacher.kind={method.teacher.kind!r}: only full-parameter training "
+                "(method.lora.enabled=false) with method.teacher.kind=frozen keeps a separate teacher copy "
+                "to offload; set memory.teacher_offload=false"
+            )
 
 
 @dataclass
@@ -79,8 +121,13 @@ class TrainConfig:
     """Longest rollout; reference prefixes are cut to the same length."""
     rollout_batch_size: int | None
     """Rollouts the engine decodes at once; null = the whole per-process step (all micro-batches)."""
+    rollout_weights: str
+    """Which weights decode the rollouts: auto | copy | live (``sparsectx.training.decode_copy``); ``copy``
+    decodes with a plain twin of the student's current weights, ``auto`` picks it for LoRA on CUDA."""
     engine: EngineConfig
     """The decode engine's settings (``conf/engine``)."""
+    memory: MemoryConfig
+    """Accelerator-memory switches (activation checkpointing, teacher offload, 8-bit optimizer states)."""
     save_every: int
     """Optimizer steps between resume states (``state/``); the last step always saves."""
     log_every: int
@@ -115,8 +162,10 @@ class TrainConfig:
                     f"rollout_batch_size={self.rollout_batch_size} must be >= 1, or null for the step"
                 )
             self.engine.check_slots(self.rollout_batch_size, "rollout_batch_size")
+        check_choice(self.rollout_weights, ROLLOUT_WEIGHTS, "rollout_weights")
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
+        self.memory.check_method(self.method)
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
             if top > 1.0 + 1e-12:

@@ -2,7 +2,8 @@
 
 Per optimizer step (training-methods spec §1.1): budget b from the schedule; for each micro-batch encode once,
 prune at b (and b+δ), get the prefix (student rollout or reference); count the step's normalisers; then per
-micro-batch the teacher pass (no_grad), the student pass (grad) and the loss; sync, clip, update, EMA. Every
+micro-batch the teacher pass (no_grad), the student pass (grad) and the loss (with ``memory.teacher_offload``
+the teacher passes of all micro-batches come first, in one phase); sync, clip, update, EMA. Every
 ``save_every`` steps ``state/`` is written atomically; at the end ``checkpoint/`` holds the loadable model.
 Killing the run at any point and starting it again with the same config resumes from ``state/`` and reaches
 the same final weights (tested); changing a run-defining key is an error naming the key.
@@ -32,6 +33,7 @@ from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
+from sparsectx.training.memory import apply_memory
 from sparsectx.training.rollout import is_correct
 from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
@@ -126,6 +128,7 @@ def setup(
     torch.manual_seed(derive_seed(tc.seed, "init"))  # LoRA's A initialisation; overwritten on resume
     model_cfg = dataclasses.replace(tc.model, device=str(accelerator.device))
     student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
+    apply_memory(student, tc.memory)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:
@@ -166,7 +169,7 @@ def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) ->
 
 def train_step(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
     """Returns (metrics, micro-batches, budget) of one optimizer step; advances the step and data position."""
-    lr = trainer.scheduler.get_last_lr()[0]
+    lr = float(trainer.scheduler.get_last_lr()[0])  # a tensor under torchao's AdamW8bit
     totals, micro, budget = accumulate_gradients(trainer)
     grad_norm = apply_update(trainer)
     trainer.step += 1

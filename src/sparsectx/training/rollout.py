@@ -23,6 +23,7 @@ from sparsectx.eval.extract import extract_answer
 from sparsectx.generation import SamplingConfig
 from sparsectx.registry import Registry
 from sparsectx.training.batches import reference_ids, reference_text
+from sparsectx.training.decode_copy import rollout_adapter
 from sparsectx.training.student import Student, mode
 from sparsectx.visual import Selection
 
@@ -67,6 +68,8 @@ class PrefixInputs:
     """The decode engine's settings."""
     slots: int | None
     """Rollouts decoded at once (``rollout_batch_size``); None = every sample given."""
+    weights: str
+    """``rollout_weights``: decode with the live student or a twin of its weights (``decode_copy``)."""
 
 
 PrefixSource = Callable[[PrefixInputs], Prefix]
@@ -77,8 +80,9 @@ PREFIX_SOURCES: Registry[PrefixSource] = Registry("prefix source")
 def rollout_prefix(inputs: PrefixInputs) -> Prefix:
     """Returns on-policy student rollouts from the pruned contexts x_b (SCOPD Eq. 1)."""
     student = inputs.student
-    prompts = pruned_prompts(student.adapter, inputs.encoded, inputs.selections)
-    engine = engine_for(student.adapter, student.processor.tokenizer, inputs.engine)
+    adapter = rollout_adapter(student, inputs.weights, student.adapter.signal_chunk)
+    prompts = pruned_prompts(adapter, inputs.encoded, inputs.selections)
+    engine = engine_for(adapter, student.processor.tokenizer, inputs.engine)
     with torch.no_grad(), mode(student.model, training=False), student.compute():
         outs = engine.generate(prompts, inputs.sampling, inputs.generator, slots=inputs.slots)
     device = inputs.encoded[0].prompt_ids.device

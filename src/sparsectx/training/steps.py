@@ -20,6 +20,7 @@ from sparsectx.data import Item
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.generation import response_logits
+from sparsectx.prompting import build_prompts
 from sparsectx.pruning import select_tokens
 from sparsectx.training import reduction
 from sparsectx.training.batches import prompt_item, reencode_text, with_reference
@@ -146,7 +147,8 @@ def micro_contexts(
         budget: the student's budget b this step.
     """
     method = cfg.method
-    prompts = [prompt_item(item, cfg.train_data, p) for item, p in zip(items, positions, strict=True)]
+    build = lambda pair: prompt_item(pair[0], cfg.train_data, pair[1])  # noqa: E731
+    prompts = build_prompts(build, list(zip(items, positions, strict=True)), student.processor.image_workers)
     with torch.no_grad():
         encoded = encode_samples(student.adapter, student.processor, prompts)
         selections = [select_images(cfg, s, budget, p) for s, p in zip(encoded, positions, strict=True)]
@@ -178,6 +180,7 @@ def step_prefixes(
     inputs = PrefixInputs(
         student, joined("items"), joined("encoded"), joined("selections"),
         cfg.method.rollout.sampling(cfg.max_new_tokens), generator, cfg.engine, cfg.rollout_batch_size,
+        cfg.rollout_weights,
     )  # fmt: skip
     prefix = PREFIX_SOURCES.get(cfg.method.prefix)(inputs)
     out, start = [], 0
@@ -268,8 +271,9 @@ def _reduce(
 
 
 def micro_loss(
-    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator
-) -> tuple[torch.Tensor, dict[str, float]]:
+    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator,
+    stored_teacher: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
 
     Args:
@@ -278,12 +282,16 @@ def micro_loss(
         mb: the prepared micro-batch.
         counts: the whole step's normalisers.
         generator: the random position selector's generator.
+        stored_teacher: (B, T, V) teacher logits from the step's offloaded teacher phase
+            (``memory.offloaded_teacher_logits``), or None to run the teacher here.
     """
     method = cfg.method
     t_logits = None
     # The teacher goes first: the EMA swap writes the weights in place, which must not happen while the
     # student's autograd graph holds them.
-    if method.objective == "distill":
+    if stored_teacher is not None:
+        t_logits = stored_teacher.to(student.model.device)
+    elif method.objective == "distill":
         t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens)
     with mode(student.model, training=True), student.compute():
         batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)

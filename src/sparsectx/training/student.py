@@ -37,7 +37,8 @@ class Student:
         adapter: the student's adapter; with LoRA its model holds the adapter layers in place.
         processor: the checkpoint's processor.
         peft: the peft wrapper (LoRA), or None for full-parameter training.
-        frozen: adapter of a frozen copy of the initial model (full-parameter + frozen teacher only).
+        frozen: adapter of a frozen copy of the initial model (full-parameter + frozen teacher only); on the
+            CPU outside the step's teacher phase with ``memory.teacher_offload`` (``training.memory``).
         ema: the EMA of the trainable tensors (teacher kind ``ema`` only).
         trainable: {name: parameter} of every trained tensor (fp32), in a fixed order.
         dtype: the checkpoint's dtype; forwards autocast to it when it is half precision.

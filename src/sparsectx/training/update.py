@@ -22,9 +22,10 @@ from accelerate import Accelerator
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.schedules import BUDGET_SCHEDULES
 from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
-from sparsectx.training.student import Student
+from sparsectx.training.student import Student, mode
 
 
 class LRFactor:
@@ -43,17 +44,34 @@ class LRFactor:
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - self.warmup_steps) / span)))
 
 
+def adamw_class(states: str) -> type[torch.optim.Optimizer]:
+    """Returns the AdamW class for ``memory.optimizer_states``: torch's (fp32) or torchao's ``AdamW8bit``."""
+    if states == "fp32":
+        return torch.optim.AdamW
+    from torchao.optim import AdamW8bit  # imported only for int8: torchao is slow to import
+
+    return AdamW8bit
+
+
 def build_optimizer(
     cfg: TrainConfig, student: Student
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """Returns AdamW over the trainable tensors (no weight decay below 2 dims) and its LR schedule."""
+    """Returns AdamW over the trainable tensors (no weight decay below 2 dims) and its LR schedule.
+
+    ``memory.optimizer_states=int8`` takes torchao's ``AdamW8bit``: the same update with block-wise 8-bit
+    moments (a tensor under 4096 values, or not a multiple of 256, keeps fp32 ones). Its step is
+    ``torch.compile``d per tensor shape (on CPU that needs a C++ compiler; a process's first step compiles).
+    Its learning rate is a tensor, which ``LambdaLR`` fills in place, and its state (8-bit tensor subclasses)
+    saves and loads through ``state_dict`` like AdamW's.
+    """
     optim = cfg.method.optim
     params = list(student.trainable.values())
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(
+    adamw = adamw_class(cfg.memory.optimizer_states)
+    optimizer = adamw(
         [g for g in groups if g["params"]], lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps
     )
     factor = LRFactor(optim.warmup_steps, cfg.steps, optim.lr_schedule)
@@ -128,10 +146,14 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
         batches.append(([trainer.data.item_at(p) for p in positions], positions))
     micro = prepare_step(cfg, student, batches, budget, trainer.generator("rollout", 0, device))
     counts = step_counts(micro, trainer.accelerator)
+    stored: list[torch.Tensor | None] = [None] * len(micro)
+    if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
+        stored = list(offloaded_teacher_logits(student, cfg.method.teacher.kind, micro))
     totals: dict[str, float] = {}
     problems = []
-    for j, mb in enumerate(micro):
-        loss, stats = micro_loss(cfg, student, mb, counts, trainer.generator("positions", j, device))
+    for j, (mb, teacher) in enumerate(zip(micro, stored, strict=True)):
+        generator = trainer.generator("positions", j, device)
+        loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher)
         if not torch.isfinite(loss):  # no backward: the gradients stay finite, the update will not happen
             problems.append(
                 f"step {trainer.step}, micro-batch {j}: loss={float(loss.detach())} is not finite "
@@ -139,7 +161,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
                 f"{mb.valid.sum(-1).tolist()}, normalisers {counts})"
             )
             continue
-        trainer.accelerator.backward(loss)
+        with mode(student.model, training=True):  # a checkpointed layer recomputes in backward in this mode
+            trainer.accelerator.backward(loss)
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value
     check_finite(trainer, problems)
