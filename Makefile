@@ -20,8 +20,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts
 
+# sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there)
 demo: $(STAMP)
-	cd $(CURDIR) && $(BIN)/snakemake --profile workflow/profiles/local all_tables
+	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables
 
 clean-results:
 	rm -rf results

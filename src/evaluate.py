@@ -18,7 +18,7 @@ from sparsectx.eval.runner import run
 from sparsectx.paths import budget_tag
 
 # hydra.run.dir spells the budget as the results leaf does (0.1 -> "0.1", 1.0 -> "1").
-OmegaConf.register_new_resolver("budget_tag", lambda budget: budget_tag(float(budget)), replace=True)
+OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)  # names a non-numeric budget
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")

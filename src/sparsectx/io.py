@@ -2,27 +2,73 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+"""errno values of a full disk or an exhausted quota: re-raised naming the file being written."""
+
+
+def _disk_full(error: OSError, path: Path, undone: str) -> OSError:
+    """Returns ``error`` restated with the file being written and the fix (a bare ENOSPC names no path)."""
+    return OSError(
+        error.errno,
+        f"{os.strerror(error.errno)} while writing {path}: {undone}; free space on the filesystem holding "
+        f"{path.parent} (or point the output root elsewhere) and rerun",
+    )
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """Returns (fd, name) of a new hidden file beside ``path``, created with the user's umask.
+
+    ``tempfile.mkstemp`` creates files with mode 0600, which ``os.replace`` keeps: other users of a shared
+    results directory could not read them. ``os.open`` with 0o666 lets the umask decide, as ``open`` does.
+    """
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Writes every byte of ``data`` to ``fd`` and fsyncs it (unbuffered: a failed write leaves nothing queued)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    """Writes ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
+
+    The file gets the user's umask (like ``open``). A full disk raises ``OSError`` (errno ENOSPC) naming
+    ``path`` and the fix; the temporary file is removed and ``path`` keeps its previous content, if any.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            _write_all(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.errno in DISK_FULL:
+            raise _disk_full(
+                error, path, "the partial file was removed and the old one, if any, kept"
+            ) from error
+        raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -33,14 +79,23 @@ def atomic_write_json(path: str | Path, payload: Any) -> None:
 
 def append_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
     """Appends ``rows`` as complete JSON lines and fsyncs (a killed run leaves whole lines only, plus at most
-    one torn last line that ``read_jsonl`` drops)."""
+    one torn last line that ``read_jsonl`` drops). A full disk truncates the file back to its rows before
+    this call and raises ``OSError`` (errno ENOSPC) naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            _write_all(fd, data)
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            os.ftruncate(fd, start)  # a later run must not read part of this batch as whole rows
+            raise _disk_full(error, path, "the rows of this write were removed, earlier rows kept") from error
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -68,7 +123,10 @@ def git_commit(root: str | Path | None = None) -> dict[str, Any]:
         ).stdout.strip()
         dirty = bool(
             subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
                 check=True,
             ).stdout.strip()
         )

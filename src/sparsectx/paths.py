@@ -3,12 +3,29 @@ budget, benchmark), one training directory per (experiment, model, method, prune
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
-def budget_tag(budget: float) -> str:
-    """Returns the path spelling of a budget fraction: 0.1 -> "0.1", 1.0 -> "1"."""
-    return f"{budget:g}"
+def budget_tag(budget: float | str) -> str:
+    """Returns the path spelling of a budget fraction: 0.1 -> "0.1", 1.0 -> "1" (also from "0.1", "1").
+
+    It is also the ``budget_tag`` resolver of every ``hydra.run.dir``, which Hydra resolves before any
+    config check: a bad ``budget=`` override fails here, so the error names the key, the value and the fix.
+
+    Raises:
+        ValueError: ``budget`` is not a finite number.
+    """
+    try:
+        value = float(budget)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(budget, bool) or not math.isfinite(value):
+        raise ValueError(
+            f"budget={budget!r} is not a number: set budget to the kept fraction of visual tokens in (0, 1], "
+            "e.g. budget=0.1 (1 = full context)"
+        )
+    return f"{value:g}"
 
 
 def leaf_dir(root: str | Path, experiment: str, model: str, method: str, pruner: str, budget: float) -> Path:

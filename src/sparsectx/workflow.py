@@ -15,7 +15,9 @@ which a test checks against those functions.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import os
 import re
 import sys
@@ -241,7 +243,8 @@ class Grid:
         for name, kind, spec in named:
             key = f"grid.{name}.rows"
             rows = tuple(
-                Row(tuple(row["methods"]), tuple(row["pruners"]), _budgets(row["budgets"], key)) for row in spec["rows"]
+                Row(tuple(row["methods"]), tuple(row["pruners"]), _budgets(row["budgets"], key))
+                for row in spec["rows"]
             )
             yield Block(name, kind, tuple(spec["models"]), tuple(spec["benchmarks"]), rows)
 
@@ -438,18 +441,47 @@ class Grid:
         """Returns the directory ``make_tables.py`` writes."""
         return TABLES_PATTERN.format(experiment=self.experiment)
 
-    def data_files(self, conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
-        """Returns name -> TSV that ``build_data.py`` writes (benchmarks, ``train``); {} if none is built."""
+    def data_dir(self, conf_dir: str | Path = CONF_DIR) -> str | None:
+        """Returns the folder the pipeline's data job writes, ``data/<config>-<digest>``; None if none is built.
+
+        The digest covers the data config and the grid's ``build_data`` overrides, so data built by hand
+        (``python src/build_data.py`` writes ``data/<config>/``) or under other overrides is never taken
+        for this grid's: a prebuilt suite of another size cannot make Snakemake skip the data job.
+        """
         if not self.data["build"]:
+            return None
+        name = self.data["config"]
+        spec = {
+            "data": load_yaml(Path(conf_dir) / "data" / f"{name}.yaml"),
+            "overrides": self.overrides("build_data"),
+        }
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+        return f"data/{name}-{digest}"
+
+    def data_files(self, conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
+        """Returns name -> TSV that the data job writes (benchmarks, ``train``) in ``data_dir``; {} if none."""
+        out_dir = self.data_dir(conf_dir)
+        if out_dir is None:
             return {}
         data_cfg = load_yaml(Path(conf_dir) / "data" / f"{self.data['config']}.yaml")
-        out_dir = Path(data_cfg["out_dir"])
-        files = {name: str(out_dir / f"{name}.tsv") for name in [*data_cfg["benches"], "train"]}
+        files = {name: f"{out_dir}/{name}.tsv" for name in [*data_cfg["benches"], "train"]}
         unbuilt = sorted(set(self.names("bench")) - set(files))
         if unbuilt:
             where = f"conf/data/{self.data['config']}.yaml"
             raise ValueError(f"grid benchmarks {unbuilt} are not among the benches of {where}")
         return files
+
+    def data_args(self, stage: str, bench: str = "") -> list[str]:
+        """Returns the overrides pointing ``stage`` at the data job's files ([] when no data is built).
+
+        ``build_data`` and ``train`` get ``data.out_dir``; an evaluation gets ``bench.<bench>.path``.
+        """
+        out_dir = self.data_dir()
+        if out_dir is None:
+            return []
+        if stage in ("build_data", "train"):
+            return [f"data.out_dir={out_dir}"]
+        return [f"bench.{bench}.path={self.data_files()[bench]}"]
 
     # ---- CLI overrides -----------------------------------------------------------------------------------
     def overrides(self, stage: str) -> list[str]:
@@ -475,11 +507,17 @@ class Grid:
     def train_args(self, run: TrainRun) -> list[str]:
         """Returns the ``train.py`` overrides of ``run``."""
         cell = Cell(run.model, run.method, run.pruner, run.budget, "")
-        return self._point_args(cell, "method") + self.overrides("train") + list(self.methods[run.method].overrides)
+        args = self._point_args(cell, "method") + self.data_args("train")
+        return args + self.overrides("train") + list(self.methods[run.method].overrides)
 
     def evaluate_args(self, cell: Cell, mode: str = "greedy") -> list[str]:
         """Returns the ``evaluate.py`` overrides of ``cell`` in ``mode`` (``greedy`` or ``passk``)."""
-        args = [*self._point_args(cell, EVAL_METHOD_KEY), f"bench={cell.bench}", *self._checkpoint_args(cell)]
+        args = [
+            *self._point_args(cell, EVAL_METHOD_KEY),
+            f"bench={cell.bench}",
+            *self.data_args(mode, cell.bench),
+        ]
+        args += self._checkpoint_args(cell)
         if mode == "passk":
             full = Path(self.reference_leaf(cell.model, cell.bench)).parent
             args += ["mode=passk", f"passk.full_context_leaf={full}"]
@@ -489,8 +527,17 @@ class Grid:
         """Returns the ``evaluate.py mode=efficiency`` overrides of ``run`` (``budget`` names a folder)."""
         budgets = ",".join(budget_tag(b) for b in run.budgets)
         cell = run.cell
-        args = [*self._point_args(cell, EVAL_METHOD_KEY), f"bench={run.bench}", *self._checkpoint_args(cell)]
-        args += ["mode=efficiency", f"efficiency.bench={run.bench}", f"efficiency.budgets=[{budgets}]"]
+        args = [
+            *self._point_args(cell, EVAL_METHOD_KEY),
+            f"bench={run.bench}",
+            *self.data_args("efficiency", run.bench),
+        ]
+        args += [
+            *self._checkpoint_args(cell),
+            "mode=efficiency",
+            f"efficiency.bench={run.bench}",
+            f"efficiency.budgets=[{budgets}]",
+        ]
         return args + self.overrides("efficiency")
 
 

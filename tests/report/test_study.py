@@ -57,18 +57,22 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def compose_tables(root: Path, *overrides: str, grid: dict | None = GRID) -> DictConfig:
     """Returns ``conf/make_tables.yaml`` for the tiny preset under ``root``, its grid keys replaced by ``grid``."""
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
-        cfg = compose("make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides])
+        cfg = compose(
+            "make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides]
+        )
     for key, value in (grid or {}).items():
         OmegaConf.update(cfg, f"grid.{key}", value, merge=False)
     return cfg
 
 
-def write_result(root: Path, method: str, pruner: str, budget: float, bench: str, score: float, version: int = 1):
+def write_result(
+    root: Path, method: str, pruner: str, budget: float, bench: str, score: float, version: int = 1
+):
     """Writes one ``BenchResult`` JSON where ``evaluate.py`` would."""
     result = BenchResult(
         method=method, pruner=pruner, budget=budget, benchmark=bench, score=score, scorer_version=version,
         scorer="exact_match", extractor_version=1, metrics={"score": score}, dataset_name=bench, experiment="tiny",
-        seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=12, n_scored=12, skipped=[],
+        seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=12, n_scored=12, n_skipped=0, skipped=[],
         extraction={"tagged": 12}, n_failed=0, mean_kept_visual=4.0, generation={}, batch_size=4, resumed_rows=0,
         wall_time_s=1.0, provenance={"config_hash": "0" * 16},
     )  # fmt: skip
@@ -90,7 +94,13 @@ def write_passk(root: Path, budget: float, greedy: float, curve: dict[str, float
 
 def _efficiency_row(budget: float, kept: float, ratios: tuple[float, ...], total_ms: float) -> dict:
     prefill, total, kv, lat_prefill, lat_decode, lat_total = ratios
-    latency = {"vision": 1.0, "selection": 0.1, "prefill": lat_prefill, "decode": lat_decode, "total": lat_total}
+    latency = {
+        "vision": 1.0,
+        "selection": 0.1,
+        "prefill": lat_prefill,
+        "decode": lat_decode,
+        "total": lat_total,
+    }
     return {
         "budget": budget, "kept_visual": kept, "prefill_len": 40.0, "flops": {}, "kv_cache_bytes": 1.0,
         "latency_ms": {"total": total_ms},
@@ -171,7 +181,11 @@ def test_recovery_table_for_blocks_with_trained_methods(results: Path) -> None:
     out = results / "tiny" / "tables"
     recovery = read_csv(out / "main.recovery.csv")
     at_20 = recovery[("0.2", "SCOPD", "visionzip")]
-    assert (at_20["syn_count"], at_20["syn_ocr"], at_20["Mean"]) == ("50.00", "75.00", "62.50")  # (45-40)/(50-40)
+    assert (at_20["syn_count"], at_20["syn_ocr"], at_20["Mean"]) == (
+        "50.00",
+        "75.00",
+        "62.50",
+    )  # (45-40)/(50-40)
     assert recovery[("0.1", "SCOPD", "visionzip")]["Mean"] == "50.00"  # (40-30)/(50-30), (30-20)/(40-20)
     assert set(recovery) == {("0.2", "SCOPD", "visionzip"), ("0.1", "SCOPD", "visionzip")}
     assert not (out / "sweep.recovery.md").exists()  # no trained method in the sweep
@@ -250,7 +264,13 @@ def test_tables_and_plots_are_logged(results: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(study, "start_run", lambda *args: Recorder())
     run(compose_tables(results))
     tables = {key: (columns, rows) for key, columns, rows in logged["tables"]}
-    assert set(tables) >= {"tables/main", "tables/main.recovery", "tables/sweep", "tables/passk", "tables/efficiency"}
+    assert set(tables) >= {
+        "tables/main",
+        "tables/main.recovery",
+        "tables/sweep",
+        "tables/passk",
+        "tables/efficiency",
+    }
     assert tables["tables/main"][0][:4] == ["model", "budget", "method", "pruner"]
     assert "plots/retain_main_tiny" in logged["images"] and logged["finished"] == [True]
 
@@ -281,7 +301,9 @@ def test_cli_runs_on_the_tiny_preset(tmp_path: Path) -> None:
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (wf.CONF_DIR / "experiment").glob("*.yaml")))
 def test_every_preset_renders_with_no_results(preset: str, tmp_path: Path) -> None:
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
-        cfg = compose("make_tables", overrides=[f"experiment={preset}", f"results_root={tmp_path}", "logger=none"])
+        cfg = compose(
+            "make_tables", overrides=[f"experiment={preset}", f"results_root={tmp_path}", "logger=none"]
+        )
     run(cfg)
     grid = wf.load_grid(preset)
     out = tmp_path / preset / "tables"

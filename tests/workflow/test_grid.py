@@ -42,7 +42,9 @@ def test_every_preset_starts_with_its_command_and_names_itself(name: str) -> Non
     path = wf.CONF_DIR / "experiment" / f"{name}.yaml"
     lines = path.read_text().splitlines()
     assert lines[0] == "# @package _global_"  # Hydra reads the header only before the first other line
-    assert lines[1].startswith("# snakemake --profile ") and lines[1].endswith(f"all_tables --config experiment={name}")
+    assert lines[1].startswith("# snakemake --profile ") and lines[1].endswith(
+        f"all_tables --config experiment={name}"
+    )
     raw = wf.load_yaml(path)
     assert raw["experiment"] == raw["grid"]["name"] == name
 
@@ -139,7 +141,11 @@ def test_efficiency_runs_group_budgets_per_model_method_pruner() -> None:
         wf.EfficiencyRun("tiny", "lt_opd", "cdpruner", (0.05,), "syn_pope"),
     ]
     args = grid.efficiency_args(grid.efficiency_run("tiny", "lt_opd", "cdpruner"))
-    assert "mode=efficiency" in args and "efficiency.budgets=[0.05]" in args and "efficiency.bench=syn_pope" in args
+    assert (
+        "mode=efficiency" in args
+        and "efficiency.budgets=[0.05]" in args
+        and "efficiency.bench=syn_pope" in args
+    )
     assert "checkpoint=runs/tiny/tiny/lt_opd/cdpruner/0.05/checkpoint" in args
     assert grid.targets("efficiency") == [
         "results/tiny/tiny/base/cdpruner/efficiency.json",
@@ -168,6 +174,7 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
         "budget=1",
         "seed=0",
         "bench=syn_count",
+        f"bench.syn_count.path={grid.data_dir()}/syn_count.tsv",
         "checkpoint=runs/tiny/tiny/scopd/visionzip/0.1/checkpoint",
         "logger=none",
         "batch_size=2",
@@ -184,7 +191,9 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
         "seed=0",
     ]
     method_overrides = tiny_raw()["methods"]["lt_opd"]["overrides"]
-    assert "steps=40" in train and train[-len(method_overrides):] == method_overrides  # stage's, then method's
+    assert (
+        "steps=40" in train and train[-len(method_overrides) :] == method_overrides
+    )  # stage's, then method's
 
 
 def test_train_command_launches_accelerate_only_for_several_gpus() -> None:
@@ -223,10 +232,14 @@ def test_mirror_moves_outputs_under_logs_and_benchmarks() -> None:
 
 
 def test_tiny_data_files_come_from_the_data_config() -> None:
-    files = wf.load_grid("tiny").data_files()
+    grid = wf.load_grid("tiny")
+    files = grid.data_files()
     data = wf.load_yaml(wf.CONF_DIR / "data" / "tiny.yaml")
-    assert files["train"] == f"{data['out_dir']}/train.tsv"
+    # the pipeline's own folder, never data/tiny/ (what a hand-run build_data.py writes: issue 13, finding 6)
+    assert grid.data_dir().startswith(f"{data['out_dir']}-")
+    assert files["train"] == f"{grid.data_dir()}/train.tsv"
     assert set(files) == set(data["benches"]) | {"train"}
+    assert grid.data_args("build_data") == grid.data_args("train") == [f"data.out_dir={grid.data_dir()}"]
     assert wf.load_grid("scopd_qwen2_5_vl_7b").data_files() == {}
 
 
@@ -303,7 +316,9 @@ def test_schema_errors_name_the_key(edit, key: str) -> None:
 def test_method_trained_at_several_budgets_is_evaluated_at_each() -> None:
     raw = tiny_raw()
     raw["methods"]["scopd"]["budgets"] = [0.1, 0.2]
-    raw["tables"]["main"]["rows"] = [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}]
+    raw["tables"]["main"]["rows"] = [
+        {"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}
+    ]
     raw["tables"]["pruner_generalization"]["rows"][0]["methods"] = ["base"]
     grid = build(raw)
     assert [r for r in grid.train_runs if r.method == "scopd"] == [

@@ -99,7 +99,8 @@ def test_shell_commands_are_the_cli_with_overrides(snakemake: Snakemake) -> None
     assert run.returncode == 0, run.stderr
     assert re.search(
         r"src/evaluate\.py experiment=tiny model=tiny method=scopd pruner=random budget=0\.1 seed=0 "
-        r"bench=syn_count checkpoint=runs/tiny/tiny/scopd/visionzip/0\.1/checkpoint",
+        r"bench=syn_count bench\.syn_count\.path=data/tiny-\w+/syn_count\.tsv "
+        r"checkpoint=runs/tiny/tiny/scopd/visionzip/0\.1/checkpoint",
         run.stdout,
     )
     assert "processor.write=false" in run.stdout  # build_data never rewrites the shipped processor

@@ -3,16 +3,20 @@ VLMEvalKit TSVs named by conf/bench/*.yaml, which are not DAG inputs)."""
 
 
 rule build_data:
-    """Writes every benchmark TSV and train.tsv of conf/data/<config>.yaml (not the shipped processor)."""
+    """Writes every benchmark TSV and train.tsv of conf/data/<config>.yaml (not the shipped processor).
+
+    Into data/<config>-<digest of the config and overrides>/, never data/<config>/ where a hand-run
+    `python src/build_data.py` writes the full suite: prebuilt data is never taken for this job's.
+    """
     output:
         list(DATA.values()),
     log:
-        f"logs/build_data/{GRID.data.get('config', 'none')}.log",
+        f"logs/build_data/{Path(GRID.data_dir() or 'none').name}.log",
     benchmark:
-        f"benchmarks/build_data/{GRID.data.get('config', 'none')}.tsv"
+        f"benchmarks/build_data/{Path(GRID.data_dir() or 'none').name}.tsv"
     params:
         cli=wf.entry_point("build_data.py"),
-        args=["processor.write=false", *GRID.overrides("build_data")],
+        args=["processor.write=false", *GRID.data_args("build_data"), *GRID.overrides("build_data")],
     threads: RES["build_data"]["cpus_per_task"]
     resources:
         **RES["build_data"],

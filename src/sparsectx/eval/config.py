@@ -181,6 +181,9 @@ class EvalConfig:
     """Recompute finished benchmarks and discard their cached predictions."""
     max_failure_rate: float
     """A benchmark whose share of generation errors plus empty extractions exceeds this fails the run."""
+    max_skip_fraction: float
+    """A benchmark file whose share of unusable rows (``sparsectx.data.read_tsv``'s skips) exceeds this is
+    refused; below it the rest is scored, the skips are recorded in the result and footnoted in tables."""
 
     def __post_init__(self) -> None:
         check_choice(self.mode, MODES, "mode")
@@ -197,6 +200,10 @@ class EvalConfig:
         self.engine.check_slots(self.passk.sample_batch, "passk.sample_batch")
         if not 0.0 <= self.max_failure_rate <= 1.0:
             raise ValueError(f"max_failure_rate={self.max_failure_rate} must lie in [0, 1]")
+        if not 0.0 <= self.max_skip_fraction < 1.0:
+            raise ValueError(
+                f"max_skip_fraction={self.max_skip_fraction} must lie in [0, 1) (0 refuses any unusable row)"
+            )
         if self.decoding.do_sample:
             raise ValueError(
                 "decoding.do_sample=true: benchmark scores use greedy decoding; use mode=passk to sample"

@@ -271,7 +271,7 @@ def run_efficiency(job: EvalJob) -> Path:
         log.info("efficiency: finished with config %s, skipping", chash)
         return out
     started = time.perf_counter()
-    items = load_bench_items(cfg.bench[eff.bench])[0][: eff.num_items]
+    items = load_bench_items(cfg.bench[eff.bench], cfg.max_skip_fraction)[0][: eff.num_items]
     loaded, info = job.model()
     device = loaded.adapter.model.device
     budgets = sorted(set(eff.budgets) | {1.0}, reverse=True)

@@ -38,6 +38,7 @@ from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
 from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
 from sparsectx.eval.protocol import (
+    file_digest,
     generate_rows,
     is_correct,
     load_bench_items,
@@ -46,7 +47,7 @@ from sparsectx.eval.protocol import (
     scored_item,
     select_visual,
 )
-from sparsectx.eval.results import finished, provenance, resume_rows, write_json, write_rows
+from sparsectx.eval.results import config_hash, finished, provenance, resume_rows, write_json, write_rows
 from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
@@ -171,12 +172,17 @@ def summarize(rows: list[dict[str, Any]], hit_m: list[int]) -> dict[str, Any] | 
 def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     """Returns the Pass@K JSON of one benchmark, drawing only the (item, condition) pairs not on disk."""
     key, chash = job.key_hash(spec.name)
+    if job.cfg.passk.full_context_leaf is not None:  # the cohort is an input too: key it by its content
+        cohort_file = predictions_path(Path(job.cfg.passk.full_context_leaf), spec.name)
+        if cohort_file.is_file():
+            key = {**key, "cohort_sha256": file_digest(cohort_file)}
+            chash = config_hash(key)
     out, raw = passk_path(job.leaf, spec.name), samples_path(job.leaf, spec.name)
     if not job.cfg.force and finished(out, chash):
         log.info("%s: Pass@K finished with config %s, skipping", spec.name, chash)
         return out
     started, pk = time.perf_counter(), job.cfg.passk
-    items, _ = load_bench_items(spec)
+    items, _ = load_bench_items(spec, job.cfg.max_skip_fraction)
     solved, source = cohort_ids(job, spec, items)
     cohort = [item for item in items if sample_id(item) in solved][: pk.max_items]
     conditions = CONDITIONS if pk.no_image_control else CONDITIONS[:1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import logging
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,14 +43,16 @@ from sparsectx.models import (
     resolve_model_path,
     set_vision_attention,
 )
-from sparsectx.models.loading import DTYPES
+from sparsectx.models.loading import DTYPES, check_device
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
+from sparsectx.training.checkpoint import verify_checkpoint
 from sparsectx.visual import Selection
 
 BUILD_COMMAND = "python src/build_data.py"
+log = logging.getLogger(__name__)
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
 
 
@@ -69,13 +72,46 @@ def bench_file(spec: BenchSpec) -> Path:
     return path
 
 
-def load_bench_items(spec: BenchSpec) -> tuple[list[Item], list[Skip]]:
+def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> tuple[list[Item], list[Skip]]:
     """Returns the usable items of a benchmark file and a ``Skip`` for every row left out.
+
+    Skipped rows are logged as a warning naming the file and the first reasons: a score over fewer rows
+    than the file holds is not the benchmark's score, so it must never pass unseen.
 
     Raises:
         FileNotFoundError: the file is missing (see ``bench_file``).
+        ValueError: no row is usable, or more than ``max_skip_fraction`` of the rows are skipped.
     """
-    return read_tsv(bench_file(spec))
+    path = bench_file(spec)
+    items, skips = read_tsv(path)
+    if not items and not skips:
+        raise ValueError(f"benchmark {spec.name!r}: {path} has a header but no rows; rebuild or replace it")
+    if not skips:
+        return items, skips
+    total = len(items) + len(skips)
+    summary = (
+        f"benchmark {spec.name!r}: {len(skips)} of {total} rows of {path} are unusable and left out; "
+        f"first reasons: {[s.reason for s in skips[:3]]}"
+    )
+    if not items or len(skips) > max_skip_fraction * total:
+        raise ValueError(
+            f"{summary}. That is above max_skip_fraction={max_skip_fraction}: fix or rebuild the file "
+            f"(`{BUILD_COMMAND}` for the synthetic suite), or raise max_skip_fraction to score the rest "
+            "(the tables then footnote the score)"
+        )
+    log.warning(
+        "%s; scoring the other %d (within max_skip_fraction=%s)", summary, len(items), max_skip_fraction
+    )
+    return items, skips
+
+
+def file_digest(path: Path) -> str:
+    """Returns the sha256 of the file's bytes: a result keyed by it is recomputed when the file changes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def sample_id(item: Item) -> str:
@@ -300,6 +336,9 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
     cfg = replace(model, path=checkpoint) if checkpoint is not None else model
     source = resolve_model_path(cfg.path)
     local = Path(source)
+    check_device(cfg.device)
+    if local.is_dir():
+        verify_checkpoint(local)  # a trained checkpoint's weights against their recorded sha256
     random_weights = local.is_dir() and not has_weights(local)
     if random_weights:
         torch.manual_seed(seed)

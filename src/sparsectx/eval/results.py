@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -19,12 +20,18 @@ import torch
 
 from sparsectx.io import atomic_write_text, git_commit, read_jsonl
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
 """Bump when a field of ``BenchResult`` (or the Pass@K / efficiency JSON) changes meaning or name."""
 
 PACKAGES = ("sparsectx", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "pillow")
-NOT_IN_KEY = ("force", "logger", "results_root", "bench", "passk", "efficiency", "grid")
+NOT_IN_KEY = (
+    "force", "logger", "results_root", "bench", "passk", "efficiency", "grid", "max_skip_fraction",
+)  # fmt: skip
 """Config keys that never change a benchmark's numbers (or are re-added per benchmark / mode)."""
+INPUT_KEYS = ("bench_sha256", "weights", "cohort_sha256")
+"""Run-key entries that fingerprint input content (not config): recorded as ``provenance.inputs``."""
 
 
 def run_key(resolved: dict[str, Any], bench: str) -> dict[str, Any]:
@@ -73,11 +80,13 @@ def hardware(device: str) -> dict[str, Any]:
 
 
 def provenance(resolved: dict[str, Any], key: dict[str, Any], device: str) -> dict[str, Any]:
-    """Returns the provenance block of every output: config and run-key hash, git, packages, hardware."""
+    """Returns the provenance block of every output: config and run-key hash, input digests, git, packages,
+    hardware."""
     return {
         "schema_version": SCHEMA_VERSION,
         "config": resolved,
         "config_hash": config_hash(key),
+        "inputs": {name: key[name] for name in INPUT_KEYS if name in key},
         "git": git_commit(Path(__file__).resolve().parent),
         "packages": package_versions(),
         "hardware": hardware(device),
@@ -111,6 +120,8 @@ class BenchResult:
     n_rows: int
     """Rows in the benchmark file, skipped ones included."""
     n_scored: int
+    n_skipped: int
+    """Rows the reader could not use (``n_rows - n_scored``), at most ``max_skip_fraction`` of ``n_rows``."""
     skipped: list[dict[str, str]]
     """``{"index", "reason"}`` of every row the reader could not use."""
     extraction: dict[str, int]
@@ -126,8 +137,8 @@ class BenchResult:
     wall_time_s: float
     """Wall time of the invocation that finished the benchmark."""
     provenance: dict[str, Any]
-    """``schema_version``, resolved ``config``, ``config_hash`` (of the run key), ``git``, ``packages``,
-    ``hardware``."""
+    """``schema_version``, resolved ``config``, ``config_hash`` (of the run key), ``inputs`` (the benchmark
+    file's sha256 and the weights' fingerprint, both in the run key), ``git``, ``packages``, ``hardware``."""
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -136,14 +147,23 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def finished(path: Path, chash: str) -> bool:
-    """Returns whether ``path`` holds a complete output of the run whose key hashes to ``chash``."""
+    """Returns whether ``path`` holds a complete output of the run whose key hashes to ``chash``.
+
+    A torn file, one that is not a JSON object or one without the matching ``provenance.config_hash`` is
+    not finished: it is recomputed (and replaced atomically), never trusted.
+    """
     if not path.is_file():
         return False
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        log.warning("%s is not valid JSON (a torn or damaged write); recomputing it", path)
         return False
-    return payload.get("provenance", {}).get("config_hash") == chash
+    provenance = payload.get("provenance") if isinstance(payload, dict) else None
+    if not isinstance(provenance, dict):
+        log.warning("%s is not a result JSON (no provenance object); recomputing it", path)
+        return False
+    return provenance.get("config_hash") == chash
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:

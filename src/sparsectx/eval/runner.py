@@ -4,8 +4,9 @@ Modes (``mode=``): ``greedy`` writes per benchmark ``<leaf>/<bench>.json`` (a ``
 ``<leaf>/<bench>.predictions.jsonl``; ``passk`` writes ``<leaf>/<bench>.passk.json``
 (``sparsectx.eval.passk_mode``); ``efficiency`` writes one JSON beside the budget leaves
 (``sparsectx.eval.efficiency``). The leaf is ``sparsectx.paths.leaf_dir(results_root, experiment,
-model.name, method, pruner.name, budget)``. A benchmark whose output holds the same run-key hash is
-skipped unless ``force=true``; an interrupted benchmark resumes from its predictions file.
+model.name, method, pruner.name, budget)``. A benchmark whose output holds the same run-key hash (config,
+benchmark file content, weights) is skipped unless ``force=true``; an interrupted benchmark resumes from
+its predictions file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
     bench_file,
     checkpoint_id,
+    file_digest,
     generate_rows,
     load_bench_items,
     load_eval_model,
@@ -67,6 +69,7 @@ class EvalJob:
     _model: tuple[LoadedModel, dict[str, Any]] | None = field(default=None, repr=False)
     _tracker: Tracker | None = field(default=None, repr=False)
     _weights: str | None = field(default=None, repr=False)
+    _digests: dict[str, str] = field(default_factory=dict, repr=False)
 
     def model(self) -> tuple[LoadedModel, dict[str, Any]]:
         """Returns the loaded model and its provenance, loading it on first use (finished runs never load)."""
@@ -88,13 +91,20 @@ class EvalJob:
     def key_hash(self, bench: str) -> tuple[dict[str, Any], str]:
         """Returns the run key of ``bench`` and its hash.
 
-        The key includes the weights' fingerprint (``protocol.checkpoint_id``), so a checkpoint retrained
-        in place is evaluated again.
+        The key holds the content of every input, not only its path: the benchmark file's sha256
+        (``protocol.file_digest``), so a file fixed or rebuilt in place is evaluated again, and the weights'
+        fingerprint (``protocol.checkpoint_id``), so a checkpoint retrained in place is too.
         """
         if self._weights is None:
             path = self.cfg.checkpoint if self.cfg.checkpoint is not None else self.cfg.model.path
             self._weights = checkpoint_id(Path(resolve_model_path(path)))
-        key = {**run_key(self.resolved, bench), "weights": self._weights}
+        if bench not in self._digests:
+            self._digests[bench] = file_digest(bench_file(self.cfg.bench[bench]))
+        key = {
+            **run_key(self.resolved, bench),
+            "bench_sha256": self._digests[bench],
+            "weights": self._weights,
+        }
         return key, config_hash(key)
 
 
@@ -142,12 +152,10 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
     key, chash = job.key_hash(spec.name)
     out, preds = result_path(job.leaf, spec.name), predictions_path(job.leaf, spec.name)
     if not job.cfg.force and finished(out, chash):
-        log.info("%s: finished with config %s, skipping (force=true recomputes)", spec.name, chash)
+        log.info("%s: finished with inputs and config %s, skipping (force=true recomputes)", spec.name, chash)
         return out
     started = time.perf_counter()
-    items, skipped = load_bench_items(spec)
-    if not items:
-        raise ValueError(f"benchmark {spec.name!r}: no usable rows in {spec.path}; skipped: {skipped[:5]}")
+    items, skipped = load_bench_items(spec, job.cfg.max_skip_fraction)
     if job.cfg.force:
         preds.unlink(missing_ok=True)
     done = resume_rows(preds, chash, {sample_id(item) for item in items}, "id")
@@ -213,7 +221,7 @@ def _result(
         score=float(report.metrics["score"]), scorer_version=report.scorer_version, scorer=report.scorer,
         extractor_version=EXTRACTOR_VERSION, metrics=report.metrics, dataset_name=spec.dataset_name,
         experiment=cfg.experiment, seed=cfg.seed, pruner_params=dict(cfg.pruner.params), model=model_info,
-        n_rows=len(items) + len(skipped), n_scored=len(items),
+        n_rows=len(items) + len(skipped), n_scored=len(items), n_skipped=len(skipped),
         skipped=[{"index": s.index, "reason": s.reason} for s in skipped], extraction=statuses,
         n_failed=statuses["empty"] + statuses["error"],
         mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows), generation=asdict(sampling),

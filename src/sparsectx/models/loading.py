@@ -68,6 +68,28 @@ class LoadedModel:
     processor: ImageTextProcessor
 
 
+def check_device(device: str) -> None:
+    """Returns None; raises ValueError naming ``model.device`` when the device string is not usable here."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"model.device={device!r} is not a torch device ({err}); use cpu, cuda or cuda:<n>"
+        ) from err
+    if parsed.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"model.device={device!r} but CUDA is not available here (torch {torch.__version__}, "
+            f"CUDA build {torch.version.cuda}); run on a GPU machine or set model.device=cpu"
+        )
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"model.device={device!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+            f"set model.device=cuda:<0..{torch.cuda.device_count() - 1}>"
+        )
+
+
 def resolve_model_path(path: str) -> str:
     """Returns a local directory or hub id for ``path``; raises if a local-looking path is missing."""
     if path.startswith(PACKAGE_PREFIX):
@@ -102,6 +124,7 @@ def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
 
 def load_model(cfg: ModelConfig) -> LoadedModel:
     """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes."""
+    check_device(cfg.device)
     source = resolve_model_path(cfg.path)
     try:
         processor = load_processor(source, cfg.image_workers)

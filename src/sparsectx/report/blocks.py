@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sparsectx.eval.aggregate import recovery
 from sparsectx.report.collect import Entry, block_records, method_label, ordered_cells, score_of
 from sparsectx.report.tables import (
+    AVERAGE_CAVEAT,
     MISSING,
     Block,
     Cell,
@@ -75,13 +76,23 @@ def has_trained(block: GridBlock) -> bool:
     return any(m != BASE and b < 1.0 for row in block.rows for m in row.methods for b in row.budgets)
 
 
+def _caveat(entries: Mapping[GridCell, Entry], cells: Sequence[GridCell]) -> str:
+    """Returns the caveats (``ResultRecord.caveat``) of the scores of ``cells`` joined, "" when none has one."""
+    found = [
+        entry["caveat"] for c in cells if isinstance(entry := entries.get(c), dict) and entry.get("caveat")
+    ]
+    return "; ".join(dict.fromkeys(found))
+
+
 def _recovery_cell(
     grid: Grid, entries: Mapping[GridCell, Entry], cell: GridCell
 ) -> tuple[float | None, str, tuple[float, float, float] | None]:
-    """Returns (recovery %, "", the three scores) of one trained cell, or (None, reason, None)."""
+    """Returns (recovery %, caveat or "", the three scores) of one trained cell, or (None, reason, None)."""
     trio = {
         "trained": cell,
-        "untrained at this pruner and budget": GridCell(cell.model, BASE, cell.pruner, cell.budget, cell.bench),
+        "untrained at this pruner and budget": GridCell(
+            cell.model, BASE, cell.pruner, cell.budget, cell.bench
+        ),
         "full context": GridCell(cell.model, BASE, grid.reference_pruner, 1.0, cell.bench),
     }
     scores = []
@@ -95,7 +106,7 @@ def _recovery_cell(
         value = recovery({cell.bench: method}, {cell.bench: pruned}, {cell.bench: full}).mean
     except ValueError as err:
         return None, str(err), None
-    return value, "", (method, pruned, full)
+    return value, _caveat(entries, list(trio.values())), (method, pruned, full)
 
 
 def recovery_table(
@@ -113,12 +124,17 @@ def recovery_table(
     trained = [c for c in ordered_cells(grid, block, model) if c.method != BASE and c.budget < 1.0]
     rows = list(dict.fromkeys((c.method, c.pruner, c.budget) for c in trained))
     notes: dict[str, list[str]] = {}
+    caveats: set[str] = set()
 
     def cell(value: float | None, why: str, where: str) -> Cell:
-        if value is not None:
+        """``why``: the reason a missing value has none, or the caveat of a value (footnoted when given)."""
+        if value is not None and not why:
             return Cell(value, f"{value:.{decimals}f}")
         notes.setdefault(why, []).append(where)
-        return Cell(None, MISSING, "", list(notes).index(why) + 1)
+        if value is None:
+            return Cell(None, MISSING, "", list(notes).index(why) + 1)
+        caveats.add(why)
+        return Cell(value, f"{value:.{decimals}f}", "", list(notes).index(why) + 1)
 
     shown: dict[float, list[Row]] = {}
     for method, pruner, budget in rows:
@@ -130,21 +146,24 @@ def recovery_table(
             triples.append(scores)
         if all(t is not None for t in triples):
             per = [dict(zip(block.benchmarks, column, strict=True)) for column in zip(*triples, strict=True)]
-            mean, why = recovery(*per).mean, ""
+            mean = recovery(*per).mean
+            why = AVERAGE_CAVEAT if any(c.note is not None for c in cells) else ""
         else:
             mean, why = None, "the mean needs a recovery on every benchmark"
         cells.append(cell(mean, why, f"{name}: {MEAN_LABEL}"))
         shown.setdefault(budget, []).append(Row(method_label(method, labels), pruner, tuple(cells)))
     blocks = tuple(Block(b, tuple(shown[b])) for b in sorted(shown, reverse=True))
     notes_out = tuple((why, tuple(where)) for why, where in notes.items())
-    return Table((*block.benchmarks, MEAN_LABEL), blocks, notes_out)
+    noted = frozenset(i for i, why in enumerate(notes, start=1) if why in caveats)
+    return Table((*block.benchmarks, MEAN_LABEL), blocks, notes_out, noted)
 
 
 def _missing_counts(tables: Sequence[Table]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for table in tables:
-        for reason, where in table.notes:
-            counts[reason] = counts.get(reason, 0) + len(where)
+        for number, (reason, where) in enumerate(table.notes, start=1):
+            if number not in table.caveats:  # a caveat marks a shown value, not a missing one
+                counts[reason] = counts.get(reason, 0) + len(where)
     return counts
 
 

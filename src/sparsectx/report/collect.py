@@ -20,7 +20,7 @@ from sparsectx.report.tables import NO_RECORD, ResultRecord, check_versions
 from sparsectx.workflow import BASE, Block, Cell, EfficiencyRun, Grid
 
 RECORD_KEYS = ("method", "pruner", "budget", "benchmark", "score", "scorer_version", "extractor_version")
-"""The ``BenchResult`` fields a table reads (the ``ResultRecord`` fields bar ``reason``)."""
+"""The ``BenchResult`` fields a table reads (the ``ResultRecord`` fields bar ``reason`` and ``caveat``)."""
 
 Entry = dict[str, Any] | str
 """A cell's record fields, or the reason it has no score."""
@@ -31,14 +31,33 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job") from err
+        raise ValueError(
+            f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job"
+        ) from err
     if not isinstance(payload, dict):
         raise ValueError(f"{path} holds a {type(payload).__name__}, not a JSON object")
     return payload
 
 
+def skip_caveat(payload: dict[str, Any]) -> str:
+    """Returns the footnote of a result scored over fewer rows than its file holds, "" when none was skipped.
+
+    The text names the counts and the first reason only, so every leaf that read the same file shares one
+    footnote. A result JSON without ``skipped`` (one written by hand) counts as having none.
+    """
+    skipped = payload.get("skipped") or []
+    if not skipped:
+        return ""
+    first = skipped[0]["reason"] if isinstance(skipped[0], dict) else str(skipped[0])
+    return (
+        f"scored on {payload['n_scored']} of {payload['n_rows']} rows ({len(skipped)} unusable rows of the "
+        f"benchmark file skipped, first: {first})"
+    )
+
+
 def read_result(path: Path, cell: Cell) -> dict[str, Any]:
-    """Returns the ``RECORD_KEYS`` of the result JSON at ``path``, checked against the cell it should hold."""
+    """Returns the ``RECORD_KEYS`` of the result JSON at ``path``, checked against the cell it should hold,
+    plus its ``caveat`` (``skip_caveat``)."""
     payload = read_json(path)
     absent = [key for key in RECORD_KEYS if key not in payload]
     if absent:
@@ -50,7 +69,7 @@ def read_result(path: Path, cell: Cell) -> dict[str, Any]:
             f"{path} holds method/pruner/budget/benchmark {found}, but its path names {wanted}; "
             "delete it and rerun its evaluation"
         )
-    return {key: payload[key] for key in RECORD_KEYS}
+    return {**{key: payload[key] for key in RECORD_KEYS}, "caveat": skip_caveat(payload)}
 
 
 def cell_leaf(root: str | Path, experiment: str, cell: Cell) -> Path:
@@ -85,7 +104,9 @@ def ordered_cells(grid: Grid, block: Block, model: str) -> list[Cell]:
     for row in block.rows:
         for method in row.methods:
             for pruner in row.pruners:
-                cells += [Cell(model, method, pruner, b, bench) for b in row.budgets for bench in block.benchmarks]
+                cells += [
+                    Cell(model, method, pruner, b, bench) for b in row.budgets for bench in block.benchmarks
+                ]
     return list(dict.fromkeys(cells))
 
 
@@ -116,8 +137,11 @@ def block_records(
         if isinstance(entry, dict):
             records.append(ResultRecord(**{**entry, "method": label}))
         else:
-            scorer, extractor = versions.get(cell.bench, (0, None))  # a benchmark with no record: nothing to mix
-            records.append(ResultRecord(label, cell.pruner, cell.budget, cell.bench, None, scorer, extractor, entry))
+            # a benchmark with no record: nothing to mix
+            scorer, extractor = versions.get(cell.bench, (0, None))
+            records.append(
+                ResultRecord(label, cell.pruner, cell.budget, cell.bench, None, scorer, extractor, entry)
+            )
     return records
 
 

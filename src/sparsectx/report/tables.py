@@ -6,8 +6,9 @@ every other row is normalised by; columns are the benchmarks, then the average r
 (``sparsectx.eval.aggregate.retain_ratio``). Within each budget block and column the best value
 is bold and the second best underlined (compared as displayed, so ties share a mark; blocks with
 fewer than two values get no marks). A cell without a score is shown as "—" and its reason is
-listed in a numbered footnote, never dropped. Records of one benchmark must share one scorer
-version and one extractor version (style convention 21).
+listed in a numbered footnote, never dropped; a scored cell with a caveat (its score is over fewer rows
+than the benchmark file holds) keeps its value and gets a numbered footnote too. Records of one benchmark
+must share one scorer version and one extractor version (style convention 21).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sparsectx.eval.aggregate import retain_ratio
 
 MISSING = "—"
 NO_RECORD = "no result record"
+AVERAGE_CAVEAT = "averages a score with a caveat (footnoted in its column or in the full-context row)"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class ResultRecord:
     """Version of the answer extractor the predictions went through (``sparsectx.eval.extract``)."""
     reason: str = ""
     """Why ``score`` is ``None`` (e.g. "generation failed on 12% of items"); shown in the footnote."""
+    caveat: str = ""
+    """What qualifies a score that is shown (e.g. "scored on 10 of 12 rows"); shown in a footnote."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +78,16 @@ class Table:
     blocks: tuple[Block, ...]
     notes: tuple[tuple[str, tuple[str, ...]], ...]
     """Footnote ``i + 1``: (reason, cells it applies to as "method / pruner / budget: column")."""
+    caveats: frozenset[int] = frozenset()
+    """Numbers of the footnotes on scored cells (``ResultRecord.caveat``); the others mark missing cells."""
 
 
 def to_records(rows: Iterable[ResultRecord | Mapping[str, object]]) -> list[ResultRecord]:
     """Returns ``rows`` as ``ResultRecord``s; dicts must have exactly the record's field names."""
     names = {f.name for f in fields(ResultRecord)}
-    required = {f.name for f in fields(ResultRecord) if f.name not in ("reason", "extractor_version")}
+    required = {
+        f.name for f in fields(ResultRecord) if f.name not in ("reason", "caveat", "extractor_version")
+    }
     records = []
     for i, row in enumerate(rows):
         if isinstance(row, ResultRecord):
@@ -209,13 +217,27 @@ def build_table(
     benches = list(benchmarks) if benchmarks is not None else list(dict.fromkeys(r.benchmark for r in recs))
     by_key = _index(recs, benches)
     full, avg_blocker = _reference_scores(recs, by_key, benches, reference_method)
+    ref = _reference(recs, reference_method)
+    ref_caveat = ref is not None and any((r := by_key.get((*ref, 1.0, b))) and r.caveat for b in benches)
     notes: dict[str, list[str]] = {}
+    caveats: set[str] = set()
     blocks = []
     for budget in sorted({r.budget for r in recs}, reverse=True):
         order = _row_order(recs, reference_method, methods)
         rows = [mp for mp in order if any(k[:3] == (*mp, budget) for k in by_key)]
         grid = [
-            _row_cells(by_key, (m, p, budget), benches, full, avg_blocker, notes, avg_label, decimals)
+            _row_cells(
+                by_key,
+                (m, p, budget),
+                benches,
+                full,
+                avg_blocker,
+                ref_caveat,
+                notes,
+                caveats,
+                avg_label,
+                decimals,
+            )  # fmt: skip
             for m, p in rows
         ]
         marked = _mark(grid, decimals)
@@ -226,6 +248,7 @@ def build_table(
         columns=(*benches, avg_label),
         blocks=tuple(blocks),
         notes=tuple((reason, tuple(where)) for reason, where in notes.items()),
+        caveats=frozenset(i for i, reason in enumerate(notes, start=1) if reason in caveats),
     )
 
 
@@ -249,16 +272,23 @@ def _row_cells(
     benches: list[str],
     full: dict[str, float],
     avg_blocker: str | None,
+    ref_caveat: bool,
     notes: dict[str, list[str]],
+    caveats: set[str],
     avg_label: str,
     decimals: int,
 ) -> list[Cell]:
-    """Returns one row's cells; each missing cell's reason and place is appended to ``notes``."""
+    """Returns one row's cells; each missing cell's reason, or scored cell's caveat, and its place is appended
+    to ``notes`` (caveats also to ``caveats``). The average inherits a caveat of the row or of the
+    full-context row (``ref_caveat``) as ``AVERAGE_CAVEAT``."""
     where = f"{row[0]} / {row[1]} / {row[2] * 100:g}%"
 
-    def missing(reason: str, column: str) -> Cell:
+    def note(reason: str, column: str) -> int:
         notes.setdefault(reason, []).append(f"{where}: {column}")
-        return Cell(None, MISSING, "", list(notes).index(reason) + 1)
+        return list(notes).index(reason) + 1
+
+    def missing(reason: str, column: str) -> Cell:
+        return Cell(None, MISSING, "", note(reason, column))
 
     cells, scores = [], {}
     for bench in benches:
@@ -267,7 +297,10 @@ def _row_cells(
             cells.append(missing(rec.reason if rec and rec.reason else NO_RECORD, bench))
         else:
             scores[bench] = rec.score
-            cells.append(Cell(rec.score, f"{rec.score:.{decimals}f}"))
+            if rec.caveat:
+                caveats.add(rec.caveat)
+            number = note(rec.caveat, bench) if rec.caveat else None
+            cells.append(Cell(rec.score, f"{rec.score:.{decimals}f}", "", number))
     zero = [bench for bench in benches if full.get(bench) == 0]
     if avg_blocker is None and zero:
         avg_blocker = f"retain ratio undefined: the full-context score is 0 on {', '.join(zero)}"
@@ -276,13 +309,20 @@ def _row_cells(
     if avg_blocker is not None:
         return [*cells, missing(avg_blocker, avg_label)]
     avg = retain_ratio(scores, full)
-    return [*cells, Cell(avg, f"{avg:.{decimals}f}")]
+    inherited = ref_caveat or any(cell.note is not None for cell in cells)
+    if inherited:
+        caveats.add(AVERAGE_CAVEAT)
+    return [
+        *cells,
+        Cell(avg, f"{avg:.{decimals}f}", "", note(AVERAGE_CAVEAT, avg_label) if inherited else None),
+    ]
 
 
 def _cell_md(cell: Cell) -> str:
     if cell.value is None:
         return f"{MISSING}<sup>{cell.note}</sup>"
-    return {"best": f"**{cell.text}**", "second": f"<u>{cell.text}</u>"}.get(cell.mark, cell.text)
+    text = {"best": f"**{cell.text}**", "second": f"<u>{cell.text}</u>"}.get(cell.mark, cell.text)
+    return text if cell.note is None else f"{text}<sup>{cell.note}</sup>"
 
 
 def to_markdown(table: Table) -> str:
@@ -301,10 +341,15 @@ def to_markdown(table: Table) -> str:
             lines.append(
                 "| " + " | ".join([esc(row.method), esc(row.pruner), *map(_cell_md, row.cells)]) + " |"
             )
-    if table.notes:
-        lines += ["", "Missing cells:", ""]
-    for i, (reason, where) in enumerate(table.notes, start=1):
-        lines.append(f"- <sup>{i}</sup> {esc(reason)}: {'; '.join(map(esc, where))}.")
+    numbered = list(enumerate(table.notes, start=1))
+    for heading, shown in (
+        ("Missing cells:", [(i, note) for i, note in numbered if i not in table.caveats]),
+        ("Scores with caveats:", [(i, note) for i, note in numbered if i in table.caveats]),
+    ):
+        if shown:
+            lines += ["", heading, ""]
+        for i, (reason, where) in shown:
+            lines.append(f"- <sup>{i}</sup> {esc(reason)}: {'; '.join(map(esc, where))}.")
     return "\n".join(lines) + "\n"
 
 
@@ -320,9 +365,10 @@ def tex_escape(text: str) -> str:
 def _cell_tex(cell: Cell) -> str:
     if cell.value is None:
         return f"---\\textsuperscript{{{cell.note}}}"
-    return {"best": f"\\textbf{{{cell.text}}}", "second": f"\\underline{{{cell.text}}}"}.get(
+    text = {"best": f"\\textbf{{{cell.text}}}", "second": f"\\underline{{{cell.text}}}"}.get(
         cell.mark, cell.text
     )
+    return text if cell.note is None else f"{text}\\textsuperscript{{{cell.note}}}"
 
 
 def to_latex(table: Table) -> str:
@@ -360,7 +406,7 @@ def to_csv(table: Table) -> str:
 
     Columns: ``budget`` (fraction), ``method``, ``pruner``, the table columns (displayed text, "—" if
     missing), ``best`` and ``second`` (``;``-joined column names where this row holds that mark) and
-    ``notes`` (``column: reason`` for each missing cell).
+    ``notes`` (``column: reason`` for each footnoted cell: missing, or scored with a caveat).
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -9,6 +9,11 @@
 
 Directories are written as ``.<name>.tmp`` and swapped in with two renames; if a crash lands between them, the
 previous complete directory is left as ``.<name>.old`` and ``recover_dir`` renames it back.
+
+Each directory is valid only as a whole: ``meta.json`` records the sha256 of ``trainer.pt`` and
+``sparsectx_training.json`` the sha256 of every weight file, checked before either is trusted. A state with
+a payload but no readable metadata, or one whose parts disagree, raises ``DamagedFileError`` naming the file
+and the fix; it is never restarted over or loaded.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -35,6 +41,31 @@ log = logging.getLogger(__name__)
 STATE_FILE = "trainer.pt"
 META_FILE = "meta.json"
 CHECKPOINT_INFO = "sparsectx_training.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+class DamagedFileError(ValueError):
+    """A resume state or checkpoint file is missing, unreadable or does not match its recorded digest."""
+
+
+def file_sha256(path: Path) -> str:
+    """Returns the hex sha256 of a file's bytes (read in 16 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json_file(path: Path, fix: str) -> dict[str, Any]:
+    """Returns the JSON object in ``path``; raises ``DamagedFileError`` naming it and ``fix`` if unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DamagedFileError(f"{path} is not valid JSON ({err}); {fix}") from err
+    if not isinstance(data, dict):
+        raise DamagedFileError(f"{path} holds {type(data).__name__}, not a JSON object; {fix}")
+    return data
 
 
 def config_hash(defining: dict[str, Any]) -> str:
@@ -92,7 +123,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json``).
+    """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json`` with its sha256).
 
     Args:
         state_dir: ``<run_dir>/state``.
@@ -101,19 +132,63 @@ def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -
     """
     tmp = fresh_tmp(state_dir)
     torch.save(payload, tmp / STATE_FILE)
-    atomic_write_json(tmp / META_FILE, meta)
+    atomic_write_json(tmp / META_FILE, {**meta, "payload_sha256": file_sha256(tmp / STATE_FILE)})
     replace_dir(tmp, state_dir)
 
 
+def _restart_fix(state_dir: Path) -> str:
+    return (
+        f"the resume state is damaged and is not used. Restore {state_dir} from a backup, or delete it "
+        "(`rm -r` it) to start this run over from step 0"
+    )
+
+
 def read_meta(state_dir: Path) -> dict[str, Any] | None:
-    """Returns the ``meta.json`` of a resume state, or None without one (call ``recover_dir`` first)."""
-    path = state_dir / META_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    """Returns the ``meta.json`` of a verified resume state, or None without a state (call ``recover_dir``).
+
+    Raises ``DamagedFileError`` naming the file and the fix when ``state/`` exists but its ``meta.json`` is
+    missing or unreadable, its ``trainer.pt`` is missing, or the payload's sha256 differs from the recorded one.
+    """
+    if not state_dir.exists():
+        return None
+    meta_path, payload = state_dir / META_FILE, state_dir / STATE_FILE
+    if not meta_path.is_file():
+        found = f"{payload} exists but" if payload.is_file() else "it exists but"
+        raise DamagedFileError(f"{state_dir}: {found} {meta_path} is missing; {_restart_fix(state_dir)}")
+    meta = read_json_file(meta_path, _restart_fix(state_dir))
+    if not payload.is_file():
+        raise DamagedFileError(f"{payload} is missing beside {meta_path}; {_restart_fix(state_dir)}")
+    want = meta.get("payload_sha256")
+    if want is None:
+        log.warning(
+            "%s records no payload sha256 (written before digests); %s is not verified", meta_path, payload
+        )
+    elif (got := file_sha256(payload)) != want:
+        raise DamagedFileError(
+            f"{payload} does not match {meta_path} (sha256 {got[:12]}... recorded {want[:12]}...: truncated, "
+            f"damaged or from another save); {_restart_fix(state_dir)}"
+        )
+    return meta
 
 
-def load_state(state_dir: Path, device: torch.device) -> dict[str, Any]:
-    """Returns the ``trainer.pt`` payload with tensors on ``device`` (our own file, so full unpickling)."""
-    return torch.load(state_dir / STATE_FILE, map_location=device, weights_only=False)
+def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> dict[str, Any]:
+    """Returns the ``trainer.pt`` payload with tensors on ``device`` (our own file, so full unpickling).
+
+    Raises ``DamagedFileError`` naming the file when it cannot be read or its step and samples seen differ
+    from ``meta`` (the ``read_meta`` result).
+    """
+    path = state_dir / STATE_FILE
+    try:
+        payload = torch.load(path, map_location=device, weights_only=False)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise DamagedFileError(f"{path} cannot be read ({err}); {_restart_fix(state_dir)}") from err
+    for key in ("step", "samples_seen"):
+        if payload.get(key) != meta.get(key):
+            raise DamagedFileError(
+                f"{path} does not match {state_dir / META_FILE}: {key} {payload.get(key)!r} vs "
+                f"{meta.get(key)!r}; {_restart_fix(state_dir)}"
+            )
+    return payload
 
 
 def check_resume(
@@ -149,6 +224,11 @@ def check_resume(
     ]
 
 
+def weight_files(checkpoint_dir: Path) -> list[Path]:
+    """Returns the weight files of a model directory (safetensors, bin or pt, sharded or not), sorted."""
+    return sorted(p for p in checkpoint_dir.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
 def save_checkpoint(
     checkpoint_dir: Path, model: nn.Module, processor: ImageTextProcessor, info: dict[str, Any]
 ) -> None:
@@ -158,20 +238,64 @@ def save_checkpoint(
         checkpoint_dir: ``<run_dir>/checkpoint``.
         model: the model to export (LoRA already merged).
         processor: the processor whose tokenizer and image-processor files go beside the weights.
-        info: provenance written as ``sparsectx_training.json`` (config hash, steps, git commit).
+        info: provenance written as ``sparsectx_training.json`` (config hash, steps, git commit); the sha256
+            of every weight file is added as ``weights_sha256`` ({file name: hex digest}).
     """
     tmp = fresh_tmp(checkpoint_dir)
     model.save_pretrained(tmp)
     processor.tokenizer.save_pretrained(tmp)
     processor.image_processor.save_pretrained(tmp)
-    atomic_write_json(tmp / CHECKPOINT_INFO, info)
+    digests = {p.name: file_sha256(p) for p in weight_files(tmp)}
+    atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "weights_sha256": digests})
     replace_dir(tmp, checkpoint_dir)
 
 
+def _checkpoint_fix(checkpoint_dir: Path) -> str:
+    return (
+        f"the checkpoint is damaged. Rerun the training command that wrote {checkpoint_dir} (it rewrites "
+        f"the checkpoint from {checkpoint_dir.parent / 'state'}), or delete {checkpoint_dir.parent} and retrain"
+    )
+
+
+def verify_checkpoint(checkpoint_dir: Path) -> bool:
+    """Returns True after checking a trained checkpoint's weight files against their recorded sha256.
+
+    Returns False for a model directory that is not one of our trained checkpoints (no
+    ``sparsectx_training.json``: a hub or pretrained model), or one written before digests were recorded.
+    Raises ``DamagedFileError`` naming the file and the fix when the info file is unreadable, or a weight file
+    is missing, extra or differs from its digest.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    info_path = checkpoint_dir / CHECKPOINT_INFO
+    if not info_path.is_file():
+        return False
+    digests = read_json_file(info_path, _checkpoint_fix(checkpoint_dir)).get("weights_sha256")
+    if digests is None:
+        log.warning("%s records no weight digests (written before them); weights not verified", info_path)
+        return False
+    present = {p.name for p in weight_files(checkpoint_dir)}
+    for name in sorted(set(digests) | present):
+        path = checkpoint_dir / name
+        if name not in present or name not in digests:
+            state = "is missing" if name not in present else f"is not listed in {info_path}"
+            raise DamagedFileError(
+                f"{path} {state} (its sha256 cannot be checked); {_checkpoint_fix(checkpoint_dir)}"
+            )
+        if (got := file_sha256(path)) != digests[name]:
+            raise DamagedFileError(
+                f"{path} does not match its sha256 in {info_path} ({got[:12]}... recorded "
+                f"{digests[name][:12]}...); {_checkpoint_fix(checkpoint_dir)}"
+            )
+    return True
+
+
 def checkpoint_info(checkpoint_dir: Path) -> dict[str, Any] | None:
-    """Returns the checkpoint's config hash, steps and samples seen, or None when there is no checkpoint."""
+    """Returns the checkpoint's config hash, steps and samples seen, or None when there is no checkpoint.
+
+    An unreadable info file raises ``DamagedFileError`` naming it.
+    """
     path = checkpoint_dir / CHECKPOINT_INFO
     if not path.is_file():
         return None
-    info = json.loads(path.read_text())
+    info = read_json_file(path, _checkpoint_fix(checkpoint_dir))
     return {key: info.get(key) for key in ("config_hash", "steps", "samples_seen")}

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.io import atomic_write_text, git_commit
 from sparsectx.models import load_model
+from sparsectx.models.loading import check_device
 from sparsectx.paths import budget_tag, run_dir
 from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
@@ -75,6 +76,7 @@ def run(cfg: DictConfig) -> RunResult:
     raises before any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
     """
     tc = load_train_config(cfg)
+    check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
     accum = tc.accumulation(accelerator.num_processes)
@@ -102,7 +104,10 @@ def run(cfg: DictConfig) -> RunResult:
 
 
 def read_resume_meta(accelerator: Accelerator, out: Path, steps: int) -> dict[str, Any] | None:
-    """Returns the resume state's ``meta.json`` (the main process first repairs interrupted swaps)."""
+    """Returns the verified resume state's ``meta.json`` (the main process first repairs interrupted swaps).
+
+    A damaged state (payload without readable metadata, or not matching it) raises ``DamagedFileError``.
+    """
     if accelerator.is_main_process:
         ckpt.recover_dir(out / "state")
         ckpt.recover_dir(out / "checkpoint")
@@ -132,7 +137,7 @@ def setup(
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:
-        restore(trainer, ckpt.load_state(out / "state", accelerator.device))
+        restore(trainer, ckpt.load_state(out / "state", accelerator.device, meta))
         log.info("resumed %s at step %d (%d samples seen)", out, trainer.step, trainer.samples_seen)
     return trainer
 
@@ -244,15 +249,24 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
     trainer.accelerator.wait_for_everyone()
 
 
+def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
+    """Returns whether ``checkpoint/`` already holds this run's final model with intact weight files."""
+    try:
+        return ckpt.checkpoint_info(target) == info and ckpt.verify_checkpoint(target)
+    except ckpt.DamagedFileError as err:
+        log.warning("rewriting the damaged checkpoint from the resume state: %s", err)
+        return False
+
+
 def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
-    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it)."""
+    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it intact)."""
     target = out / "checkpoint"
     info = {
         "config_hash": ckpt.config_hash(defining),
         "steps": trainer.step,
         "samples_seen": trainer.samples_seen,
     }
-    if trainer.accelerator.is_main_process and ckpt.checkpoint_info(target) != info:
+    if trainer.accelerator.is_main_process and not checkpoint_is_current(target, info):
         full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
         ckpt.save_checkpoint(target, export_model(trainer.student), trainer.student.processor, full)
     trainer.accelerator.wait_for_everyone()

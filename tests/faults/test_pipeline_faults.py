@@ -1,0 +1,273 @@
+"""Pipeline and file-writing faults (issue 13, findings 6-9): prebuilt data, a killed pipeline's lock, file
+modes, full disks, a bad budget, and the rules' logs.
+
+Snakemake runs as a subprocess on a temporary working directory (``--directory``), as in tests/workflow/.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparsectx import io
+from sparsectx import workflow as wf
+from sparsectx.paths import budget_tag
+
+pytestmark = pytest.mark.faults
+
+ROOT = wf.REPO_DIR
+PYTHON = sys.executable
+BENCH = "syn_count"
+REDUCED = {
+    "experiment": "tiny",
+    "grid": {
+        "pruners": {"visionzip": {}},
+        "benchmarks": {BENCH: {}},
+        "methods": {},
+        "tables": {"main": {"models": ["tiny"], "benchmarks": [BENCH], "rows": [
+            {"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.1]}]}},
+        "passk": None,
+        "efficiency": None,
+    },
+    "hydra_overrides": {
+        "build_data": [*(f"data.benches.{b}.size=12" for b in wf.load_yaml(wf.CONF_DIR / "data/tiny.yaml")["benches"]),
+                       "data.train.size=12"],
+        "evaluate": [f"bench.{BENCH}.max_new_tokens=24"],
+    },
+}  # fmt: skip
+LEAF = f"results/tiny/tiny/base/visionzip/0.1/{BENCH}.json"
+
+
+def demo_entry() -> list[str]:
+    """Returns the command ``make demo`` starts Snakemake with, up to its arguments (``$(BIN)`` = the venv)."""
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:")[1].split("\n\t", 1)[1].split("\n")[0]
+    words = shlex.split(recipe.split("&&")[-1].replace("$(BIN)", str(Path(PYTHON).parent)))
+    return words[: words.index("--profile")]
+
+
+def snakemake(workdir: Path, *args: str, entry: list[str] | None = None) -> list[str]:
+    """Returns a command running ``args`` on ``workdir`` (default entry: ``python -m snakemake``)."""
+    head = entry or [PYTHON, "-m", "snakemake"]
+    return [*head, "--directory", str(workdir), "--workflow-profile", "none", "--cores", "1", *args]
+
+
+# ---- finding 6: data built by hand is not the pipeline's ----------------------------------------------------
+def test_prebuilt_data_never_stands_in_for_the_pipeline_data_job(tmp_path: Path) -> None:
+    # the README's `python src/build_data.py`, here at another size (the full suite has 100 items each)
+    sizes = [f"data.benches.{b}.size=6" for b in wf.load_yaml(wf.CONF_DIR / "data/tiny.yaml")["benches"]]
+    built = subprocess.run([PYTHON, str(ROOT / "src/build_data.py"), *sizes, "data.train.size=6"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert (tmp_path / f"data/tiny/{BENCH}.tsv").is_file()
+    config = tmp_path / "reduced.yaml"
+    config.write_text(yaml.safe_dump(REDUCED))
+    cmd = snakemake(
+        tmp_path, "--snakefile", str(ROOT / "Snakefile"), "--configfile", str(config), "-n", "-p", LEAF
+    )
+    dry = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "build_data.py" in dry.stdout, "the pipeline's data job was skipped for data built by hand"
+    data_dir = wf.Grid("tiny", wf.resolve_config(REDUCED)["grid"], REDUCED["hydra_overrides"]).data_dir()
+    assert data_dir != "data/tiny"
+    assert f"bench.{BENCH}.path={data_dir}/{BENCH}.tsv" in dry.stdout  # the evaluation reads the job's data
+
+
+def test_the_data_folder_is_keyed_by_the_build_overrides() -> None:
+    grid = wf.resolve_config(REDUCED)["grid"]
+    reduced = wf.Grid("tiny", grid, REDUCED["hydra_overrides"]).data_dir()
+    other = wf.Grid("tiny", grid, {"build_data": ["data.train.size=7"]}).data_dir()
+    assert reduced != other and reduced == wf.Grid("tiny", grid, REDUCED["hydra_overrides"]).data_dir()
+
+
+# ---- finding 7: a killed pipeline's lock ----------------------------------------------------------------------
+SLEEPER = """
+rule all:
+    input: "b.txt"
+rule a:
+    output: "a.txt"
+    shell: "sleep {config[sleep]}; touch {output}"
+rule b:
+    input: "a.txt"
+    output: "b.txt"
+    shell: "touch {output}"
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_path: Path) -> None:
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(SLEEPER)
+    entry = demo_entry()
+    job = subprocess.Popen(
+        snakemake(tmp_path, "--snakefile", str(snakefile), "--config", "sleep=60", entry=entry),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    locks = tmp_path / ".snakemake" / "locks"
+    deadline = time.monotonic() + 60
+    while not any(locks.glob("*.lock")) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert any(locks.glob("*.lock")), "snakemake took no lock before the deadline"
+    os.killpg(job.pid, signal.SIGKILL)  # the whole group, as a lost node or `kill -9` would
+    job.wait()
+    assert any(locks.glob("*.lock")), "the kill left no lock: nothing to test"
+    again = subprocess.run(
+        snakemake(tmp_path, "--snakefile", str(snakefile), "--config", "sleep=0", "--rerun-incomplete", entry=entry),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = again.stdout + again.stderr
+    assert "LockException" not in output and "cannot be locked" not in output, output[-3000:]
+    assert again.returncode == 0, output[-3000:]
+    assert (tmp_path / "b.txt").is_file()
+    assert "stale lock" in output and "--unlock" in output  # says what it did, and the command
+
+
+def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
+    from sparsectx import pipeline
+
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("")
+    # a process named snakemake working in that directory (a stand-in that only sleeps)
+    holder = subprocess.Popen(["snakemake", "60"], executable=shutil.which("sleep"), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        while not pipeline.snakemake_pids(tmp_path.resolve()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(RuntimeError, match=rf"locked by a running snakemake \(pid {holder.pid}\)"):
+            pipeline.clear_stale_lock(["--directory", str(tmp_path)], [PYTHON, "-m", "snakemake"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (locks / "0.input.lock").is_file()
+    (tmp_path / "Snakefile").write_text(SLEEPER)
+    args = [
+        "--snakefile",
+        str(tmp_path / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--config",
+        "sleep=0",
+        "-n",
+    ]
+    done = subprocess.run(
+        [PYTHON, "-m", "sparsectx.pipeline", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]  # stale now: removed, then the run starts
+    assert "removed the stale lock" in done.stderr
+    assert not any(locks.glob("*.lock"))
+
+
+# ---- finding 8: errors that name the key or the file ---------------------------------------------------------
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
+def test_a_non_numeric_budget_names_the_key_the_value_and_the_fix(tmp_path: Path, script: str) -> None:
+    run = subprocess.run([PYTHON, str(ROOT / "src" / script), "budget=abc"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode != 0
+    assert "budget='abc' is not a number" in run.stderr and "e.g. budget=0.1" in run.stderr, run.stderr[
+        -2000:
+    ]
+
+
+def test_budget_tag_keeps_the_path_spelling() -> None:
+    assert [budget_tag(b) for b in (0.1, 1.0, 1, "0.05", "1.0")] == ["0.1", "1", "1", "0.05", "1"]
+    for bad in ("abc", "nan", None, True):
+        with pytest.raises(ValueError, match="is not a number"):
+            budget_tag(bad)
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch, where: str, nbytes: int) -> None:
+    """Makes the disk fill up: ``os.write`` fails with ENOSPC after ``nbytes`` more bytes, or ``os.fsync``
+    fails with it (delayed allocation and network filesystems report a full disk only there)."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if where == "fsync":
+
+        def fsync(fd: int) -> None:
+            raise full
+
+        monkeypatch.setattr(io.os, "fsync", fsync)
+        return
+    real = os.write
+    left = [nbytes]
+
+    def write(fd: int, data: bytes) -> int:
+        if left[0] <= 0:
+            raise full
+        written = real(fd, bytes(data)[: left[0]])
+        left[0] -= written
+        return written
+
+    monkeypatch.setattr(io.os, "write", write)
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+def test_a_full_disk_names_the_result_file_and_leaves_the_old_one(
+    tmp_path: Path, monkeypatch, where: str
+) -> None:
+    path = tmp_path / "leaf" / "syn_count.json"
+    io.atomic_write_json(path, {"score": 50.0})
+    _full_disk(monkeypatch, where, 10)
+    expected = rf"No space left on device while writing {re.escape(str(path))}.*free space"
+    with pytest.raises(OSError, match=expected) as caught:
+        io.atomic_write_json(path, {"score": 75.0, "rows": list(range(100))})
+    assert caught.value.errno == errno.ENOSPC
+    assert json.loads(path.read_text()) == {"score": 50.0}  # the old, complete file
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary left
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+def test_a_full_disk_during_an_append_keeps_only_whole_earlier_rows(
+    tmp_path: Path, monkeypatch, where: str
+) -> None:
+    path = tmp_path / "syn_count.predictions.jsonl"
+    io.append_jsonl(path, [{"id": 0}])
+    before = path.read_bytes()
+    _full_disk(monkeypatch, where, 12)
+    with pytest.raises(OSError, match=rf"No space left on device while writing {re.escape(str(path))}"):
+        io.append_jsonl(path, [{"id": 1, "text": "x" * 50}, {"id": 2}])
+    assert path.read_bytes() == before
+    assert io.read_jsonl(path) == [{"id": 0}]
+
+
+# ---- finding 9: file modes and logs ---------------------------------------------------------------------------
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_results_files_get_the_users_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        io.atomic_write_json(tmp_path / "r.json", {"a": 1})
+        io.atomic_write_text(tmp_path / "r.jsonl", "{}\n")
+        io.append_jsonl(tmp_path / "p.jsonl", [{"a": 1}])
+    finally:
+        os.umask(old)
+    for name in ("r.json", "r.jsonl", "p.jsonl"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+@pytest.mark.slow
+def test_a_pipeline_leaf_is_readable_by_others_and_its_logs_hold_the_output(tmp_path: Path) -> None:
+    config = tmp_path / "reduced.yaml"
+    config.write_text(yaml.safe_dump(REDUCED))
+    cmd = snakemake(tmp_path, "--snakefile", str(ROOT / "Snakefile"), LEAF, "--configfile", str(config))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = tmp_path / wf.mirror(wf.RESULT_PATTERN, "logs", "evaluate", ".log").format(
+        experiment="tiny", model="tiny", method="base", pruner="visionzip", budget="0.1", bench=BENCH
+    )
+    assert LEAF in log.read_text()  # evaluate.py prints each result path last
+    data_log = next((tmp_path / "logs" / "build_data").glob("*.log"))
+    assert f"{BENCH}.tsv (12 items)" in data_log.read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / LEAF).stat().st_mode) == 0o666 & ~umask  # the result JSON, too
