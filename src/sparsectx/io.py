@@ -7,6 +7,8 @@ import json
 import os
 import secrets
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,8 @@ def _write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` via a temporary file in the same directory and ``os.replace``.
 
     The file gets the user's umask (like ``open``). A full disk raises ``OSError`` (errno ENOSPC) naming
     ``path`` and the fix; the temporary file is removed and ``path`` keeps its previous content, if any.
@@ -56,7 +58,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     fd, tmp = _create_temp(path)
     try:
         try:
-            _write_all(fd, text.encode("utf-8"))
+            _write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -69,6 +71,32 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Writes ``text`` (UTF-8) to ``path`` atomically (``atomic_write_bytes``)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+TORCH_WRITE_FAILURES = ("file write failed", "unexpected pos", "No space left on device")
+"""Phrases of torch's zip writer (``torch.save``) when the bytes cannot be written: it raises a RuntimeError
+that carries no errno and no path."""
+
+
+@contextmanager
+def naming_full_disk(path: Path, undone: str) -> Iterator[None]:
+    """Runs a third-party writer of ``path`` (``torch.save``, ``save_pretrained``); a full disk is re-raised
+    as ``OSError`` (errno ENOSPC) naming ``path``, ``undone`` (what was kept) and the fix."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in DISK_FULL:
+            raise _disk_full(error, path, undone) from error
+        raise
+    except RuntimeError as error:
+        if any(phrase in str(error) for phrase in TORCH_WRITE_FAILURES):
+            raise _disk_full(OSError(errno.ENOSPC, str(error)), path, undone) from error
         raise
 
 

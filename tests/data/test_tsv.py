@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from sparsectx.data.tsv import Item, read_tsv, write_atomic, write_tsv
+from sparsectx.data.tsv import Item, read_tsv, write_tsv
+from sparsectx.io import atomic_write_bytes
 
 
 def _png(color: tuple[int, int, int]) -> bytes:
@@ -140,13 +141,13 @@ def test_missing_required_column_fails_the_file(tmp_path: Path) -> None:
 
 def test_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "out.tsv"
-    write_atomic(path, b"old")
+    atomic_write_bytes(path, b"old")
 
     def fail(src: str, dst: str) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        write_atomic(path, b"new")
+        atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.tsv"]

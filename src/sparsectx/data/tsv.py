@@ -17,9 +17,7 @@ import binascii
 import csv
 import hashlib
 import io
-import os
 import string
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import NamedTuple
 from PIL import Image
 
 from sparsectx.data.render import pixel_hash
+from sparsectx.io import atomic_write_bytes
 
 REQUIRED_COLUMNS = ("index", "image", "question", "answer")
 OPTION_COLUMNS = ("A", "B", "C", "D")
@@ -88,20 +87,6 @@ class Skip(NamedTuple):
     reason: str
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Returns None after writing ``data`` to a temporary file beside ``path`` and moving it onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temp, 0o644)  # mkstemp makes it owner-only; these are shared data files
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def columns_for(items: list[Item]) -> list[str]:
     """Returns the header for ``items``: option columns only when some item has options."""
     options = list(OPTION_COLUMNS) if any(item.options for item in items) else []
@@ -130,7 +115,7 @@ def write_tsv(path: Path, items: list[Item]) -> None:
             **item.extra,
         }
         writer.writerow([cells.get(column, "") for column in header])
-    write_atomic(path, buffer.getvalue().encode("utf-8"))
+    atomic_write_bytes(path, buffer.getvalue().encode("utf-8"))
 
 
 def _decode_image(text: str) -> tuple[bytes | None, str]:

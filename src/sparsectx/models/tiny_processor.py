@@ -27,7 +27,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from sparsectx.data.prompt import build_messages
-from sparsectx.data.tsv import write_atomic
+from sparsectx.io import atomic_write_bytes
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -196,7 +196,7 @@ def build_processor(
     for name, data in processor_files(
         tokenizer, image_size, patch_size, merge_size, temporal_patch_size
     ).items():
-        write_atomic(Path(out_dir) / name, data)
+        atomic_write_bytes(Path(out_dir) / name, data)
     return tokenizer
 
 

@@ -25,6 +25,8 @@ import os
 import pickle
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsectx.io import atomic_write_json
+from sparsectx.io import atomic_write_json, naming_full_disk
 from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.training.config import flatten
 
@@ -93,6 +95,16 @@ def fresh_tmp(final: Path) -> Path:
     return tmp
 
 
+@contextmanager
+def discarded_on_error(tmp: Path) -> Iterator[None]:
+    """Removes the half-written directory ``tmp`` if the block raises (a full disk gets its space back)."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def replace_dir(tmp: Path, final: Path) -> None:
     """Returns None after atomically putting the complete directory ``tmp`` at ``final``."""
     old = _sibling(final, "old")
@@ -131,8 +143,9 @@ def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -
         meta: JSON-able summary: step, samples_seen, config_hash, defining keys, resolved config, W&B id.
     """
     tmp = fresh_tmp(state_dir)
-    torch.save(payload, tmp / STATE_FILE)
-    atomic_write_json(tmp / META_FILE, {**meta, "payload_sha256": file_sha256(tmp / STATE_FILE)})
+    with discarded_on_error(tmp), naming_full_disk(tmp / STATE_FILE, f"{state_dir} keeps the last state"):
+        torch.save(payload, tmp / STATE_FILE)
+        atomic_write_json(tmp / META_FILE, {**meta, "payload_sha256": file_sha256(tmp / STATE_FILE)})
     replace_dir(tmp, state_dir)
 
 
@@ -242,11 +255,13 @@ def save_checkpoint(
             of every weight file is added as ``weights_sha256`` ({file name: hex digest}).
     """
     tmp = fresh_tmp(checkpoint_dir)
-    model.save_pretrained(tmp)
-    processor.tokenizer.save_pretrained(tmp)
-    processor.image_processor.save_pretrained(tmp)
-    digests = {p.name: file_sha256(p) for p in weight_files(tmp)}
-    atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "weights_sha256": digests})
+    kept = f"{checkpoint_dir} keeps its previous content, if any"
+    with discarded_on_error(tmp), naming_full_disk(tmp, kept):
+        model.save_pretrained(tmp)
+        processor.tokenizer.save_pretrained(tmp)
+        processor.image_processor.save_pretrained(tmp)
+        digests = {p.name: file_sha256(p) for p in weight_files(tmp)}
+        atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "weights_sha256": digests})
     replace_dir(tmp, checkpoint_dir)
 
 
