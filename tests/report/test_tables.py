@@ -5,14 +5,12 @@ import io
 
 import pytest
 
+from sparsectx.report.render import to_csv, to_latex, to_markdown
 from sparsectx.report.tables import (
     MISSING,
     ResultRecord,
     build_table,
     check_versions,
-    to_csv,
-    to_latex,
-    to_markdown,
     to_records,
 )
 

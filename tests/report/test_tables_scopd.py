@@ -7,7 +7,8 @@ SCOPD, SCOPD+ at 10% (VisionZip). The text says SCOPD+ reaches 92.43 and SCOPD 9
 import csv
 import io
 
-from sparsectx.report.tables import build_table, to_csv
+from sparsectx.report.render import to_csv
+from sparsectx.report.tables import build_table
 
 BENCHMARKS = (
     "MME", "MMStar", "MathVista", "MathVerse", "MMMU-Pro", "Hallusion", "CVBench",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sparsectx.eval.aggregate import recovery
 from sparsectx.report.collect import Entry, block_records, method_label, ordered_cells, score_of
+from sparsectx.report.render import tex_escape, to_csv, to_latex, to_markdown
 from sparsectx.report.tables import (
     AVERAGE_CAVEAT,
     MISSING,
@@ -24,10 +25,6 @@ from sparsectx.report.tables import (
     Row,
     Table,
     build_table,
-    tex_escape,
-    to_csv,
-    to_latex,
-    to_markdown,
 )
 from sparsectx.workflow import BASE, Grid
 from sparsectx.workflow import Block as GridBlock
