@@ -21,7 +21,8 @@ class LoggerConfig:
     mode: str
     """offline | online | disabled; the environment variable WANDB_MODE, when set, takes precedence."""
     dir: str
-    """Directory where W&B keeps its local run files."""
+    """Directory W&B puts its ``wandb/`` folder in: runs land in ``<dir>/wandb/offline-run-*`` (W&B always
+    adds the ``wandb/`` level, so the default ``.`` gives the README's ``wandb sync wandb/offline-run-*``)."""
     tags: list[str] = field(default_factory=list)
     """Extra tags added to every run."""
 
