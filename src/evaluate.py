@@ -1,8 +1,8 @@
 """Evaluates one model x pruner x budget: benchmark scores, fixed-context Pass@K, or efficiency.
 
     python src/evaluate.py model=tiny pruner=visionzip budget=0.1 bench=synthetic
-    python src/evaluate.py checkpoint=<trained dir> method=scopd budget=0.1      # replaces model.path
-    python src/evaluate.py mode=passk budget=0.1 passk.full_context_leaf=results/default/tiny/base/visionzip/1
+    python src/evaluate.py checkpoint=<trained dir> budget=0.1      # replaces model.path; its record names the method
+    python src/evaluate.py mode=passk budget=0.1 passk.full_context_leaf=results/dev/tiny/base/visionzip/1
     python src/evaluate.py mode=efficiency model.path=<dir with config.json, no weights> model.device=cuda
 
 Tests call ``sparsectx.eval.runner.run(cfg)`` with a config from Hydra's compose API.
@@ -15,10 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.config import load_eval_config
 from sparsectx.eval.runner import run
+from sparsectx.eval.trained import leaf_method
 from sparsectx.paths import budget_tag
 
 # hydra.run.dir spells the budget as the results leaf does (0.1 -> "0.1", 1.0 -> "1").
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)  # names a non-numeric budget
+# The method folder of hydra.run.dir: a trained checkpoint's record names it (a conflicting method= raises).
+OmegaConf.register_new_resolver("leaf_method", leaf_method, replace=True)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")

@@ -11,22 +11,59 @@ Hydra's compose API.
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sparsectx.training.loop import run
+from sparsectx.training.loop import TrainingStoppedError, run
 
 log = logging.getLogger(__name__)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
-    """Returns None after training (or resuming) the configured run."""
-    result = run(cfg)
+    """Returns None after training (or resuming) the configured run.
+
+    Exits 128 + signal number (130 Ctrl-C, 143 SIGTERM) after a signal stopped it with its state saved; a run
+    that refuses to start leaves no run directory (Hydra creates it, with its log, before ``run`` is called).
+    """
+    try:
+        result = run(cfg)
+    except TrainingStoppedError as stopped:
+        log.error("%s", stopped)
+        sys.exit(128 + stopped.signum)
+    except BaseException:
+        hydra_cfg = HydraConfig.get()
+        remove_unfilled_run_dir(
+            Path(hydra_cfg.runtime.output_dir), Path(cfg.runs_root), f"{hydra_cfg.job.name}.log"
+        )
+        raise
     log.info(
         "finished %d steps (%d samples); model at %s", result.steps, result.samples_seen, result.checkpoint
     )
+
+
+def remove_unfilled_run_dir(out: Path, root: Path, log_name: str) -> None:
+    """Returns None after removing ``out`` if it holds nothing but Hydra's log, and its empty parents below
+    ``root``."""
+    out, root = out.resolve(), root.resolve()
+    if not out.is_dir() or any(path.name != log_name for path in out.iterdir()):
+        return
+    root_logger = logging.getLogger()
+    for handler in list(root_logger.handlers):  # Hydra's file handler writes the log inside ``out``
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == out:
+            root_logger.removeHandler(handler)
+            handler.close()
+    try:  # other processes of a multi-process run may be removing the same directories
+        (out / log_name).unlink(missing_ok=True)
+        while out != root and root in out.parents and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+            out = out.parent
+    except OSError as err:
+        log.warning("could not remove the unfilled run directory %s: %s", out, err)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_efficiency_mode_on_a_config_only_directory(tmp_path: Path):
     ]  # fmt: skip
     cfg = compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)])
     out = run(cfg)[0]
-    assert out == tmp_path / "results" / "default" / "tiny" / "base" / "visionzip" / "efficiency.json"
+    assert out == tmp_path / "results" / "dev" / "tiny" / "base" / "visionzip" / "efficiency.json"
     payload = json.loads(out.read_text())
     assert payload["model"]["random_weights"] is True
     full, pruned = payload["budgets"]

@@ -55,7 +55,7 @@ def _cfg(model_dir: Path, results: Path, benches: dict[str, Path], *extra: str, 
 
 def test_suite_end_to_end_rerun_skips_and_force_reruns(model_dir, benches, tmp_path, monkeypatch):
     outs = run(_cfg(model_dir, tmp_path, benches))
-    leaf = tmp_path / "default" / "tiny" / "base" / "visionzip" / "0.25"
+    leaf = tmp_path / "dev" / "tiny" / "base" / "visionzip" / "0.25"
     assert outs == [leaf / f"{bench}.json" for bench in SYNTHETIC]
     for bench in SYNTHETIC:
         result = json.loads((leaf / f"{bench}.json").read_text())
@@ -89,7 +89,7 @@ def test_interrupted_predictions_resume_without_duplicates(model_dir, benches, t
     cfg = _cfg(model_dir, tmp_path, benches, *extra, only="syn_mcq")
     cfg.model.path = str(tmp_path / "nowhere")
     result_file = run(cfg)[0]
-    assert result_file == tmp_path / "default" / "tiny" / "scopd" / "visionzip" / "0.25" / "syn_mcq.json"
+    assert result_file == tmp_path / "dev" / "tiny" / "scopd" / "visionzip" / "0.25" / "syn_mcq.json"
     preds = result_file.with_name("syn_mcq.predictions.jsonl")
     complete = preds.read_text()
     first = json.loads(result_file.read_text())
@@ -112,7 +112,7 @@ def test_missing_benchmark_file_names_path_and_build_command(model_dir, benches,
     with pytest.raises(FileNotFoundError, match="python src/build_data.py") as err:
         run(cfg)
     assert str(missing) in str(err.value)
-    assert not (tmp_path / "default").exists()  # nothing was started
+    assert not (tmp_path / "dev").exists()  # nothing was started
 
 
 def test_unknown_benchmark_lists_available_ones():
@@ -185,7 +185,6 @@ def test_every_bench_config_composes_and_matches_its_stem():
     names = ("synthetic", "scopd13", "ltopd9")
     suites = {s: len(load_eval_config(compose_eval([f"bench={s}"])).bench) for s in names}
     assert suites == {"synthetic": 6, "scopd13": 13, "ltopd9": 9}
-
 
 
 def test_generation_builds_no_autograd_graph(model_dir, benches, tmp_path, monkeypatch):

@@ -53,7 +53,7 @@ def _damage(tsv: Path, rows: dict[int, str]) -> None:
 
 
 def _leaf(results: Path) -> Path:
-    return leaf_dir(results, "default", "tiny", "base", "visionzip", 0.25)
+    return leaf_dir(results, "dev", "tiny", "base", "visionzip", 0.25)
 
 
 def test_skipped_rows_above_max_skip_fraction_are_refused_naming_the_file(model_dir, tmp_path):
@@ -88,7 +88,7 @@ def test_tables_footnote_scores_over_fewer_rows(tmp_path):
     payload = json.loads(path.read_text())
     payload.update(n_scored=10, n_skipped=2, skipped=[{"index": "3", "reason": "line 5: empty answer"}] * 2)
     path.write_text(json.dumps(payload))
-    make_tables(compose_tables(tmp_path))
+    make_tables(compose_tables(tmp_path, "allow_empty=true"))  # no Pass@K or efficiency file here
     out = tmp_path / "tiny" / "tables"
     main = read_csv(out / "main.csv")
     noted = main[("0.1", "SCOPD", "visionzip")]

@@ -226,13 +226,13 @@ def test_passk_and_efficiency_tables(results: Path) -> None:
 
 
 def test_missing_efficiency_file_is_a_noted_row_and_no_block_no_table(tmp_path: Path) -> None:
-    run(compose_tables(tmp_path))  # an empty results tree: every cell is missing, nothing crashes
+    run(compose_tables(tmp_path, "allow_empty=true"))  # an empty results tree: every cell is missing
     out = tmp_path / "tiny" / "tables"
     rows = list(csv.DictReader(io.StringIO((out / "efficiency.csv").read_text())))
     assert {r["note"] for r in rows if r["pruner"] == "visionzip"} == {"no result record"}
     assert "not drawn" in (out / "README.md").read_text()
     other = tmp_path / "other"
-    run(compose_tables(other, grid={**GRID, "efficiency": None, "passk": None}))
+    run(compose_tables(other, "allow_empty=true", grid={**GRID, "efficiency": None, "passk": None}))
     assert not (other / "tiny" / "tables" / "efficiency.md").exists()
     assert not (other / "tiny" / "tables" / "passk.md").exists()
 
@@ -289,7 +289,14 @@ def test_config_is_checked() -> None:
 
 def test_cli_runs_on_the_tiny_preset(tmp_path: Path) -> None:
     script = wf.REPO_DIR / "src" / "make_tables.py"
-    cmd = [sys.executable, str(script), "experiment=tiny", f"results_root={tmp_path}", "logger=none"]
+    cmd = [
+        sys.executable,
+        str(script),
+        "experiment=tiny",
+        f"results_root={tmp_path}",
+        "logger=none",
+        "allow_empty=true",
+    ]
     done = subprocess.run(cmd, cwd=wf.REPO_DIR, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "tiny" / "tables"
@@ -302,7 +309,8 @@ def test_cli_runs_on_the_tiny_preset(tmp_path: Path) -> None:
 def test_every_preset_renders_with_no_results(preset: str, tmp_path: Path) -> None:
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
         cfg = compose(
-            "make_tables", overrides=[f"experiment={preset}", f"results_root={tmp_path}", "logger=none"]
+            "make_tables",
+            overrides=[f"experiment={preset}", f"results_root={tmp_path}", "logger=none", "allow_empty=true"],
         )
     run(cfg)
     grid = wf.load_grid(preset)

@@ -4,9 +4,10 @@ Modes (``mode=``): ``greedy`` writes per benchmark ``<leaf>/<bench>.json`` (a ``
 ``<leaf>/<bench>.predictions.jsonl``; ``passk`` writes ``<leaf>/<bench>.passk.json``
 (``sparsectx.eval.passk_mode``); ``efficiency`` writes one JSON beside the budget leaves
 (``sparsectx.eval.efficiency``). The leaf is ``sparsectx.paths.leaf_dir(results_root, experiment,
-model.name, method, pruner.name, budget)``. A benchmark whose output holds the same run-key hash (config,
-benchmark file content, weights) is skipped unless ``force=true``; an interrupted benchmark resumes from
-its predictions file.
+model.name, method, pruner.name, budget)``; with ``checkpoint=`` set, its training record names the method
+(``sparsectx.eval.trained``), so a trained model never writes the untrained ``base`` leaf. A benchmark
+whose output holds the same run-key hash (config, benchmark file content, weights) is skipped unless
+``force=true``; an interrupted benchmark resumes from its predictions file.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from sparsectx.eval.results import (
     write_rows,
 )
 from sparsectx.eval.scorers import score_items
+from sparsectx.eval.trained import leaf_method
 from sparsectx.generation import SamplingConfig
 from sparsectx.io import append_jsonl
 from sparsectx.models import LoadedModel, resolve_model_path
@@ -121,6 +123,9 @@ def run(cfg: DictConfig) -> list[Path]:
 
     eval_cfg = load_eval_config(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    method = leaf_method(eval_cfg.method_name, eval_cfg.checkpoint)  # a conflicting method= raises
+    if method != eval_cfg.method_name:  # method= left out: the checkpoint's record names it
+        eval_cfg.method = resolved["method"] = {"name": method}
     for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
         if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
             bench_file(spec)

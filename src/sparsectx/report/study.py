@@ -59,6 +59,8 @@ class TablesConfig:
     method_labels: dict[str, str]
     """Method key -> displayed name; ``base`` (the untrained model) is required and names the reference
     row (Vanilla). A method without an entry is shown by its key."""
+    allow_empty: bool
+    """false: a table with no result at all fails the run (after writing it); true: it is written and logged."""
 
     def __post_init__(self) -> None:
         if self.grid is None:
@@ -69,7 +71,9 @@ class TablesConfig:
         if wf.BASE not in self.method_labels:
             raise ValueError(f"method_labels lacks {wf.BASE!r}: set method_labels.{wf.BASE}=Vanilla")
         if not self.results_root:
-            raise ValueError("results_root is empty; set it to the directory holding <experiment>/ (e.g. results)")
+            raise ValueError(
+                "results_root is empty; set it to the directory holding <experiment>/ (e.g. results)"
+            )
 
 
 def load_tables_config(cfg: DictConfig) -> TablesConfig:
@@ -145,6 +149,64 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
     return written, figures
 
 
+class NoResultsError(RuntimeError):
+    """A table the grid asks for has no result at all (the results were written under another experiment?)."""
+
+
+def empty_tables(grid: wf.Grid, entries: Mapping[Any, Any], written: list[Written]) -> list[str]:
+    """Returns the tables without a single result: block tables whose cells have no record, and Pass@K or
+    efficiency tables whose every row carries a note (no result file)."""
+    empty = [
+        block.name
+        for block in grid.blocks
+        if block.kind == "table"
+        and not any(isinstance(entries.get(c), dict) for c in grid.block_cells(block))
+    ]
+    for item in written:
+        if item.stem in ("passk", "efficiency"):
+            _, *rows = csv.reader(io.StringIO(item.csv))
+            if sum(item.missing.values()) >= len(rows):
+                empty.append(item.stem)
+    return empty
+
+
+def experiments_with_results(results_root: str | Path) -> dict[str, int]:
+    """Returns {experiment folder: result JSON files in it} under ``results_root`` (for the hint)."""
+    root = Path(results_root)
+    if not root.is_dir():
+        return {}
+    found = {d.name: sum(1 for _ in d.rglob("*.json")) for d in sorted(root.iterdir()) if d.is_dir()}
+    return {name: n for name, n in found.items() if n}
+
+
+def check_found(tc: TablesConfig, grid: wf.Grid, entries: Mapping[Any, Any], written: list[Written]) -> str:
+    """Returns the one-line summary of what was found; raises ``NoResultsError`` when a table has no result.
+
+    The error names every empty table, the folder read and the experiments that do hold results.
+    """
+    records = sum(1 for entry in entries.values() if isinstance(entry, dict))
+    where = Path(tc.results_root) / tc.experiment
+    summary = f"make_tables: {records} result files found under {where}/ for {len(entries)} table cells"
+    empty = empty_tables(grid, entries, written)
+    if empty and not tc.allow_empty:
+        others = {k: v for k, v in experiments_with_results(tc.results_root).items() if k != tc.experiment}
+        hint = (
+            "; results exist under "
+            + ", ".join(f"{tc.results_root}/{k}/ ({v} files)" for k, v in others.items())
+            + ": evaluate with experiment="
+            + tc.experiment
+            + " (the grid's runs go there), or "
+            if others
+            else "; "
+        )
+        raise NoResultsError(
+            f"{summary}; the tables {empty} have no result at all (written anyway, every cell footnoted){hint}"
+            f"run the study first: snakemake --profile workflow/profiles/local all_tables --config "
+            f"experiment={tc.experiment}. Pass allow_empty=true to render empty tables without an error"
+        )
+    return summary
+
+
 def index_markdown(experiment: str, written: list[Written], figures: list[Figure]) -> str:
     """Returns ``README.md``: every table with its files and missing-cell counts, then every figure."""
     lines = [f"# Tables of experiment `{experiment}`", "", "Written by `python src/make_tables.py "
@@ -169,12 +231,18 @@ def log_outputs(tracker: Tracker, written: list[Written], figures: list[Figure])
 
 
 def run(cfg: DictConfig) -> list[Path]:
-    """Returns every file written for the experiment of ``cfg`` (tables, plots, then ``README.md``)."""
+    """Returns every file written for the experiment of ``cfg`` (tables, plots, then ``README.md``).
+
+    Prints how many result files were found; raises ``NoResultsError`` (after writing) when a table the grid
+    asks for has no result at all, unless ``allow_empty=true``.
+    """
     tc = load_tables_config(cfg)
     grid = load_study_grid(tc)
     out = tables_dir(tc.results_root, tc.experiment)
     resolved: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    tracker = start_run(tc.logger, f"{tc.experiment}-tables", tc.experiment, "tables", ["tables"], dict(resolved))
+    tracker = start_run(
+        tc.logger, f"{tc.experiment}-tables", tc.experiment, "tables", ["tables"], dict(resolved)
+    )
     try:
         written, figures = write_tables(tc, grid, out)
         readme = out / "README.md"
@@ -182,5 +250,8 @@ def run(cfg: DictConfig) -> list[Path]:
         log_outputs(tracker, written, figures)
     finally:
         tracker.finish()
+    print(
+        check_found(tc, grid, collect_results(grid, tc.results_root), written)
+    )  # raises when a table is empty
     paths = [p for item in written for p in item.files] + [f.path for f in figures if f.path is not None]
     return [*paths, readme]

@@ -24,6 +24,16 @@ from sparsectx.training.config import TrainDataConfig
 log = logging.getLogger(__name__)
 
 
+def require_training_file(cfg: TrainDataConfig) -> None:
+    """Returns None if ``cfg.path`` is a file; raises ``FileNotFoundError`` naming the key and its builder."""
+    path = Path(cfg.path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"train_data.path={cfg.path!r}: no such file ({path.resolve()}); build the training split with "
+            f"`python src/build_data.py` (it writes <data.out_dir>/train.tsv), or set train_data.path=<file>"
+        )
+
+
 @dataclass
 class TrainingSet:
     """The usable training items and the seeded order they are visited in."""
@@ -34,7 +44,8 @@ class TrainingSet:
 
     @classmethod
     def load(cls, cfg: TrainDataConfig, seed: int) -> TrainingSet:
-        """Returns the items of ``cfg.path``; raises if the file is empty or skips more than allowed."""
+        """Returns the items of ``cfg.path``; raises if it is missing, empty or skips more than allowed."""
+        require_training_file(cfg)
         items, skips = read_tsv(Path(cfg.path))
         total = len(items) + len(skips)
         for skip in skips[:5]:

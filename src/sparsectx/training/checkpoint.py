@@ -192,7 +192,9 @@ def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> d
     """
     path = state_dir / STATE_FILE
     try:
-        payload = torch.load(path, map_location=device, weights_only=False)
+        # "cpu:0" (a multi-process CPU run's device) is no location torch.load can restore to; "cpu" is
+        location = torch.device("cpu") if device.type == "cpu" else device
+        payload = torch.load(path, map_location=location, weights_only=False)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
         raise DamagedFileError(f"{path} cannot be read ({err}); {_restart_fix(state_dir)}") from err
     for key in ("step", "samples_seen"):

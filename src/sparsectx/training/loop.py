@@ -7,6 +7,12 @@ the teacher passes of all micro-batches come first, in one phase); sync, clip, u
 ``save_every`` steps ``state/`` is written atomically; at the end ``checkpoint/`` holds the loadable model.
 Killing the run at any point and starting it again with the same config resumes from ``state/`` and reaches
 the same final weights (tested); changing a run-defining key is an error naming the key.
+
+SIGINT/SIGTERM (Ctrl-C, a scheduler's kill) finish the current optimizer step, write ``state/`` for it and
+raise ``TrainingStoppedError`` (``src/train.py`` exits non-zero saying rerunning resumes); a second signal
+aborts at once (``KeyboardInterrupt``), leaving the last saved state. Every process of a multi-process run
+installs the handlers and the processes agree after each step (one all-reduce of a stop flag), so all stop
+at the same step, also when the launcher signals only some of them.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import resource
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +42,7 @@ from sparsectx.models.loading import check_device
 from sparsectx.paths import budget_tag, run_dir
 from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
-from sparsectx.training.batches import TrainingSet
+from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.rollout import is_correct
@@ -76,6 +86,7 @@ def run(cfg: DictConfig) -> RunResult:
     raises before any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
     """
     tc = load_train_config(cfg)
+    require_training_file(tc.train_data)  # before anything is loaded or written
     check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
@@ -101,6 +112,60 @@ def run(cfg: DictConfig) -> RunResult:
     finally:
         tracker.finish()
     return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
+
+
+class TrainingStoppedError(Exception):
+    """A signal stopped the run after a completed step whose resume state was saved."""
+
+    def __init__(self, signum: int, step: int, steps: int, state: Path) -> None:
+        self.signum, self.step, self.steps, self.state = signum, step, steps, state
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} after step {step} of {steps}; resume state saved in "
+            f"{state}; rerun the same command to resume"
+        )
+
+
+class StopRequest:
+    """The signal, if any, that asked the run to stop after the current step."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        """Returns None after recording the first signal; raises ``KeyboardInterrupt`` on a second."""
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without saving")
+        self.signum = signum
+        log.warning(
+            "%s: stopping after the current step and saving its resume state (send again to abort at once)",
+            signal.Signals(signum).name,
+        )
+
+    def agreed(self, accelerator: Accelerator) -> int | None:
+        """Returns the stop signal if any process got one (all processes get the same answer)."""
+        if accelerator.num_processes == 1:
+            return self.signum
+        flag = torch.tensor([self.signum or 0], device=accelerator.device)
+        signum = int(accelerator.reduce(flag, reduction="max").item())
+        return signum or None
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Yields a ``StopRequest`` that SIGINT/SIGTERM set (main thread only), then restores the old handlers."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request  # signal handlers can only be installed from the main thread
+        return
+    previous = {signum: signal.signal(signum, request.handle) for signum in STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def read_resume_meta(accelerator: Accelerator, out: Path, steps: int) -> dict[str, Any] | None:
@@ -192,7 +257,23 @@ def peak_memory_gb(device: torch.device) -> float:
 def train(
     trainer: Trainer, tracker: Tracker, out: Path, defining: dict[str, Any], resolved: dict[str, Any]
 ) -> dict[str, float]:
-    """Returns the last step's metrics after running the remaining optimizer steps (logging and saving)."""
+    """Returns the last step's metrics after running the remaining optimizer steps (logging and saving).
+
+    A SIGINT/SIGTERM lets the current step finish, saves its state and raises ``TrainingStoppedError``.
+    """
+    with stop_on_signals() as stop:
+        return train_until_stopped(trainer, tracker, out, defining, resolved, stop)
+
+
+def train_until_stopped(
+    trainer: Trainer,
+    tracker: Tracker,
+    out: Path,
+    defining: dict[str, Any],
+    resolved: dict[str, Any],
+    stop: StopRequest,
+) -> dict[str, float]:
+    """Returns the last step's metrics (see ``train``); checks ``stop`` after every completed step."""
     tc, main = trainer.cfg, trainer.accelerator.is_main_process
     bar = tqdm(
         total=tc.steps, initial=trainer.step, disable=not main, desc=f"{tc.method.name} b={tc.budget:g}"
@@ -208,10 +289,17 @@ def train(
             tracker.log(metrics, step=step)
         if step % tc.sample_table_every == 0 or last:
             tracker.log_table("rollouts", TABLE_COLUMNS, sample_rows(step, budget, micro[0]))
-        if step % tc.save_every == 0 or last:
+        saved = step % tc.save_every == 0 or last
+        if saved:
             save(trainer, out, defining, resolved)
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", budget=f"{budget:.3f}")
+        signum = stop.agreed(trainer.accelerator)
+        if signum is not None and not last:
+            if not saved:
+                save(trainer, out, defining, resolved)
+            bar.close()
+            raise TrainingStoppedError(signum, step, tc.steps, out / "state")
     bar.close()
     return metrics
 
