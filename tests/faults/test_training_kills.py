@@ -12,10 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from training.test_loop_support import TinyEnv, shared_env, train_overrides
-
-from sparsectx.training.checkpoint import read_meta
+from training.test_loop_support import TinyEnv, final_files, shared_env, train_overrides
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,18 +58,6 @@ def train(args: list[str], kill: tuple[str, int] | None = None) -> subprocess.Co
     if kill is not None:
         command = [sys.executable, "-c", KILLER, kill[0], str(kill[1]), script, *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-def final_files(root: Path) -> dict[str, object]:
-    """Returns the run's final weights (bytes) and the resume state's counters and trained tensors."""
-    run_dir = next(root.glob("*/*/*/*/*"))
-    meta = read_meta(run_dir / "state")
-    payload = torch.load(run_dir / "state" / "trainer.pt", weights_only=False)
-    return {
-        "checkpoint/model.safetensors": (run_dir / "checkpoint" / "model.safetensors").read_bytes(),
-        "state counters": (meta["step"], meta["samples_seen"], payload["step"], payload["samples_seen"]),
-        "state weights": {k: v.numpy().tobytes() for k, v in payload["trainable"].items()},
-    }
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,10 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
 from sparsectx.training import loop
 from sparsectx.training.checkpoint import read_meta
-from training.test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
+from training.test_loop_support import TinyEnv, compose_train, final_files, shared_env, train_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -49,6 +48,11 @@ def train(args: list[str]) -> subprocess.CompletedProcess[str]:
 def train_signalled(args: list[str], signum: int) -> tuple[int, str]:
     """Returns (exit code, output) of ``src/train.py`` sent ``signum`` once its progress bar shows a step."""
     command = [sys.executable, str(ROOT / "src" / "train.py"), *args]
+    return signal_after_a_step(command, lambda process: process.send_signal(signum))
+
+
+def signal_after_a_step(command: list[str], send) -> tuple[int, str]:  # noqa: ANN001
+    """Returns (exit code, output) of ``command``; ``send(process)`` runs once its progress bar shows a step."""
     process = subprocess.Popen(
         command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -62,23 +66,11 @@ def train_signalled(args: list[str], signum: int) -> tuple[int, str]:
         while chunk := process.stdout.read(1):
             seen.append(chunk)
             if not sent and chunk == " " and step_shown.search("".join(seen[-200:])):
-                process.send_signal(signum)
+                send(process)
                 sent = True
         return process.wait(), "".join(seen)
     finally:
         timer.cancel()
-
-
-def final_files(root: Path) -> dict[str, object]:
-    """Returns the run's final weights (bytes) and the resume state's counters and trained tensors."""
-    run_dir = next(root.glob("*/*/*/*/*"))
-    meta = read_meta(run_dir / "state")
-    payload = torch.load(run_dir / "state" / "trainer.pt", weights_only=False)
-    return {
-        "checkpoint/model.safetensors": (run_dir / "checkpoint" / "model.safetensors").read_bytes(),
-        "state counters": (meta["step"], meta["samples_seen"], payload["step"], payload["samples_seen"]),
-        "state weights": {k: v.numpy().tobytes() for k, v in payload["trainable"].items()},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -182,27 +174,13 @@ def test_signal_to_one_of_two_processes_stops_both_at_one_step_and_resumes_ident
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         str(ROOT / "src" / "train.py"), *args,
     ]  # fmt: skip
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert process.stdout is not None
-    seen: list[str] = []
-    step_shown = re.compile(rf"\| *[1-9]\d*/{STEPS} ")
-    timer = threading.Timer(300, process.kill)
-    timer.start()
-    try:
-        sent = False
-        while chunk := process.stdout.read(1):
-            seen.append(chunk)
-            if not sent and chunk == " " and step_shown.search("".join(seen[-200:])):
-                workers = sorted(children(process.pid))
-                assert len(workers) == 2, workers
-                os.kill(workers[1], signal.SIGTERM)  # the second worker: not the main process
-                sent = True
-        code = process.wait()
-    finally:
-        timer.cancel()
-    output = "".join(seen)
+
+    def second_worker(process: subprocess.Popen) -> None:
+        workers = sorted(children(process.pid))
+        assert len(workers) == 2, workers
+        os.kill(workers[1], signal.SIGTERM)  # the second worker: not the main process
+
+    code, output = signal_after_a_step(command, second_worker)
     assert code != 0, output[-3000:]
     assert "resume state saved in" in output, output[-3000:]
     run_dir = next(tmp_path.glob("*/*/*/*/*"))

@@ -23,6 +23,7 @@ from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl
 from sparsectx.data import Item, write_tsv
 from sparsectx.training import loop
 from sparsectx.training.batches import TrainingSet
+from sparsectx.training.checkpoint import read_meta
 from sparsectx.training.config import load_train_config
 from sparsectx.training.update import Trainer
 
@@ -115,3 +116,15 @@ def make_trainer(env, root: Path, *overrides: str) -> Trainer:  # noqa: ANN001
             noise = torch.randn(p.shape, generator=generator)
             p.copy_(0.3 * noise) if trainer.student.peft is not None else p.add_(0.05 * noise)
     return trainer
+
+
+def final_files(root: Path) -> dict[str, object]:
+    """Returns a finished run's final weights (bytes) and the resume state's counters and trained tensors."""
+    run_dir = next(root.glob("*/*/*/*/*"))
+    meta = read_meta(run_dir / "state")
+    payload = torch.load(run_dir / "state" / "trainer.pt", weights_only=False)
+    return {
+        "checkpoint/model.safetensors": (run_dir / "checkpoint" / "model.safetensors").read_bytes(),
+        "state counters": (meta["step"], meta["samples_seen"], payload["step"], payload["samples_seen"]),
+        "state weights": {k: v.numpy().tobytes() for k, v in payload["trainable"].items()},
+    }
