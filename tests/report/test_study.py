@@ -195,13 +195,19 @@ def test_plots_are_valid_pngs_and_listed_in_the_index(results: Path) -> None:
     paths = run(compose_tables(results))
     out = results / "tiny" / "tables"
     pngs = ["retain_sweep_tiny.png", "retain_main_tiny.png", "passk_tiny_syn_count_base_visionzip_0.1.png"]
-    for name in pngs:
+    captions = [name.replace(".png", ".caption.md") for name in pngs]
+    for name, caption in zip(pngs, captions, strict=True):
         width, height = png_size(out / name)
         assert width > 100 and height > 100
-        assert out / name in paths
+        assert out / name in paths and out / caption in paths
     readme = (out / "README.md").read_text()
-    for name in ["sweep", "main", "main.recovery", "passk", "efficiency", *pngs]:
+    for name in ["sweep", "main", "main.recovery", "passk", "efficiency", *pngs, *captions]:
         assert name in readme
+    retain = (out / "retain_main_tiny.caption.md").read_text()
+    assert retain.splitlines()[0] == "# Retain ratio vs. budget: main, model tiny"  # experiment, model once
+    assert "Data: experiment `tiny`, model `tiny`, table `main` (main.md, whose footnotes" in retain
+    passk = (out / "passk_tiny_syn_count_base_visionzip_0.1.caption.md").read_text()
+    assert "Cohort: the 6 items the full-context model solved; n = 4 samples per item." in passk
     assert all(p.is_file() for p in paths) and paths[-1] == out / "README.md"
     assert not list(out.glob(".*.tmp*"))  # atomic writes leave no temporary file
 

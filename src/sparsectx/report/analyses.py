@@ -2,8 +2,11 @@
 
 * Retain plots: one per table block whose rows span at least two pruned budgets (the sweep and main tables),
   per model; the average retain ratio column of the block's table, one line per method / pruner.
-* Pass@K: one plot per pruned Pass@K cell: its curve, its greedy accuracy (the same fixed context), the
-  no-image control, and the full-context curve (the block's budget-1.0 reference cell); plus a summary table.
+* Pass@K: one plot per pruned Pass@K cell: its curve, the no-image control, its greedy accuracy (the same
+  fixed context, a horizontal line) and the full-context curve (the block's budget-1.0 reference cell);
+  plus a summary table.
+* Every plot has its caption beside it (``<name>.caption.md``, ``sparsectx.report.plots``), which also says
+  which experiment and table the data came from; the titles do not repeat it.
 * Efficiency (LT-OPD Table 5 shape): per (model, method, pruner) and budget, prefill and total FLOPs, KV cache
   and latencies as percentages of the unpruned model's, from the ``efficiency.json`` of each run.
 
@@ -29,7 +32,7 @@ from sparsectx.report.collect import (
     read_efficiency,
     read_passk,
 )
-from sparsectx.report.plots import plot_pass_at_k, plot_retain_vs_budget, retain_series
+from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
 from sparsectx.report.tables import MISSING, NO_RECORD
 from sparsectx.workflow import BASE, Cell, Grid
 
@@ -79,9 +82,11 @@ def retain_plots(grid: Grid, entries: Mapping[Cell, Entry], labels: Mapping[str,
             if not series:
                 figures.append(Figure(name, None, "no method / pruner has an average retain ratio yet"))
                 continue
+            source = f"experiment `{grid.experiment}`, model `{model}`, table `{block.name}` ({block.name}.md"
+            source += ", whose footnotes say why a cell has no score)"
             path = plot_retain_vs_budget(
                 records, out_dir / f"{name}.png", benchmarks=block.benchmarks, reference_method=reference,
-                title=f"{grid.experiment} / {block.name} / {model}",
+                title=f"Retain ratio vs. budget: {block.name}, model {model}", notes=[f"Data: {source}."],
             )  # fmt: skip
             figures.append(Figure(name, path, ""))
     return figures
@@ -92,18 +97,43 @@ def _fraction_curve(percent: Mapping[str, float]) -> dict[int, float]:
 
 
 def passk_curves(
-    cell: Cell, pruned: dict[str, Any], full: dict[str, Any] | None, labels: Mapping[str, str]
+    cell: Cell, pruned: dict[str, Any], labels: Mapping[str, str]
 ) -> dict[str, dict[int, float]]:
-    """Returns label -> {k: pass@k in [0, 1]} of one pruned Pass@K cell (its JSON) and the full-context one."""
-    sparse = pruned["sparse"]
-    curve = _fraction_curve(sparse["pass_at_k"])
-    curves = {f"{method_label(cell.method, labels)} / {cell.pruner} / {cell.budget * 100:g}%": curve}
-    curves["greedy, same context"] = {k: sparse["greedy_accuracy"] / 100.0 for k in curve}
+    """Returns label -> {k: pass@k in [0, 1]} of one pruned Pass@K cell (its JSON): its curve and the
+    no-image control's."""
+    label = f"{method_label(cell.method, labels)} / {cell.pruner} / {cell.budget * 100:g}%"
+    curves = {label: _fraction_curve(pruned["sparse"]["pass_at_k"])}
     if pruned["no_image"] is not None:
         curves["no image (control)"] = _fraction_curve(pruned["no_image"]["pass_at_k"])
-    if full is not None and full["sparse"] is not None:
-        curves["full context"] = _fraction_curve(full["sparse"]["pass_at_k"])
     return curves
+
+
+def passk_plot(
+    cell: Cell,
+    pruned: dict[str, Any],
+    full: dict[str, Any] | None,
+    labels: Mapping[str, str],
+    path: Path,
+    data: str,
+) -> Path:
+    """Writes the Pass@K plot of one pruned cell and returns its path: its curves, its greedy accuracy (the
+    same fixed context) and the full-context curve (``full``, the budget-1.0 cell's JSON) when measured;
+    ``data`` (where the numbers came from) goes to the caption."""
+    full_sparse = None if full is None else full["sparse"]
+    full_curve = None if full_sparse is None else _fraction_curve(full_sparse["pass_at_k"])
+    notes = [
+        f"Data: {data}.",
+        f"Cohort: the {pruned['cohort']['size']} items the full-context model solved; "
+        f"n = {pruned['n']} samples per item.",
+    ]
+    if full_curve is None:
+        why = NO_RECORD if full is None else "its cohort is empty (the full-context model solved no item)"
+        notes.append(f"full-context curve not drawn: {why}")
+    return plot_pass_at_k(
+        passk_curves(cell, pruned, labels), path, full_context=full_curve, notes=notes,
+        references={"greedy accuracy, same context": pruned["sparse"]["greedy_accuracy"] / 100.0},
+        title=f"Pass@k at a fixed context: {cell.bench}, model {cell.model}",
+    )  # fmt: skip
 
 
 def passk_outputs(
@@ -135,8 +165,8 @@ def passk_outputs(
                 continue
             ref = Cell(model, BASE, grid.reference_pruner, 1.0, cell.bench)
             full = read_passk(root, grid.experiment, ref) if grid.reason(ref) is None else None
-            title = f"{grid.experiment} / {model} / {cell.bench}"
-            path = plot_pass_at_k(passk_curves(cell, payload, full, labels), out_dir / f"{name}.png", title=title)
+            data = f"experiment `{grid.experiment}`, passk.md"
+            path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data)
             figures.append(Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}"))
     return SideTable(columns, tuple(rows)), figures
 
@@ -195,7 +225,9 @@ def has_block(grid: Grid, kind: str) -> bool:
 def figure_notes(figures: Sequence[Figure]) -> list[str]:
     """Returns one index line per figure: a link when drawn, the reason when not."""
     return [
-        f"- [{f.name}.png]({f.name}.png)" + (f" ({f.note})" if f.note else "") if f.path is not None
+        f"- [{f.name}.png]({f.name}.png), [caption]({caption_path(f.path).name})"
+        + (f" ({f.note})" if f.note else "")
+        if f.path is not None
         else f"- {f.name}: not drawn ({f.note})"
         for f in figures
     ]  # fmt: skip

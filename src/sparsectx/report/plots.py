@@ -1,32 +1,121 @@
-"""PNG plots: average retain ratio against budget, and Pass@K curves.
+"""PNG plots, each with a caption file: average retain ratio against budget, and Pass@K curves.
 
-Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas directly, so no pyplot
-state or display backend is involved, and written atomically (temporary file, then
-``os.replace``; style convention 19).
+What a plot shows, so a reader can trust it:
+
+* One title (the caller's), the axes and a legend; nothing else is drawn on the figure. What the plot means and
+  every note (points not drawn, a missing curve, where the data came from) go to a caption file beside it,
+  ``<name>.caption.md`` (``caption_path``): a ``# title`` heading, a paragraph on how to read the plot, then a
+  ``Notes`` list.
+* Measured points only: a marker at every measured x; a line joins two points of one series only when they are
+  adjacent measured values of the plot (budgets of the block, or k), so no segment crosses a budget the series
+  lacks, and a pruned budget is never joined to 100%.
+* The full-context (unpruned) result is a reference, not a pruner's point: a dashed line labelled
+  ``REFERENCE_LABEL``; at 100% retain ratio by definition in the retain plot, the full-context curve in Pass@K.
+* Percentage axes start at 0 and reach at least 100 (ticks every 20; higher only when a value exceeds 100).
+
+Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas directly, so no pyplot state or display
+backend is involved, and every file is written atomically (style convention 19).
 """
 
 from __future__ import annotations
 
+import io
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sparsectx.report.tables import ResultRecord, build_table
+from sparsectx.io import atomic_write_bytes, atomic_write_text
+from sparsectx.report.tables import ResultRecord, build_table, to_records
+
+REFERENCE_LABEL = "full context (unpruned)"
+"""Legend label of the full-context reference (the unpruned model, every visual token kept)."""
+CAPTION_SUFFIX = ".caption.md"
+"""A plot ``<name>.png`` has its caption in ``<name>.caption.md`` beside it."""
+FIGSIZE = (6.0, 4.0)
+DPI = 150
+PERCENT_TICK = 20
+PERCENT_HEADROOM = 4.0
+"""Percentage points above the top tick, so a marker or the reference line at 100% is not drawn on the frame."""
+MARKERS = "osD^vP*Xph"
+REFERENCE_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.0}
+FLAT_STYLE = {"color": "grey", "linestyle": ":", "linewidth": 1.2}
+"""Style of a value that does not depend on k (greedy accuracy): a horizontal dotted line."""
+LEGEND_STYLE = {"fontsize": "small", "loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
+"""The legend sits right of the axes, so it never hides a point (the saved PNG is cropped around both)."""
 
 
-def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+def caption_path(png: str | os.PathLike[str]) -> Path:
+    """Returns the caption file of the plot ``png``: ``<name>.caption.md`` in the same folder."""
+    path = Path(png)
+    return path.with_name(path.stem + CAPTION_SUFFIX)
+
+
+def caption_markdown(title: str, description: str, notes: Sequence[str]) -> str:
+    """Returns a caption: ``# title``, the description paragraph, then a ``Notes`` list (or "Notes: none")."""
+    lines = [f"# {title}", "", description, ""]
+    lines += ["Notes:", "", *(f"- {note}" for note in notes)] if notes else ["Notes: none."]
+    return "\n".join(lines) + "\n"
+
+
+def _save(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
     out = Path(path)
     if out.suffix.lower() != ".png":
         raise ValueError(f"plot path {out} must end in .png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
     FigureCanvasAgg(fig)
-    fig.savefig(tmp, format="png", dpi=150, bbox_inches="tight")
-    os.replace(tmp, out)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight")
+    atomic_write_bytes(out, png.getvalue())
+    atomic_write_text(caption_path(out), caption)
     return out
+
+
+def _new_axes(title: str) -> tuple[Figure, Axes]:
+    if not title.strip():
+        raise ValueError("a plot needs a title (one line saying what it shows)")
+    fig = Figure(figsize=FIGSIZE)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    return fig, ax
+
+
+def _percent_axis(ax: Axes, values: Iterable[float], label: str) -> None:
+    """Sets the y axis to span 0 to 100 (or up to the next tick above the largest value, when it exceeds 100)."""
+    top = PERCENT_TICK * math.ceil(max(100.0, *values, 0.0) / PERCENT_TICK)
+    ax.set_ylim(0.0, top + PERCENT_HEADROOM)
+    ax.set_yticks(range(0, top + 1, PERCENT_TICK))
+    ax.set_ylabel(label)
+
+
+def measured_segments(
+    xs: Iterable[float], grid: Sequence[float], joinable: float = math.inf
+) -> list[list[float]]:
+    """Returns the runs of ``xs`` that a line may join: consecutive values of the sorted ``grid``.
+
+    Two measured values are joined only when no value of ``grid`` lies between them and both are below
+    ``joinable`` (a value at or above it is drawn on its own); a single value is a run of one (a marker).
+    """
+    order = {x: i for i, x in enumerate(sorted(grid))}
+    runs: list[list[float]] = []
+    for x in sorted(xs):
+        last = runs[-1][-1] if runs else None
+        if last is not None and order[x] == order[last] + 1 and x < joinable:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return runs
+
+
+def _draw_series(
+    ax: Axes, index: int, label: str, points: Mapping[float, float], runs: list[list[float]]
+) -> None:
+    style = {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
+    for i, run in enumerate(runs):
+        ax.plot(run, [points[x] for x in run], label=label if i == 0 else f"_{label}", **style)
 
 
 def retain_series(
@@ -37,14 +126,17 @@ def retain_series(
 ) -> tuple[dict[str, dict[float, float]], list[str]]:
     """Returns ``({"method / pruner": {budget: average retain ratio}}, skipped points)``.
 
-    The ratios are the average column of ``build_table``; points whose average is missing are
-    left out of the series and listed as "method / pruner / budget%: reason".
+    The ratios are the average column of ``build_table``. The full-context reference row (``reference_method``
+    at budget 1.0) is no series: it is the 100% every ratio is normalised by. Points whose average is missing
+    are left out and listed as "method / pruner / budget%: reason".
     """
     table = build_table(records, benchmarks=benchmarks, reference_method=reference_method)
     series: dict[str, dict[float, float]] = {}
     skipped = []
     for block in table.blocks:
         for row in block.rows:
+            if block.budget == 1.0 and row.method == reference_method:
+                continue
             avg = row.cells[-1]
             label = f"{row.method} / {row.pruner}"
             if avg.value is None:
@@ -54,64 +146,125 @@ def retain_series(
     return series, skipped
 
 
+def retain_figure(
+    series: Mapping[str, Mapping[float, float]], budgets: Sequence[float], *, title: str
+) -> Figure:
+    """Returns the figure of average retain ratio (%) against budget (%, log axis), one series per method / pruner.
+
+    Args:
+        series: ``retain_series``' first value (budgets as fractions); the full-context row is not among them.
+        budgets: Every budget the plot's table measures (drawn or not): the x ticks, and where lines break.
+        title: The one title.
+    """
+    fig, ax = _new_axes(title)
+    for index, (label, points) in enumerate(series.items()):
+        runs = measured_segments(points, budgets, joinable=1.0)
+        _draw_series(
+            ax, index, label, {100 * x: y for x, y in points.items()}, [[100 * x for x in r] for r in runs]
+        )
+    ax.axhline(100.0, label=REFERENCE_LABEL, **REFERENCE_STYLE)
+    ax.set_xscale("log")
+    ax.set_xticks([100 * b for b in sorted(budgets)], [f"{100 * b:g}" for b in sorted(budgets)])
+    ax.minorticks_off()
+    ax.set_xlabel("visual tokens kept (% of the image's tokens, log scale)")
+    _percent_axis(ax, (y for points in series.values() for y in points.values()), "average retain ratio (%)")
+    ax.legend(**LEGEND_STYLE)
+    return fig
+
+
+RETAIN_CAPTION = (
+    "Average retain ratio against the visual-token budget. A row's retain ratio on a benchmark is its score "
+    "divided by the full-context {reference} score on that benchmark (x 100); the plot shows its mean over "
+    "the benchmarks {benchmarks}. Markers are measured budgets; a line joins two adjacent measured budgets of one "
+    "series only (a gap means a budget without an average, listed below). The dashed line is the full context "
+    "(unpruned model), 100% by definition."
+)
+
+
 def plot_retain_vs_budget(
     records: Iterable[ResultRecord | Mapping[str, object]],
     path: str | os.PathLike[str],
     *,
+    title: str,
     benchmarks: Sequence[str] | None = None,
     reference_method: str = "Vanilla",
-    title: str = "",
+    notes: Sequence[str] = (),
 ) -> Path:
-    """Returns the path of a PNG of average retain ratio (%) against budget (%, log axis), per series.
+    """Writes the retain-ratio plot of ``records`` to ``path`` (PNG) and its caption; returns ``path``.
 
-    Points without an average are not drawn; they are listed under the axes so none vanish silently.
+    The x ticks are the measured budgets below 100%, and 100% when a series other than the reference was
+    measured there. Points without an average are not drawn; the caption lists each with its reason, then
+    ``notes``.
     """
-    series, skipped = retain_series(records, benchmarks=benchmarks, reference_method=reference_method)
-    fig = Figure(figsize=(6.0, 4.0))
-    ax = fig.add_subplot()
-    budgets = sorted({b for points in series.values() for b in points})
-    for label, points in series.items():
-        xs = sorted(points)
-        ax.plot([100 * x for x in xs], [points[x] for x in xs], marker="o", label=label)
-    ax.axhline(100.0, color="grey", linewidth=0.8, linestyle="--")
-    ax.set_xscale("log")
-    ax.set_xticks([100 * b for b in budgets], [f"{100 * b:g}" for b in budgets])
+    recs = to_records(records)
+    series, skipped = retain_series(recs, benchmarks=benchmarks, reference_method=reference_method)
+    budgets = sorted({r.budget for r in recs if r.budget < 1.0 or r.method != reference_method})
+    benches = list(benchmarks) if benchmarks is not None else list(dict.fromkeys(r.benchmark for r in recs))
+    description = RETAIN_CAPTION.format(reference=reference_method, benchmarks=", ".join(benches))
+    not_drawn = [f"not drawn: {point}" for point in skipped]
+    caption = caption_markdown(title, description, [*not_drawn, *notes])
+    return _save(retain_figure(series, budgets, title=title), path, caption)
+
+
+def pass_at_k_figure(
+    curves: Mapping[str, Mapping[int, float]],
+    *,
+    title: str,
+    full_context: Mapping[int, float] | None = None,
+    references: Mapping[str, float] | None = None,
+) -> Figure:
+    """Returns the figure of pass@k (%) against k (log2 axis): one line per curve, then the references.
+
+    Args:
+        curves: Label -> ``{k: pass@k in [0, 1]}``, e.g. from ``sparsectx.eval.passk.pass_at_k_curve``.
+        title: The one title.
+        full_context: The unpruned model's curve, drawn dashed and labelled ``REFERENCE_LABEL``.
+        references: Label -> one value in [0, 1] that does not depend on k (e.g. greedy accuracy): a
+            horizontal dotted line each.
+    """
+    if not curves:
+        raise ValueError("pass_at_k_figure got no curves")
+    fig, ax = _new_axes(title)
+    every = [*curves.values(), *([full_context] if full_context else [])]
+    ks = sorted({k for curve in every for k in curve})
+    for index, (label, curve) in enumerate(curves.items()):
+        _draw_series(ax, index, label, {k: 100.0 * v for k, v in curve.items()}, measured_segments(curve, ks))
+    if full_context:
+        xs = sorted(full_context)
+        ax.plot(
+            xs, [100.0 * full_context[k] for k in xs], marker=".", label=REFERENCE_LABEL, **REFERENCE_STYLE
+        )
+    for label, value in (references or {}).items():
+        ax.axhline(100.0 * value, label=label, **FLAT_STYLE)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
-    ax.set_xlabel("visual-token budget (%)")
-    ax.set_ylabel("average retain ratio (%)")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    if skipped:
-        fig.text(0.01, -0.02, "not drawn: " + "\n".join(skipped), fontsize="x-small", va="top")
-    return _save(fig, path)
+    ax.set_xlabel("k (samples per item, log scale)")
+    values = [100.0 * v for curve in every for v in curve.values()] + [
+        100.0 * v for v in (references or {}).values()
+    ]
+    _percent_axis(ax, values, "pass@k (%)")
+    ax.legend(**LEGEND_STYLE)
+    return fig
+
+
+PASSK_CAPTION = (
+    "Pass@k at a fixed visual context: the fraction of items with at least one correct answer among k samples "
+    "(unbiased estimator from n samples per item), against k. Markers are the measured k. The dashed line is the "
+    "full context (unpruned model) when it was measured; dotted horizontal lines do not depend on k."
+)
 
 
 def plot_pass_at_k(
     curves: Mapping[str, Mapping[int, float]],
     path: str | os.PathLike[str],
     *,
-    title: str = "",
+    title: str,
+    full_context: Mapping[int, float] | None = None,
+    references: Mapping[str, float] | None = None,
+    notes: Sequence[str] = (),
 ) -> Path:
-    """Returns the path of a PNG of pass@k (%) against k (log2 axis), one line per curve.
-
-    Args:
-        curves: Label -> ``{k: pass@k in [0, 1]}``, e.g. from ``sparsectx.eval.passk.pass_at_k_curve``.
-        path: Output ``.png`` path.
-        title: Axes title.
-    """
-    if not curves:
-        raise ValueError("plot_pass_at_k got no curves")
-    fig = Figure(figsize=(6.0, 4.0))
-    ax = fig.add_subplot()
-    ks = sorted({k for curve in curves.values() for k in curve})
-    for label, curve in curves.items():
-        xs = sorted(curve)
-        ax.plot(xs, [100.0 * curve[k] for k in xs], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.minorticks_off()
-    ax.set_xlabel("k (samples)")
-    ax.set_ylabel("pass@k (%)")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return _save(fig, path)
+    """Writes the Pass@K plot (``pass_at_k_figure``) to ``path`` (PNG) and its caption with ``notes``; returns
+    ``path``."""
+    fig = pass_at_k_figure(curves, title=title, full_context=full_context, references=references)
+    return _save(fig, path, caption_markdown(title, PASSK_CAPTION, notes))

@@ -4,7 +4,8 @@ For each ``tables:`` block of the experiment's grid (``conf/experiment/<e>.yaml`
 ``<results_root>/<e>/tables/<block>.md|.tex|.csv``: rows grouped by budget, Vanilla (the untrained model at
 budget 1.0) first, an average retain ratio column, and every cell without a score footnoted with its reason
 (the grid's declared one, or "no result record"). Blocks with trained methods also get
-``<block>.recovery.md|.tex|.csv``. Then the retain-ratio and Pass@K plots (PNG), ``passk.md|.csv`` and
+``<block>.recovery.md|.tex|.csv``. Then the retain-ratio and Pass@K plots (PNG, each with its caption
+``<plot>.caption.md``: how to read it and its notes), ``passk.md|.csv`` and
 ``efficiency.md|.csv`` when the grid has those blocks, and ``README.md``, an index of everything written.
 The outputs are logged to the tracker (``logger``): tables as W&B tables, plots as images.
 
@@ -35,6 +36,7 @@ from sparsectx.report.analyses import (
 )
 from sparsectx.report.blocks import Rendered, has_trained, recovery_table, render, score_tables
 from sparsectx.report.collect import collect_results
+from sparsectx.report.plots import caption_path
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
 
 TABLES_DIR = "tables"
@@ -253,5 +255,8 @@ def run(cfg: DictConfig) -> list[Path]:
     print(
         check_found(tc, grid, collect_results(grid, tc.results_root), written)
     )  # raises when a table is empty
-    paths = [p for item in written for p in item.files] + [f.path for f in figures if f.path is not None]
+    drawn = [f.path for f in figures if f.path is not None]
+    paths = [p for item in written for p in item.files] + [
+        p for png in drawn for p in (png, caption_path(png))
+    ]
     return [*paths, readme]
