@@ -26,10 +26,17 @@ OmegaConf.register_new_resolver("leaf_method", leaf_method, replace=True)
 
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    """Returns None after validating the composed config and running the evaluation."""
+    """Returns None after validating the config, running the evaluation and logging its score summary.
+
+    The summary (one line per output: benchmark, metric, score, items scored / skipped, path) goes through
+    ``logging``, so Hydra prints it on stdout and writes it to the run's log file (``evaluate.log``).
+    """
+    import logging
+
+    from sparsectx.eval.runner import format_summary
+
     load_eval_config(cfg)  # fail on a bad config before anything is loaded
-    for path in run(cfg):
-        print(path)
+    logging.getLogger("evaluate").info("score summary:\n%s", format_summary(run(cfg)))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,24 @@
-"""Experiment tracking behind one small interface: Weights & Biases (offline unless configured) or nothing."""
+"""Experiment tracking behind one small interface: Weights & Biases (offline unless configured) or nothing.
+
+Every run of one experiment shares its W&B group (the experiment name) and carries the same kinds of tags,
+so train, evaluate and make_tables runs can be filtered alike (``sparsectx.report.wandb_report``):
+``job_type`` is one of ``JOB_TYPES`` and ``start_run`` adds ``experiment:<name>`` and ``job:<type>`` to the
+caller's cell tags (``cell_tags``: ``model:``, ``method:``, ``pruner:``, ``budget:``, ...).
+Table cells may be ``PIL.Image.Image``: the W&B tracker stores them as ``wandb.Image`` media.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from PIL import Image
+
+JOB_TYPES = ("train", "evaluate", "tables")
+"""W&B job types: ``train.py``, ``evaluate.py`` (its mode is a ``mode:`` tag) and ``make_tables.py``."""
 
 
 @dataclass
@@ -23,6 +36,12 @@ class LoggerConfig:
     dir: str
     """Directory W&B puts its ``wandb/`` folder in: runs land in ``<dir>/wandb/offline-run-*`` (W&B always
     adds the ``wandb/`` level, so the default ``.`` gives the README's ``wandb sync wandb/offline-run-*``)."""
+    rollout_rows: int
+    """Rollouts per logged training step in the ``rollouts`` table (each also decoded by the teacher)."""
+    prediction_rows: int | None
+    """Items per benchmark in an evaluation's ``<bench>/predictions`` table (None = every item)."""
+    log_checkpoints: bool
+    """Upload a training run's final ``checkpoint/`` as a W&B model artifact."""
     tags: list[str] = field(default_factory=list)
     """Extra tags added to every run."""
 
@@ -31,6 +50,12 @@ class LoggerConfig:
             raise ValueError(f"logger.name={self.name!r} must be 'wandb' or 'none'")
         if self.mode not in ("offline", "online", "disabled"):
             raise ValueError(f"logger.mode={self.mode!r} must be offline, online or disabled")
+        if self.rollout_rows < 1:
+            raise ValueError(f"logger.rollout_rows={self.rollout_rows} must be >= 1")
+        if self.prediction_rows is not None and self.prediction_rows < 1:
+            raise ValueError(
+                f"logger.prediction_rows={self.prediction_rows} must be >= 1 or null (every item)"
+            )
 
 
 class Tracker(Protocol):
@@ -40,12 +65,16 @@ class Tracker(Protocol):
         """Records scalar metrics (at an optimizer step, if given)."""
         ...
 
-    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        """Records a table of rows."""
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int | None = None) -> None:
+        """Records a table of rows (at a step, if given); ``PIL.Image.Image`` cells are stored as images."""
         ...
 
     def log_image(self, key: str, path: str | Path) -> None:
         """Records an image file (a plot)."""
+        ...
+
+    def log_checkpoint(self, name: str, path: str | Path, metadata: dict[str, Any]) -> None:
+        """Records a checkpoint directory as a model artifact when ``logger.log_checkpoints`` is on."""
         ...
 
     def finish(self) -> None:
@@ -61,10 +90,13 @@ class NullTracker:
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Does nothing."""
 
-    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int | None = None) -> None:
         """Does nothing."""
 
     def log_image(self, key: str, path: str | Path) -> None:
+        """Does nothing."""
+
+    def log_checkpoint(self, name: str, path: str | Path, metadata: dict[str, Any]) -> None:
         """Does nothing."""
 
     def finish(self) -> None:
@@ -74,19 +106,21 @@ class NullTracker:
 class WandbTracker:
     """A W&B run; offline by default, so nothing leaves the machine unless the user asks for it."""
 
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, log_checkpoints: bool) -> None:
         self.run = run
         self.run_id: str = run.id
+        self.log_checkpoints = log_checkpoints
 
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Logs scalar metrics."""
         self.run.log(metrics, step=step)
 
-    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        """Logs a ``wandb.Table``."""
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int | None = None) -> None:
+        """Logs a ``wandb.Table``; image cells become ``wandb.Image`` media."""
         import wandb
 
-        self.run.log({key: wandb.Table(columns=columns, data=rows)})
+        cells = [[wandb.Image(c) if isinstance(c, Image.Image) else c for c in row] for row in rows]
+        self.run.log({key: wandb.Table(columns=columns, data=cells)}, step=step)
 
     def log_image(self, key: str, path: str | Path) -> None:
         """Logs an image file."""
@@ -94,9 +128,29 @@ class WandbTracker:
 
         self.run.log({key: wandb.Image(str(path))})
 
+    def log_checkpoint(self, name: str, path: str | Path, metadata: dict[str, Any]) -> None:
+        """Logs ``path`` as a ``model`` artifact named ``name`` (sanitised), if checkpoints are logged."""
+        if not self.log_checkpoints:
+            return
+        import wandb
+
+        artifact = wandb.Artifact(artifact_name(name), type="model", metadata=metadata)
+        artifact.add_dir(str(path))
+        self.run.log_artifact(artifact, aliases=["latest"])
+
     def finish(self) -> None:
         """Finishes the run."""
         self.run.finish()
+
+
+def artifact_name(name: str) -> str:
+    """Returns ``name`` with every character W&B refuses in an artifact name replaced by ``-``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)
+
+
+def cell_tags(**parts: Any) -> list[str]:
+    """Returns ``key:value`` tags of a run's cell (``model=``, ``method=``, ``pruner=``, ``budget=`` ...)."""
+    return [f"{key}:{value}" for key, value in parts.items() if value is not None]
 
 
 def start_run(
@@ -108,7 +162,13 @@ def start_run(
     config: dict[str, Any],
     resume_id: str | None = None,
 ) -> Tracker:
-    """Returns a tracker for one run: grouped by experiment, tagged (method, pruner, budget ...), resumable by id."""
+    """Returns a tracker for one run: grouped by experiment, tagged (method, pruner, budget ...), resumable by id.
+
+    Raises:
+        ValueError: ``job_type`` is not one of ``JOB_TYPES``.
+    """
+    if job_type not in JOB_TYPES:
+        raise ValueError(f"job_type={job_type!r} must be one of {JOB_TYPES}")
     if cfg.name == "none":
         return NullTracker()
     import wandb
@@ -122,10 +182,10 @@ def start_run(
         name=name,
         group=group,
         job_type=job_type,
-        tags=[*cfg.tags, *tags],
+        tags=list(dict.fromkeys([*cfg.tags, f"experiment:{group}", f"job:{job_type}", *tags])),
         config=config,
         id=resume_id,
         resume="allow" if resume_id else None,
         settings=wandb.Settings(silent=True, console="off"),
     )
-    return WandbTracker(run)
+    return WandbTracker(run, cfg.log_checkpoints)

@@ -12,6 +12,8 @@ whose output holds the same run-key hash (config, benchmark file content, weight
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from PIL import Image
 from tqdm import tqdm
 
 from sparsectx.data import Item, Skip
@@ -51,7 +54,7 @@ from sparsectx.generation import SamplingConfig
 from sparsectx.io import append_jsonl
 from sparsectx.models import LoadedModel, resolve_model_path
 from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
-from sparsectx.tracking import Tracker, start_run
+from sparsectx.tracking import Tracker, cell_tags, start_run
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +150,12 @@ def leaf_of(cfg: EvalConfig) -> Path:
 
 
 def _tracker(cfg: EvalConfig, resolved: dict[str, Any]) -> Tracker:
-    name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget_tag(cfg.budget)}/{cfg.mode}"
-    tags = [cfg.method_name, cfg.pruner.name, f"b{budget_tag(cfg.budget)}", cfg.mode, cfg.model.name]
-    return start_run(cfg.logger, name, cfg.experiment, f"evaluate_{cfg.mode}", tags, resolved)
+    budget = budget_tag(cfg.budget)
+    name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget}/{cfg.mode}"
+    tags = cell_tags(
+        model=cfg.model.name, method=cfg.method_name, pruner=cfg.pruner.name, budget=budget, mode=cfg.mode
+    )
+    return start_run(cfg.logger, name, cfg.experiment, "evaluate", tags, resolved)
 
 
 def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
@@ -169,6 +175,9 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
     loaded, info = job.model()
     cfg = job.cfg
     sampling = cfg.decoding.sampling(spec.max_new_tokens)
+    log.info(
+        "%s: %d items (%d skipped rows, %d resumed) -> %s", spec.name, len(items), len(skipped), resumed, out
+    )
     with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
         for start in range(0, len(todo), cfg.queue_size):
             chunk = todo[start : start + cfg.queue_size]
@@ -180,13 +189,15 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
             append_jsonl(preds, records)
             done.update((r["id"], r) for r in records)
             bar.update(len(chunk))
+            log.info("%s: %d/%d items generated", spec.name, len(done), len(items))
     ordered = [done[sample_id(item)] for item in items]
     _check_failures(spec, ordered, cfg.max_failure_rate)
     result = _result(job, spec, items, skipped, ordered, info, key, resumed, sampling)
     result.wall_time_s = time.perf_counter() - started
     write_rows(preds, ordered)  # the finished file: one row per item, in file order
     write_json(out, as_dict(result))
-    _log(job.tracker(), result)
+    log.info("finished in %.1f s: %s", result.wall_time_s, summary_line(out))
+    _log(job, spec, items, ordered, result)
     return out
 
 
@@ -235,8 +246,67 @@ def _result(
     )  # fmt: skip
 
 
-def _log(tracker: Tracker, result: BenchResult) -> None:
+PREDICTION_COLUMNS = [
+    "image", "id", "question", "prediction", "answer", "correct", "kept_visual", "status", "output",
+]  # fmt: skip
+"""Columns of an evaluation's ``<bench>/predictions`` table (``prediction``: the extracted answer)."""
+
+
+def _log(
+    job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, Any]], result: BenchResult
+) -> None:
+    """Logs the benchmark's summary metrics and its per-item predictions table, all at step 0."""
     bench = result.benchmark
-    tracker.log({f"{bench}/score": result.score, f"{bench}/n_failed": float(result.n_failed)})
-    rows = [[name, float(value)] for name, value in sorted(result.metrics.items())]
-    tracker.log_table(f"{bench}/metrics", ["metric", "value"], rows)
+    tracker = job.tracker()
+    tracker.log(
+        {
+            f"{bench}/score": result.score,
+            f"{bench}/n_scored": float(result.n_scored),
+            f"{bench}/n_skipped": float(result.n_skipped),
+            f"{bench}/n_failed": float(result.n_failed),
+            f"{bench}/mean_kept_visual": result.mean_kept_visual,
+        },
+        step=0,
+    )
+    metrics = [[name, float(value)] for name, value in sorted(result.metrics.items())]
+    tracker.log_table(f"{bench}/metrics", ["metric", "value"], metrics, step=0)
+    limit = job.cfg.logger.prediction_rows
+    table = [
+        [
+            Image.open(io.BytesIO(item.image_bytes)),
+            row["id"],
+            item.question,
+            row["answer"],
+            scored_item(item, spec, row["answer"]).reference,
+            row["correct"],
+            row["kept_visual"],
+            row["status"],
+            row["output"],
+        ]  # fmt: skip
+        for item, row in list(zip(items, rows, strict=True))[:limit]
+    ]
+    tracker.log_table(f"{bench}/predictions", PREDICTION_COLUMNS, table, step=0)
+
+
+def summary_line(path: Path) -> str:
+    """Returns one line on an output file: benchmark, metric, score, items scored / skipped, path."""
+    payload = json.loads(path.read_text())
+    if path.name.endswith(".passk.json"):
+        n, sparse = payload["n"], payload["sparse"]
+        score = "-" if sparse is None else f"{sparse['pass_at_k'][str(n)]:.2f}"  # None: empty cohort
+        cells = (payload["benchmark"], f"pass@{n}", score, f"cohort of {payload['cohort']['size']}")
+    elif "budgets" in payload:  # mode=efficiency: one file over every budget
+        cells = (payload["bench"], "efficiency", "-", f"{payload['num_items']} items timed")
+    else:
+        counts = f"{payload['n_scored']} scored / {payload['n_skipped']} skipped"
+        cells = (payload["benchmark"], payload["scorer"], f"{payload['score']:.2f}", counts)
+    return _row(*cells, str(path))
+
+
+def _row(bench: str, metric: str, score: str, items: str, path: str) -> str:
+    return f"{bench:<16} {metric:<16} {score:>8}  {items:<24} {path}"
+
+
+def format_summary(paths: list[Path]) -> str:
+    """Returns the score summary of an invocation's outputs: a header and one ``summary_line`` per file."""
+    return "\n".join([_row("benchmark", "metric", "score", "items", "path"), *map(summary_line, paths)])
