@@ -4,14 +4,17 @@ b = 1 alignment sanity check (spec §8)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import load_file
 
 from sparsectx.models import ModelConfig, load_model
 from sparsectx.training import loop, steps
+from sparsectx.training.samples import TABLE_COLUMNS
 from sparsectx.training.steps import NonFiniteLossError
 from sparsectx.training.update import accumulate_gradients
 
@@ -69,7 +72,9 @@ def test_checkpoint_is_the_merged_model_and_loads(tiny_env, tmp_path) -> None:  
     want = base[key] + (32 / 16) * b @ a  # W + (alpha / r) B A
     torch.testing.assert_close(weights[key], want, atol=1e-6, rtol=1e-6)
     assert not torch.allclose(weights[key], base[key])  # it trained
-    loaded = load_model(ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped", 1))
+    loaded = load_model(
+        ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped", 1, 64)
+    )
     assert loaded.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") == loaded.adapter.image_token_id
     assert (result.run_dir / "config.yaml").is_file()
 
@@ -100,14 +105,18 @@ class RecordingTracker:
 
     def __init__(self) -> None:
         self.metrics: list[tuple[int | None, dict[str, float]]] = []
-        self.tables: list[tuple[str, list[str], list[list[Any]]]] = []
+        self.tables: list[tuple[str, list[str], list[list[Any]], int | None]] = []
+        self.checkpoints: list[tuple[str, Path]] = []
         self.finished = False
 
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         self.metrics.append((step, dict(metrics)))
 
-    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
-        self.tables.append((key, columns, rows))
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int | None = None) -> None:
+        self.tables.append((key, columns, rows, step))
+
+    def log_checkpoint(self, name: str, path: Path, metadata: dict[str, Any]) -> None:
+        self.checkpoints.append((name, Path(path)))
 
     def log_image(self, key: str, path: Any) -> None:
         pass
@@ -134,8 +143,14 @@ def test_tracking_logs_every_step_metric_and_sample_tables(tiny_env, tmp_path, m
     metrics = tracker.metrics[-1][1]
     assert expected <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
     assert metrics["train/selected_fraction"] < 1.0 and metrics["train/sensitivity"] > 0.0
-    key, columns, rows = tracker.tables[0]
-    assert key == "rollouts" and columns == loop.TABLE_COLUMNS and len(rows) == 1
+    key, columns, rows, step = tracker.tables[0]
+    assert key == "rollouts" and columns == TABLE_COLUMNS and step == 1
+    assert len(rows) == 2  # every sample of the step (2 micro-batches of 1), up to logger.rollout_rows
+    row = dict(zip(columns, rows[0], strict=True))
+    assert isinstance(row["image"], Image.Image) and row["teacher_full_answer"] and row["reference"]
+    assert row["kept_visual"] < row["visual_tokens"]
+    [(name, path)] = tracker.checkpoints
+    assert "-tiny-scopd_plus-" in name and (path / "config.json").is_file()
 
 
 def test_full_budget_self_teacher_gives_zero_loss(tiny_env, tmp_path) -> None:  # noqa: ANN001

@@ -40,12 +40,12 @@ from sparsectx.io import atomic_write_text, git_commit
 from sparsectx.models import load_model
 from sparsectx.models.loading import check_device
 from sparsectx.paths import budget_tag, run_dir
-from sparsectx.tracking import NullTracker, Tracker, start_run
+from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.memory import apply_memory
-from sparsectx.training.rollout import is_correct
+from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
 from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
 from sparsectx.training.update import (
@@ -60,7 +60,6 @@ from sparsectx.training.update import (
 log = logging.getLogger(__name__)
 
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
-TABLE_COLUMNS = ["step", "sample_id", "budget", "kept_visual", "question", "prefix", "answer", "correct"]
 
 
 @dataclass
@@ -109,6 +108,7 @@ def run(cfg: DictConfig) -> RunResult:
                 f"{tc.steps} and {tc.steps * tc.method.effective_batch_size}"
             )
         write_checkpoint(trainer, out, defining)
+        log_checkpoint(tracker, trainer, out, defining)
     finally:
         tracker.finish()
     return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
@@ -229,7 +229,13 @@ def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) ->
         name=f"{tc.model.name}/{tc.method.name}/{tc.pruner.name}/b{budget_tag(tc.budget)}/s{tc.seed}",
         group=tc.experiment,
         job_type="train",
-        tags=[tc.method.name, tc.pruner.name, f"b{budget_tag(tc.budget)}", tc.model.name],
+        tags=cell_tags(
+            model=tc.model.name,
+            method=tc.method.name,
+            pruner=tc.pruner.name,
+            budget=budget_tag(tc.budget),
+            seed=tc.seed,
+        ),
         config=resolved,
         resume_id=trainer.wandb_id,
     )
@@ -288,7 +294,7 @@ def train_until_stopped(
         if step % tc.log_every == 0 or last:
             tracker.log(metrics, step=step)
         if step % tc.sample_table_every == 0 or last:
-            tracker.log_table("rollouts", TABLE_COLUMNS, sample_rows(step, budget, micro[0]))
+            tracker.log_table("rollouts", TABLE_COLUMNS, sample_rows(trainer, step, budget, micro), step=step)
         saved = step % tc.save_every == 0 or last
         if saved:
             save(trainer, out, defining, resolved)
@@ -302,17 +308,6 @@ def train_until_stopped(
             raise TrainingStoppedError(signum, step, tc.steps, out / "state")
     bar.close()
     return metrics
-
-
-def sample_rows(step: int, budget: float, mb: MicroBatch) -> list[list[Any]]:
-    """Returns the sample-table rows of one micro-batch (question, prefix, reference answer, correctness)."""
-    rows = []
-    for sample, item, text, sel in zip(mb.encoded, mb.items, mb.prefix.texts, mb.selections, strict=True):
-        kept = sum(s.indices.numel() for s in sel)
-        rows.append(
-            [step, sample.sample_id, budget, kept, item.question, text, item.answer, is_correct(text, item)]
-        )
-    return rows
 
 
 def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[str, Any]) -> None:
@@ -335,6 +330,18 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
         meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes)
         ckpt.save_state(out / "state", payload, meta)
     trainer.accelerator.wait_for_everyone()
+
+
+def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
+    """Returns None after handing ``checkpoint/`` to the tracker (uploaded if ``logger.log_checkpoints``)."""
+    tc = trainer.cfg
+    name = f"{tc.experiment}-{tc.model.name}-{tc.method.name}-{tc.pruner.name}-b{budget_tag(tc.budget)}-s{tc.seed}"
+    meta = {
+        "steps": trainer.step,
+        "samples_seen": trainer.samples_seen,
+        "config_hash": ckpt.config_hash(defining),
+    }
+    tracker.log_checkpoint(name, out / "checkpoint", meta)
 
 
 def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:

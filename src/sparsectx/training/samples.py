@@ -1,0 +1,64 @@
+"""The training rollout table: a few rollouts per logged step, each beside its teacher's full-context answer.
+
+Every ``sample_table_every`` steps the loop logs ``rollouts``: the first ``logger.rollout_rows`` samples of
+the step (over all its micro-batches), with the image, the question, the student's answer (its rollout at
+budget b, or the reference prefix for fixed-prefix methods), the teacher's greedy answer from the full visual
+context, the reference answer, whether each answer is correct, and the visual tokens kept of all.
+
+The teacher's answer is decoded by the one decode engine (``sparsectx.engine``) inside the method's teacher
+view (``sparsectx.training.teachers``), greedily, with the rollout's length cap and stop strings, from the
+teacher's own prompt (SCOPD+GT's holds the reference). A method without a teacher (SFT) shows the current
+student at full context instead. Only the logged rows are decoded, only on logging steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from typing import Any
+
+import torch
+from PIL import Image
+
+from sparsectx.context import keep_all
+from sparsectx.encoding import EncodedSample
+from sparsectx.engine import engine_for, pruned_prompts
+from sparsectx.training.rollout import is_correct
+from sparsectx.training.steps import MicroBatch
+from sparsectx.training.student import mode
+from sparsectx.training.teachers import TEACHERS
+from sparsectx.training.update import Trainer
+
+TABLE_COLUMNS = [
+    "step", "sample_id", "image", "question", "student_answer", "teacher_full_answer", "reference",
+    "student_correct", "teacher_correct", "kept_visual", "visual_tokens", "budget",
+]  # fmt: skip
+"""Columns of the ``rollouts`` table (``teacher_full_answer``: the teacher's greedy answer at budget 1)."""
+
+
+def teacher_answers(trainer: Trainer, samples: list[EncodedSample]) -> list[str]:
+    """Returns the teacher's greedy answer to each prompt from its full visual context (no_grad, eval mode)."""
+    cfg, student = trainer.cfg, trainer.student
+    kind = cfg.method.teacher.kind
+    view = TEACHERS.get("shared" if kind == "none" else kind)
+    greedy = dataclasses.replace(cfg.method.rollout.sampling(cfg.max_new_tokens), do_sample=False)
+    with torch.no_grad(), view(student) as adapter, mode(adapter.model, training=False), student.compute():
+        prompts = pruned_prompts(adapter, samples, [keep_all(s) for s in samples])
+        outs = engine_for(adapter, student.processor.tokenizer, cfg.engine).generate(prompts, greedy)
+    return [out.text for out in outs]
+
+
+def sample_rows(trainer: Trainer, step: int, budget: float, micro: list[MicroBatch]) -> list[list[Any]]:
+    """Returns the ``rollouts`` rows of one step: its first ``logger.rollout_rows`` samples (``TABLE_COLUMNS``)."""
+    picks = [(mb, i) for mb in micro for i in range(len(mb.items))][: trainer.cfg.logger.rollout_rows]
+    teacher = teacher_answers(trainer, [mb.teacher_encoded[i] for mb, i in picks])
+    rows = []
+    for (mb, i), full in zip(picks, teacher, strict=True):
+        item, text = mb.items[i], mb.prefix.texts[i]
+        kept = sum(s.indices.numel() for s in mb.selections[i])
+        total = sum(image.num_tokens for image in mb.encoded[i].images)
+        rows.append([
+            step, mb.encoded[i].sample_id, Image.open(io.BytesIO(item.image_bytes)), item.question, text, full,
+            item.answer, is_correct(text, item), is_correct(full, item), kept, total, budget,
+        ])  # fmt: skip
+    return rows
