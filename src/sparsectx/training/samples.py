@@ -8,7 +8,10 @@ context, the reference answer, whether each answer is correct, and the visual to
 The teacher's answer is decoded by the one decode engine (``sparsectx.engine``) inside the method's teacher
 view (``sparsectx.training.teachers``), greedily, with the rollout's length cap and stop strings, from the
 teacher's own prompt (SCOPD+GT's holds the reference). A method without a teacher (SFT) shows the current
-student at full context instead. Only the logged rows are decoded, only on logging steps.
+student at full context instead. Only the logged rows are decoded, only on logging steps, by an engine of
+their own without CUDA graphs: a graph captured by the rollouts' kept engine (``engine_for``) would replay
+the student's weights inside a teacher view that only switches LoRA adapters off in Python, and a graph
+captured here would do the reverse to later rollouts.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from PIL import Image
 
 from sparsectx.context import keep_all
 from sparsectx.encoding import EncodedSample
-from sparsectx.engine import engine_for, pruned_prompts
+from sparsectx.engine import DecodeEngine, pruned_prompts
 from sparsectx.training.rollout import is_correct
 from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import mode
@@ -42,9 +45,10 @@ def teacher_answers(trainer: Trainer, samples: list[EncodedSample]) -> list[str]
     kind = cfg.method.teacher.kind
     view = TEACHERS.get("shared" if kind == "none" else kind)
     greedy = dataclasses.replace(cfg.method.rollout.sampling(cfg.max_new_tokens), do_sample=False)
+    eager = dataclasses.replace(cfg.engine, cuda_graphs="off")
     with torch.no_grad(), view(student) as adapter, mode(adapter.model, training=False), student.compute():
         prompts = pruned_prompts(adapter, samples, [keep_all(s) for s in samples])
-        outs = engine_for(adapter, student.processor.tokenizer, cfg.engine).generate(prompts, greedy)
+        outs = DecodeEngine(adapter, student.processor.tokenizer, eager).generate(prompts, greedy)
     return [out.text for out in outs]
 
 
