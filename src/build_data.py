@@ -11,12 +11,12 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from sparsectx.data.build import run
-
 
 @hydra.main(version_base=None, config_path="../conf", config_name="build_data")
 def main(cfg: DictConfig) -> None:
     """Returns None after composing ``conf/build_data.yaml`` and running the build."""
+    from sparsectx.data.build import run  # imported here: --help and --cfg skip transformers
+
     run(cfg)
 
 

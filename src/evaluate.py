@@ -13,8 +13,6 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from sparsectx.eval.config import load_eval_config
-from sparsectx.eval.runner import run
 from sparsectx.eval.trained import leaf_method
 from sparsectx.paths import budget_tag
 
@@ -33,7 +31,8 @@ def main(cfg: DictConfig) -> None:
     """
     import logging
 
-    from sparsectx.eval.runner import format_summary
+    from sparsectx.eval.config import load_eval_config  # imported here: --help and --cfg skip torch
+    from sparsectx.eval.runner import format_summary, run
 
     load_eval_config(cfg)  # fail on a bad config before anything is loaded
     logging.getLogger("evaluate").info("score summary:\n%s", format_summary(run(cfg)))

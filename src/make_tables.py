@@ -12,12 +12,12 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from sparsectx.report.study import load_tables_config, run
-
 
 @hydra.main(version_base=None, config_path="../conf", config_name="make_tables")
 def main(cfg: DictConfig) -> None:
     """Returns None after validating the composed config and writing every table and figure."""
+    from sparsectx.report.study import load_tables_config, run  # imported here: --help and --cfg skip it
+
     load_tables_config(cfg)  # fail on a bad config before any result is read
     for path in run(cfg):
         print(path)

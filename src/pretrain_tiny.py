@@ -9,12 +9,12 @@ Each call stops after train.time_limit_s and saves its state; run it again to co
 import hydra
 from omegaconf import DictConfig
 
-from sparsectx.pretrain.train import run
-
 
 @hydra.main(config_path="../conf", config_name="pretrain_tiny", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """Runs (or resumes) pretraining and prints where it stopped."""
+    from sparsectx.pretrain.train import run  # imported here: --help and --cfg skip torch
+
     result = run(cfg)
     print(f"pretrain: step {result['step']} done={result['done']}")
 

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from sparsectx.training.loop import TrainingStoppedError, run
+from sparsectx.paths import budget_tag
 
 log = logging.getLogger(__name__)
+# hydra.run.dir spells the budget as the run directory does; Hydra resolves it before main is called.
+OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
@@ -30,6 +32,9 @@ def main(cfg: DictConfig) -> None:
     Exits 128 + signal number (130 Ctrl-C, 143 SIGTERM) after a signal stopped it with its state saved; a run
     that refuses to start leaves no run directory (Hydra creates it, with its log, before ``run`` is called).
     """
+    # imported here: --help and --cfg skip torch
+    from sparsectx.training.loop import TrainingStoppedError, run
+
     try:
         result = run(cfg)
     except TrainingStoppedError as stopped:

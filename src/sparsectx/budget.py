@@ -4,9 +4,12 @@ from __future__ import annotations
 
 
 def check_budget(budget: float, key: str = "budget") -> float:
-    """Returns ``budget`` unchanged if it lies in (0, 1]; otherwise raises naming the key and value."""
+    """Returns ``budget`` unchanged if it lies in (0, 1]; otherwise raises naming the key, the value and the fix."""
     if not isinstance(budget, (int, float)) or not 0.0 < float(budget) <= 1.0:
-        raise ValueError(f"{key}={budget!r} is outside (0, 1]: a budget is the kept fraction of visual tokens")
+        raise ValueError(
+            f"{key}={budget!r} is outside (0, 1]: a budget is the kept fraction of visual tokens; "
+            f"set {key} to a value in (0, 1], e.g. {key}=0.1 (1 = full context)"
+        )
     return float(budget)
 
 

@@ -39,7 +39,8 @@ def _compose(root: str, overrides: list[str]):
 
 
 def test_every_group_is_covered() -> None:
-    groups = {path.name for path in CONF.iterdir() if path.is_dir()}
+    # conf/hydra/ holds Hydra's own groups (the --help texts), checked by test_front_door_help.py
+    groups = {path.name for path in CONF.iterdir() if path.is_dir()} - {"hydra"}
     assert groups == set(GROUP_ROOTS)
 
 

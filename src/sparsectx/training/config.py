@@ -8,6 +8,7 @@ dotted key, the value found and the fix (style conventions 4, 5, 25). The method
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,10 @@ RUN_DEFINING_PREFIXES = (
 """Keys that define what a run trains: changing one and resuming the same run directory is an error. Every
 other
 key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns."""
+
+
+COPY = re.compile(r"\$\{(\w+)\}")
+"""A value that is one plain interpolation, ``${budget}``: a copy of that key's value."""
 
 
 ROLLOUT_WEIGHTS = ("auto", "copy", "live")
@@ -191,9 +196,40 @@ class TrainConfig:
 
 
 def load_train_config(cfg: DictConfig) -> TrainConfig:
-    """Returns the composed config as a checked ``TrainConfig``; unknown, missing or mistyped keys raise."""
+    """Returns the composed config as a checked ``TrainConfig``; unknown, missing or mistyped keys raise.
+
+    ``budget`` is checked first, under its own name: the method preset copies it into its schedule
+    (``budget: ${budget}``), whose checks run before ``TrainConfig``'s and would name the copy. Any other
+    error in such a copy of a top-level key ends by naming the key to set instead.
+    """
+    check_budget(cfg.budget, "budget")
+    copies = top_level_copies(cfg)
     merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    try:
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except ValueError as err:
+        raise ValueError(name_copied_keys(str(err), copies, cfg)) from None
+
+
+def top_level_copies(cfg: DictConfig) -> dict[str, str]:
+    """Returns {dotted nested key: top-level key} for every nested value written as ``${<top-level key>}``."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    copies = {}
+    for key, value in flatten(raw).items():
+        match = COPY.fullmatch(value) if isinstance(value, str) else None
+        if match and "." in key and match[1] in raw:
+            copies[key] = match[1]
+    return copies
+
+
+def name_copied_keys(message: str, copies: dict[str, str], cfg: DictConfig) -> str:
+    """Returns ``message`` plus, for each copied key it reports (as ``<block>: <name>=``), the key to set."""
+    notes = [
+        f"{key} is a copy of {source}={cfg[source]!r}: set {source}=<value> instead"
+        for key, source in copies.items()
+        if f"{key.rpartition('.')[0]}: {key.rpartition('.')[2]}=" in message
+    ]
+    return "; ".join([message, *notes])
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
