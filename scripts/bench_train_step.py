@@ -18,7 +18,9 @@ Printed per row: s/sample; rollout ms per token step (prefill included); rollout
 FLOPs / (step time x measured bf16 matmul peak), FLOPs from parameter counts (2 per parameter per token for a
 forward, 4 for a forward+backward through frozen weights, 6 with weight gradients; attention scores left
 out); peak memory; and the project's speed-up over the reference. A second table splits each step into
-phases (synchronised timers: encode, rollout, teacher, student, probe, backward and update). Asserts nothing.
+phases (synchronised timers: encode, rollout, teacher, student, probe, backward and update). ``--profile DIR``
+profiles one more project step per method: GPU-busy time and top kernels per phase (``bench_profile``).
+Asserts nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from transformers import AutoModelForImageTextToText
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import architecture  # noqa: E402
+from bench_profile import profiled  # noqa: E402
 from bench_reference import ReferenceShape, reference_step  # noqa: E402
 
 from sparsectx import encoding  # noqa: E402
@@ -51,7 +54,8 @@ from sparsectx.models import LoadedModel, adapter_for, resolve_model_path  # noq
 from sparsectx.models.loading import set_vision_attention  # noqa: E402
 from sparsectx.models.processor import load_processor  # noqa: E402
 from sparsectx.models.qwen_common import QwenVLAdapter  # noqa: E402
-from sparsectx.training import steps, update  # noqa: E402
+from sparsectx.models.vision_mlp import align_vision_mlps  # noqa: E402
+from sparsectx.training import loop, steps, update  # noqa: E402
 from sparsectx.training.batches import TrainingSet, prompt_item  # noqa: E402
 from sparsectx.training.config import TrainConfig, load_train_config  # noqa: E402
 from sparsectx.training.loop import train_step  # noqa: E402
@@ -81,7 +85,8 @@ class Phases:
         self.sync()
         start = time.perf_counter()
         try:
-            yield
+            with torch.profiler.record_function(name.strip()):
+                yield
         finally:
             self.sync()
             self.seconds[name] += time.perf_counter() - start
@@ -97,6 +102,8 @@ def instrumented(phases: Phases) -> Iterator[None]:
         (steps, "step_prefixes", "rollout"), (steps, "teacher_logits", "teacher"),
         (steps, "_probe_sensitivity", "probe"), (update, "micro_loss", "loss forwards (all)"),
         (update, "offloaded_teacher_logits", "teacher phase (offloaded)"),
+        (steps, "response_logits", "  student/probe forward"), (Accelerator, "backward", "backward"),
+        (loop, "apply_update", "update"),
     ]  # fmt: skip
     saved = [(module, name, getattr(module, name)) for module, name, _ in targets]
 
@@ -164,6 +171,7 @@ def build_model(args) -> tuple[LoadedModel, int]:
     image_processor.size = {"shortest_edge": side * side, "longest_edge": side * side}
     model.eval()
     set_vision_attention(model, "grouped")
+    align_vision_mlps(model, preset.vision_mlp_multiple)
     return LoadedModel(adapter_for(model, signal_chunk=1024), processor), side
 
 
@@ -282,6 +290,8 @@ def run_method(args, name, tc, loaded, lora, accelerator, items, phases):
     trainer = project_trainer(tc, student, items, accelerator)
     with instrumented(phases):
         results = {"project": measure(lambda: train_step(trainer), phases, args.repeats, args.warmup)}
+        if args.profile:
+            profiled(lambda: train_step(trainer), Path(args.profile), name)
     lengths = context_lengths(trainer)
     rollout = tc.method.rollout
     if tc.method.lora.enabled and not args.no_reference:
@@ -330,6 +340,7 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the plain-HF reference")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--profile", default=None, help="a folder: profile one more project step per method")
     args = parser.parse_args()
     loaded, side = build_model(args)
     device = loaded.adapter.model.device

@@ -30,6 +30,7 @@ from transformers.vision_utils import get_vision_window_index
 from sparsectx.models import adapter_for, set_vision_attention
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.vision_attention import group_segments
+from sparsectx.models.vision_mlp import align_vision_mlps
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 # Qwen/Qwen2.5-VL-7B-Instruct's published vision_config (config.json).
@@ -109,16 +110,21 @@ def median_ms(call: Callable[[], object], device: str, warmup: int, repeats: int
     return 1000 * statistics.median(times)
 
 
-def route(model: torch.nn.Module, choice: str) -> None:
-    """Puts the vision tower on HF's sdpa (``hf``) or on the grouped attention (``grouped``)."""
+def route(model: torch.nn.Module, choice: str, multiple: int) -> None:
+    """Puts the vision tower on HF's sdpa (``hf``), on the grouped attention (``grouped``), or on the grouped
+    attention with the MLP width padded to ``multiple`` (``aligned``: the model presets' default; run last,
+    it is not undone)."""
     if choice == "hf":
         model.set_attn_implementation({"vision_config": "sdpa"})
-    else:
-        set_vision_attention(model, choice)
+        return
+    set_vision_attention(model, "grouped")
+    if choice == "aligned":
+        align_vision_mlps(model, multiple)
 
 
-def time_batch(model: torch.nn.Module, chunk: int, batch: int, side: int, args: argparse.Namespace) -> None:
-    """Prints the four timings and the hf-vs-grouped differences for ``batch`` random images of ``side`` px."""
+def time_batch(model: torch.nn.Module, cfg, batch: int, side: int, args: argparse.Namespace) -> None:
+    """Prints the timings per routing and the differences to hf for ``batch`` random images of ``side`` px."""
+    chunk = cfg.signal_chunk
     vc, device = model.config.vision_config, str(model.device)
     visual, adapter = model.model.visual, adapter_for(model, chunk)
     grid_side = side // vc.patch_size
@@ -129,17 +135,18 @@ def time_batch(model: torch.nn.Module, chunk: int, batch: int, side: int, args: 
     lengths = group_segments(cu, int(cu[-1]), None).lengths
     print(f"batch {batch:3d}: {cu.numel() - 1} windows per windowed block, lengths {lengths}")
     encoded = {}
-    for choice in ("hf", "grouped"):
-        route(model, choice)
+    for choice in ("hf", "grouped", "aligned"):
+        route(model, choice, cfg.vision_mlp_multiple)
         bare = median_ms(lambda: visual(pixels, grid_thw=grid), device, args.warmup, args.repeats)
         signals = median_ms(lambda: adapter.encode_images(pixels, grid), device, args.warmup, args.repeats)
         encoded[choice] = adapter.encode_images(pixels, grid)
         print(
             f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image"
         )
-    for name in ("embeds", "attention_received", "keys"):
-        got, want = (torch.cat([getattr(im, name).float() for im in encoded[c]]) for c in ("grouped", "hf"))
-        print(f"  max |grouped - hf| {name:18s} {(got - want).abs().max().item():.2e}")
+    for choice in ("grouped", "aligned"):
+        for name in ("embeds", "attention_received", "keys"):
+            got, want = (torch.cat([getattr(im, name).float() for im in encoded[c]]) for c in (choice, "hf"))
+            print(f"  max |{choice} - hf| {name:18s} {(got - want).abs().max().item():.2e}")
 
 
 @torch.no_grad()
@@ -155,7 +162,7 @@ def main() -> None:
           f"{cfg.dtype} on {cfg.device}, {side}x{side} images = {merged} merged tokens, "
           f"signal_chunk {cfg.signal_chunk}, median of {args.repeats} after {args.warmup} warmup")  # fmt: skip
     for batch in args.batch_sizes or ([1, 4] if args.tiny else [1, 32]):
-        time_batch(model, cfg.signal_chunk, batch, side, args)
+        time_batch(model, cfg, batch, side, args)
     if cfg.device.startswith("cuda"):
         print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import BatchFeature
 
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor
@@ -76,13 +77,22 @@ def question_embeddings(adapter: VLMAdapter, processor: ImageTextProcessor, ques
     return adapter.embed_ids(ids.to(device)).float()
 
 
-def encode_samples(adapter: VLMAdapter, processor: ImageTextProcessor, items: list[PromptItem]) -> list[EncodedSample]:
-    """Returns the encoded samples of ``items``; the vision tower runs once for the whole batch."""
-    batch = processor_inputs(processor, items)
+def encode_samples(
+    adapter: VLMAdapter, processor: ImageTextProcessor, items: list[PromptItem], batch: BatchFeature | None = None
+) -> list[EncodedSample]:
+    """Returns the encoded samples of ``items``; the vision tower runs once for the whole batch.
+
+    ``batch`` is ``processor_inputs(processor, items)`` when the caller already built it (training prefetches
+    it on a CPU thread); pinned pixel values are copied to the device asynchronously.
+    """
+    if batch is None:
+        batch = processor_inputs(processor, items)
     device = adapter.model.device
     images: list[ImageTokens] = []
     if "pixel_values" in batch:
-        images = adapter.encode_images(batch["pixel_values"].to(device), batch["image_grid_thw"].to(device))
+        pixels = batch["pixel_values"]
+        pixels = pixels.to(device, non_blocking=pixels.is_pinned())
+        images = adapter.encode_images(pixels, batch["image_grid_thw"].to(device))
     samples, cursor = [], 0
     for row, item in enumerate(items):
         ids = batch["input_ids"][row][batch["attention_mask"][row].bool()]

@@ -41,7 +41,7 @@ from sparsectx.models import (
     adapter_for,
     load_model,
     resolve_model_path,
-    set_vision_attention,
+    route_vision_tower,
 )
 from sparsectx.models.loading import DTYPES, check_device
 from sparsectx.models.processor import load_processor
@@ -348,7 +348,7 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
                 config, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
             )
         hf.eval()
-        set_vision_attention(hf, cfg.vision_attention)
+        route_vision_tower(hf, cfg)
         processor = load_processor(source, cfg.image_workers)
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:

@@ -7,6 +7,7 @@ from sparsectx.models.loading import (
     adapter_for,
     load_model,
     resolve_model_path,
+    route_vision_tower,
     set_vision_attention,
 )
 
@@ -18,5 +19,6 @@ __all__ = [
     "adapter_for",
     "load_model",
     "resolve_model_path",
+    "route_vision_tower",
     "set_vision_attention",
 ]

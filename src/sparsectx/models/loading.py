@@ -14,6 +14,7 @@ from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor, load_processor
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 from sparsectx.models.vision_attention import use_grouped_vision_attention
+from sparsectx.models.vision_mlp import align_vision_mlps
 
 PACKAGE_PREFIX = "package:"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
@@ -48,12 +49,19 @@ class ModelConfig:
     """Threads that preprocess a batch's images in parallel (resize, rescale, normalise, patchify); the
     output is identical to one sequential call. At 1296 tokens an image costs ~0.1 s of CPU, so a batch of
     32 on one thread outlasts its whole vision tower on the GPU."""
+    vision_mlp_multiple: int
+    """Pads the vision MLP's intermediate width with zeros to a multiple of this at inference (the same
+    outputs; ``sparsectx.models.vision_mlp``): Qwen2.5-VL's 3,420 misses cuBLAS's fast kernels. 0 = off."""
 
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
         check_choice(self.vision_attention, VISION_ATTENTION, "model.vision_attention")
         if self.signal_chunk < 1:
             raise ValueError(f"model.signal_chunk={self.signal_chunk} must be a positive integer")
+        if self.vision_mlp_multiple < 0:
+            raise ValueError(
+                f"model.vision_mlp_multiple={self.vision_mlp_multiple} must be 0 (off) or a positive integer"
+            )
         if self.image_workers < 1:
             raise ValueError(
                 f"model.image_workers={self.image_workers} must be a positive integer (1 = no threads)"
@@ -122,6 +130,12 @@ def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
         use_grouped_vision_attention(model)
 
 
+def route_vision_tower(model: PreTrainedModel, cfg: ModelConfig) -> None:
+    """Returns None after choosing the vision tower's attention and MLP paths as ``cfg`` says."""
+    set_vision_attention(model, cfg.vision_attention)
+    align_vision_mlps(model, cfg.vision_mlp_multiple)
+
+
 def load_model(cfg: ModelConfig) -> LoadedModel:
     """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes."""
     check_device(cfg.device)
@@ -137,5 +151,5 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
             "elsewhere and set model.path=/local/dir (a directory with config.json and weights)."
         ) from err
     model.to(cfg.device).eval()
-    set_vision_attention(model, cfg.vision_attention)
+    route_vision_tower(model, cfg)
     return LoadedModel(adapter=adapter_for(model, cfg.signal_chunk), processor=processor)

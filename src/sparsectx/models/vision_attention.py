@@ -116,8 +116,10 @@ def attention_with_received(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns softmax attention (count, heads, L, d) and the fp32 mass each key receives, (count, L).
 
-    The explicit-softmax form of sdpa for a batch of equal-length segments: probabilities
-    softmax(q k^T * scaling) in fp32, output probs @ v; the received mass of key j is the mean over heads
+    The explicit-softmax form of sdpa for a batch of equal-length segments, in HF's eager convention: scores
+    q k^T in the inputs' dtype (fp32 accumulation), softmax(scores * scaling) in fp32 (or wider), output probs @ v with
+    the probabilities cast back to the inputs' dtype (bf16 scores run on tensor cores, fp32 ones ~10x
+    slower); the received mass of key j is the mean over heads
     of the sum over queries of its probability (so each segment's masses sum to L). At most ``chunk``
     query rows (whole segments when L <= chunk) are held at once: heads x max(chunk, L) x L floats.
 
@@ -129,18 +131,19 @@ def attention_with_received(
     count, _, length, _ = q.shape
     per_step = max(1, chunk // length)
     rows = min(length, chunk)
+    wide = torch.promote_types(q.dtype, torch.float32)
     outputs, received = [], []
     for s0 in range(0, count, per_step):
-        keys, values = k[s0 : s0 + per_step].float(), v[s0 : s0 + per_step].float()
+        keys, values = k[s0 : s0 + per_step], v[s0 : s0 + per_step]
         parts, mass = [], 0.0
         for r0 in range(0, length, rows):
-            logits = q[s0 : s0 + per_step, :, r0 : r0 + rows].float() @ keys.transpose(-1, -2)
-            probs = torch.softmax(logits * scaling, dim=-1)  # (segments, heads, rows, L)
-            parts.append(probs @ values)
-            mass = mass + probs.detach().mean(dim=1).sum(dim=1)
+            logits = q[s0 : s0 + per_step, :, r0 : r0 + rows] @ keys.transpose(-1, -2)
+            probs = torch.softmax(logits * scaling, dim=-1, dtype=wide)  # (segments, heads, rows, L)
+            parts.append(probs.to(v.dtype) @ values)
+            mass = mass + probs.detach().mean(dim=1).sum(dim=1).float()
         outputs.append(torch.cat(parts, dim=2))
         received.append(mass)
-    return torch.cat(outputs).to(v.dtype), torch.cat(received)
+    return torch.cat(outputs), torch.cat(received)
 
 
 def grouped_segment_attention(

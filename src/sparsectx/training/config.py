@@ -129,6 +129,9 @@ class TrainConfig:
     rollout_weights: str
     """Which weights decode the rollouts: auto | copy | live (``sparsectx.training.decode_copy``); ``copy``
     decodes with a plain twin of the student's current weights, ``auto`` picks it for LoRA on CUDA."""
+    prefetch_host_inputs: bool
+    """Build the next step's prompts and processor tensors (image decoding, resizing) on a CPU thread while
+    this step runs on the GPU (``sparsectx.training.prefetch``); the same inputs either way."""
     engine: EngineConfig
     """The decode engine's settings (``conf/engine``)."""
     memory: MemoryConfig

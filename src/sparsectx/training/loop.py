@@ -110,6 +110,7 @@ def run(cfg: DictConfig) -> RunResult:
         write_checkpoint(trainer, out, defining)
         log_checkpoint(tracker, trainer, out, defining)
     finally:
+        trainer.prefetch.close()
         tracker.finish()
     return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
 

@@ -20,13 +20,13 @@ from sparsectx.data import Item
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.generation import response_logits
-from sparsectx.prompting import build_prompts
 from sparsectx.pruning import select_tokens
 from sparsectx.training import reduction
-from sparsectx.training.batches import prompt_item, reencode_text, with_reference
+from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS, positions_per_sequence, visual_sensitivity
+from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
 from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs, is_correct
 from sparsectx.training.student import Student, mode
 from sparsectx.training.teachers import teacher_logits
@@ -135,8 +135,9 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 
 
 def micro_contexts(
-    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float
-) -> MicroContexts:
+    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
+    host: HostInputs | None = None,
+) -> MicroContexts:  # fmt: skip
     """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
     Args:
@@ -145,12 +146,14 @@ def micro_contexts(
         items: the micro-batch's items.
         positions: their global sample positions (seed the pruner and name the samples).
         budget: the student's budget b this step.
+        host: the micro-batch's prompts and processor batch if already built (prefetched), else None.
     """
     method = cfg.method
-    build = lambda pair: prompt_item(pair[0], cfg.train_data, pair[1])  # noqa: E731
-    prompts = build_prompts(build, list(zip(items, positions, strict=True)), student.processor.image_workers)
+    if host is None:
+        host = host_inputs(cfg, student.processor, (items, positions), pin=False)
+    prompts = host.prompts
     with torch.no_grad():
-        encoded = encode_samples(student.adapter, student.processor, prompts)
+        encoded = encode_samples(student.adapter, student.processor, prompts, host.batch)
         selections = [select_images(cfg, s, budget, p) for s, p in zip(encoded, positions, strict=True)]
         probe = None
         if method.positions.needs_probe:
@@ -192,16 +195,21 @@ def step_prefixes(
 
 
 def prepare_step(
-    cfg: TrainConfig, student: Student, batches: list[tuple[list[Item], list[int]]], budget: float,
-    generator: torch.Generator,
+    cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
+    hosts: list[HostInputs] | None = None,
 ) -> list[MicroBatch]:  # fmt: skip
     """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
 
     Args:
         batches: per micro-batch, its items and their global sample positions.
         generator: the rollout sampler's generator (one stream for the step).
+        hosts: per micro-batch, its already-built host inputs (``training.prefetch``), or None.
     """
-    contexts = [micro_contexts(cfg, student, items, positions, budget) for items, positions in batches]
+    hosts = hosts or [None] * len(batches)
+    contexts = [
+        micro_contexts(cfg, student, items, positions, budget, host)
+        for (items, positions), host in zip(batches, hosts, strict=True)
+    ]
     micro = []
     for c, prefix in zip(contexts, step_prefixes(cfg, student, contexts, generator), strict=True):
         ids, valid = prefix.padded()

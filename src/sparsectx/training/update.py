@@ -13,7 +13,7 @@ calls the language model directly; Accelerate provides the process group, device
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.memory import offloaded_teacher_logits
+from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.schedules import BUDGET_SCHEDULES
 from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
 from sparsectx.training.student import Student, mode
@@ -98,6 +99,8 @@ class Trainer:
     step: int
     samples_seen: int
     wandb_id: str | None
+    prefetch: HostPrefetch = field(default_factory=HostPrefetch)
+    """Builds the next step's host inputs while this one runs (``prefetch_host_inputs``)."""
 
     def generator(self, stream: str, micro: int, device: torch.device | str) -> torch.Generator:
         """Returns a generator seeded by (seed, stream, step, process, micro-batch) on ``device``."""
@@ -113,11 +116,33 @@ def step_budget(trainer: Trainer) -> float:
     return float(fn(trainer.step, total_steps=trainer.cfg.steps, generator=generator, **schedule.kwargs()))
 
 
-def micro_positions(trainer: Trainer, micro: int) -> list[int]:
-    """Returns the global sample positions of micro-batch ``micro`` on this process for the current step."""
+def micro_positions(trainer: Trainer, micro: int, samples_seen: int | None = None) -> list[int]:
+    """Returns the global sample positions of micro-batch ``micro`` on this process for the step that starts
+    at ``samples_seen`` (default: the current step)."""
     size, world = trainer.cfg.micro_batch_size, trainer.accelerator.num_processes
-    start = trainer.samples_seen + (micro * world + trainer.accelerator.process_index) * size
+    seen = trainer.samples_seen if samples_seen is None else samples_seen
+    start = seen + (micro * world + trainer.accelerator.process_index) * size
     return list(range(start, start + size))
+
+
+def step_batches(trainer: Trainer, samples_seen: int | None = None) -> list[Batch]:
+    """Returns this process's micro-batches (items, positions) of the step that starts at ``samples_seen``."""
+    batches = []
+    for j in range(trainer.accum):
+        positions = micro_positions(trainer, j, samples_seen)
+        batches.append(([trainer.data.item_at(p) for p in positions], positions))
+    return batches
+
+
+def step_host_inputs(trainer: Trainer) -> tuple[list[Batch], list[HostInputs]]:
+    """Returns the current step's micro-batches and host inputs, and queues the next step's on the thread."""
+    cfg, processor = trainer.cfg, trainer.student.processor
+    batches = step_batches(trainer)
+    hosts = [trainer.prefetch.take(cfg, processor, batch) for batch in batches]
+    if cfg.prefetch_host_inputs and trainer.step + 1 < cfg.steps:
+        following = step_batches(trainer, trainer.samples_seen + cfg.method.effective_batch_size)
+        trainer.prefetch.submit(cfg, processor, following, pin=trainer.student.model.device.type == "cuda")
+    return batches, hosts
 
 
 def step_counts(micro: list[MicroBatch], accelerator: Accelerator) -> StepCounts:
@@ -140,11 +165,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     cfg, student = trainer.cfg, trainer.student
     budget = step_budget(trainer)
     device = trainer.accelerator.device
-    batches = []
-    for j in range(trainer.accum):
-        positions = micro_positions(trainer, j)
-        batches.append(([trainer.data.item_at(p) for p in positions], positions))
-    micro = prepare_step(cfg, student, batches, budget, trainer.generator("rollout", 0, device))
+    batches, hosts = step_host_inputs(trainer)
+    micro = prepare_step(cfg, student, batches, budget, trainer.generator("rollout", 0, device), hosts)
     counts = step_counts(micro, trainer.accelerator)
     stored: list[torch.Tensor | None] = [None] * len(micro)
     if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
