@@ -29,6 +29,7 @@ import argparse
 import io
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -55,7 +56,7 @@ from sparsectx.models.loading import set_vision_attention  # noqa: E402
 from sparsectx.models.processor import load_processor  # noqa: E402
 from sparsectx.models.qwen_common import QwenVLAdapter  # noqa: E402
 from sparsectx.models.vision_mlp import align_vision_mlps  # noqa: E402
-from sparsectx.training import loop, steps, update  # noqa: E402
+from sparsectx.training import loop, prefetch, steps, update  # noqa: E402
 from sparsectx.training.batches import TrainingSet, prompt_item  # noqa: E402
 from sparsectx.training.config import TrainConfig, load_train_config  # noqa: E402
 from sparsectx.training.loop import train_step  # noqa: E402
@@ -94,10 +95,14 @@ class Phases:
 
 @contextmanager
 def instrumented(phases: Phases) -> Iterator[None]:
-    """Times the project's step phases by wrapping the module functions ``train_step`` reaches."""
+    """Times the project's step phases by wrapping the module functions ``train_step`` reaches.
+
+    Work on the host-prefetch thread (``prefetch_host_inputs``) is not timed: it overlaps the step, and the
+    step's own wait for it is the ``host inputs (wait)`` phase."""
     targets = [
-        (steps, "micro_contexts", "encode"), (steps, "build_prompts", "  image decode"),
-        (encoding, "processor_inputs", "  processor"), (QwenVLAdapter, "encode_images", "  vision tower"),
+        (update, "step_host_inputs", "host inputs (wait)"), (prefetch, "build_prompts", "  image decode"),
+        (prefetch, "processor_inputs", "  processor"), (steps, "micro_contexts", "encode"),
+        (QwenVLAdapter, "encode_images", "  vision tower"),
         (encoding, "question_embeddings", "  question embeds"), (steps, "select_images", "  pruner"),
         (steps, "step_prefixes", "rollout"), (steps, "teacher_logits", "teacher"),
         (steps, "_probe_sensitivity", "probe"), (update, "micro_loss", "loss forwards (all)"),
@@ -109,6 +114,8 @@ def instrumented(phases: Phases) -> Iterator[None]:
 
     def wrap(fn, label):
         def timed(*args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():  # prefetched: overlaps the step
+                return fn(*args, **kwargs)
             with phases(label):
                 return fn(*args, **kwargs)
 

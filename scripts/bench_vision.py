@@ -6,9 +6,10 @@
 
 For each batch size it prints the median ms per image of: the bare tower under HF's sdpa (one attention
 call per window or image) and under ``model.vision_attention: grouped`` (one call per distinct segment
-length), then each with the adapter's pruner signals (``encode_images``: recomputed in a second pass
-under HF, taken from the signal block's own softmax under grouped), and the largest difference between
-the two ``encode_images`` results. Dtype, device and signal chunk come from ``conf/model``'s
+length) and ``aligned`` (grouped, with the MLP width zero-padded to ``model.vision_mlp_multiple``: the
+presets' default), then each with the adapter's pruner signals (``encode_images``: recomputed in a second
+pass under HF, taken from the signal block's own softmax otherwise), and the largest difference between
+each ``encode_images`` result and HF's. Dtype, device and signal chunk come from ``conf/model``'s
 ``qwen2_5_vl_7b.yaml`` (``tiny.yaml`` with ``--tiny``). Weights are random: the cost does not depend on
 their values. The language model is a one-layer stub, since only the tower runs.
 """
@@ -112,14 +113,12 @@ def median_ms(call: Callable[[], object], device: str, warmup: int, repeats: int
 
 def route(model: torch.nn.Module, choice: str, multiple: int) -> None:
     """Puts the vision tower on HF's sdpa (``hf``), on the grouped attention (``grouped``), or on the grouped
-    attention with the MLP width padded to ``multiple`` (``aligned``: the model presets' default; run last,
-    it is not undone)."""
+    attention with the MLP width padded to ``multiple`` (``aligned``: the model presets' default)."""
+    align_vision_mlps(model, multiple if choice == "aligned" else 0)
     if choice == "hf":
         model.set_attn_implementation({"vision_config": "sdpa"})
-        return
-    set_vision_attention(model, "grouped")
-    if choice == "aligned":
-        align_vision_mlps(model, multiple)
+    else:
+        set_vision_attention(model, "grouped")
 
 
 def time_batch(model: torch.nn.Module, cfg, batch: int, side: int, args: argparse.Namespace) -> None:

@@ -76,6 +76,9 @@ def test_aligned_widths_and_zero_are_left_alone(towers) -> None:
     assert align_vision_mlps(model, 0) == 0
     assert align_vision_mlps(model, 32) == 0  # 64 is already a multiple of 32
     assert "forward" not in vars(model.model.visual.blocks[0].mlp)
+    assert align_vision_mlps(model, MULTIPLE) == len(model.model.visual.blocks)
+    assert align_vision_mlps(model, 0) == 0  # restores the modules' own forward
+    assert all("forward" not in vars(block.mlp) for block in model.model.visual.blocks)
 
 
 def mlp_width(mlp: torch.nn.Module) -> int:

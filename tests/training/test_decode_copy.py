@@ -11,6 +11,7 @@ import torch
 from sparsectx.context import build_context
 from sparsectx.generation import response_logits
 from sparsectx.training.decode_copy import build_copy, rollout_adapter, uses_copy
+from sparsectx.training.teachers import teacher_logits
 from sparsectx.visual import Selection
 
 from .test_loop_support import TinyEnv, shared_env
@@ -87,3 +88,28 @@ def test_choice_auto_decodes_live_on_cpu_and_a_bad_value_names_the_key(tiny_env,
     assert rollout_adapter(student, "copy", 8) is rollout_adapter(student, "copy", 8)  # built once, kept
     with pytest.raises(ValueError, match="rollout_weights"):
         uses_copy("merged", student)
+
+
+@pytest.mark.parametrize("family", sorted(BUILDERS))
+def test_ema_teacher_on_the_twin_equals_the_live_ema_teacher(family: str, tiny_env, tmp_path) -> None:  # noqa: ANN001
+    method = method_config(tiny_env, tmp_path, "method=scopd", "method.teacher.ema_decay=0.5")
+    student, _ = fresh_student(family, method, tmp_path)
+    encoded, responses = context(student, BUILDERS[family][1])
+    perturb_(student.trainable, seed=1)
+    student.ema.update(student.trainable)
+    perturb_(student.trainable, seed=2)  # the EMA now differs from the student
+    current = {n: p.detach().clone() for n, p in student.trainable.items()}
+    twin = lambda: rollout_adapter(student, "copy", 8)  # noqa: E731
+    live = teacher_logits(student, "ema", encoded, responses)
+    merged = teacher_logits(student, "ema", encoded, responses, twin)
+    torch.testing.assert_close(merged, live, atol=1e-5, rtol=0)
+    student_logits = teacher_logits(student, "shared", encoded, responses)
+    assert not torch.allclose(merged, student_logits, atol=1e-3)  # the twin held the EMA, not the student
+    torch.testing.assert_close(
+        teacher_logits(student, "shared", encoded, responses, twin), student_logits, atol=1e-5, rtol=0
+    )
+    assert all(torch.equal(p, current[n]) for n, p in student.trainable.items())  # the swap was undone
+    frozen = teacher_logits(student, "frozen", encoded, responses)
+    assert torch.equal(
+        teacher_logits(student, "frozen", encoded, responses, twin), frozen
+    )  # frozen stays live

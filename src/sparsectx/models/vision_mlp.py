@@ -102,13 +102,16 @@ def aligned_forward(mlp: nn.Module, multiple: int, hidden: torch.Tensor) -> torc
 
 def align_vision_mlps(model: nn.Module, multiple: int) -> int:
     """Routes each vision-block MLP of ``model`` whose width is not a multiple of ``multiple`` through
-    :func:`aligned_forward`; returns how many it routed (``multiple`` 0 routes none)."""
-    if multiple == 0:
-        return 0
+    :func:`aligned_forward` and returns how many it routed; ``multiple`` 0 restores every module's own
+    forward (a second call replaces the first's routing)."""
     routed = 0
     for name, module in model.named_modules():
         parts = projections(module) if name.endswith(".mlp") and ".visual." in f".{name}" else None
-        if parts is None or parts[0][0].out_features % multiple == 0:
+        if parts is None:
+            continue
+        vars(module).pop("forward", None)
+        _PADDED.pop(module, None)
+        if multiple == 0 or parts[0][0].out_features % multiple == 0:
             continue
         module.forward = functools.partial(aligned_forward, module, multiple)
         routed += 1

@@ -129,6 +129,10 @@ class TrainConfig:
     rollout_weights: str
     """Which weights decode the rollouts: auto | copy | live (``sparsectx.training.decode_copy``); ``copy``
     decodes with a plain twin of the student's current weights, ``auto`` picks it for LoRA on CUDA."""
+    teacher_weights: str
+    """Which weights run an ``ema`` or ``shared`` teacher's forward: auto | copy | live. ``copy`` refreshes the
+    rollout twin to the teacher's tensors and runs it without adapter layers (the rounding of one merge,
+    as for rollouts); ``auto`` picks it for LoRA on CUDA; ``live`` runs the student's own layers."""
     prefetch_host_inputs: bool
     """Build the next step's prompts and processor tensors (image decoding, resizing) on a CPU thread while
     this step runs on the GPU (``sparsectx.training.prefetch``); the same inputs either way."""
@@ -171,6 +175,7 @@ class TrainConfig:
                 )
             self.engine.check_slots(self.rollout_batch_size, "rollout_batch_size")
         check_choice(self.rollout_weights, ROLLOUT_WEIGHTS, "rollout_weights")
+        check_choice(self.teacher_weights, ROLLOUT_WEIGHTS, "teacher_weights")
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)

@@ -24,6 +24,7 @@ from sparsectx.pruning import select_tokens
 from sparsectx.training import reduction
 from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.decode_copy import rollout_adapter, uses_copy
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS, positions_per_sequence, visual_sensitivity
 from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
@@ -300,7 +301,10 @@ def micro_loss(
     if stored_teacher is not None:
         t_logits = stored_teacher.to(student.model.device)
     elif method.objective == "distill":
-        t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens)
+        twin = None
+        if uses_copy(cfg.teacher_weights, student):
+            twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
+        t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens, twin)
     with mode(student.model, training=True), student.compute():
         batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)
         s_logits, _ = response_logits(student.adapter, batch)

@@ -64,9 +64,16 @@ def shared_teacher(student: Student) -> Iterator[VLMAdapter]:
     yield student.adapter
 
 
+# Views whose weights are the live model's current tensors (the EMA swapped in, or the student itself): a
+# plain-weight twin refreshed inside the view holds the same teacher (``frozen`` under LoRA disables the
+# adapters instead, which a merge would not see).
+TWIN_VIEWS = frozenset({"ema", "shared"})
+
+
 def teacher_logits(
-    student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor]
-) -> torch.Tensor:
+    student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor],
+    twin: Callable[[], VLMAdapter] | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Returns (B, T, V) detached teacher logits at the response positions (full context; eval, no_grad).
 
     The context is built inside the teacher view, so its text embeddings are the teacher's own (they differ
@@ -77,9 +84,13 @@ def teacher_logits(
         kind: ``method.teacher.kind`` (a ``TEACHERS`` key).
         samples: the teacher's encoded prompts (every visual token is kept).
         responses: per sample, (T_i,) int64 prefix ids.
+        twin: for a ``TWIN_VIEWS`` kind, returns the plain-weight twin refreshed to the model's current
+            tensors (``teacher_weights=copy``: no adapter layers in the forward); None runs the live model.
     """
     view = TEACHERS.get(kind)
-    with torch.no_grad(), view(student) as adapter, mode(adapter.model, training=False), student.compute():
-        batch = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-        logits, _ = response_logits(adapter, batch)
+    with torch.no_grad(), view(student) as live, student.compute():
+        adapter = twin() if twin is not None and kind in TWIN_VIEWS else live
+        with mode(adapter.model, training=False):
+            batch = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
+            logits, _ = response_logits(adapter, batch)
     return logits.detach()
