@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from PIL import Image
 from sparsectx.context import keep_all
 from sparsectx.encoding import EncodedSample
 from sparsectx.engine import DecodeEngine, pruned_prompts
+from sparsectx.training.memory import on_device
 from sparsectx.training.rollout import is_correct
 from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import mode
@@ -46,7 +48,13 @@ def teacher_answers(trainer: Trainer, samples: list[EncodedSample]) -> list[str]
     view = TEACHERS.get("shared" if kind == "none" else kind)
     greedy = dataclasses.replace(cfg.method.rollout.sampling(cfg.max_new_tokens), do_sample=False)
     eager = dataclasses.replace(cfg.engine, cuda_graphs="off")
-    with torch.no_grad(), view(student) as adapter, mode(adapter.model, training=False), student.compute():
+    with ExitStack() as stack:
+        if cfg.memory.teacher_offload and student.frozen is not None:  # the frozen copy waits on the CPU
+            stack.enter_context(on_device(student.frozen.model, student.model.device))
+        stack.enter_context(torch.no_grad())
+        adapter = stack.enter_context(view(student))
+        stack.enter_context(mode(adapter.model, training=False))
+        stack.enter_context(student.compute())
         prompts = pruned_prompts(adapter, samples, [keep_all(s) for s in samples])
         outs = DecodeEngine(adapter, student.processor.tokenizer, eager).generate(prompts, greedy)
     return [out.text for out in outs]
