@@ -100,6 +100,12 @@ class MemoryConfig:
                 "(method.lora.enabled=false) with method.teacher.kind=frozen keeps a separate teacher copy "
                 "to offload; set memory.teacher_offload=false"
             )
+        if self.teacher_offload and method.objective == "rl":
+            raise ValueError(
+                "memory.teacher_offload=True with method.objective='rl': the KL reference scores the pruned "
+                "context on the device, not the offloaded full-context teacher; set "
+                "memory.teacher_offload=false"
+            )
 
 
 @dataclass

@@ -81,3 +81,22 @@ def global_token_mean(per_token: torch.Tensor, mask: torch.Tensor, *, num_tokens
     _check(per_token, mask, num_tokens, "num_tokens")
     masked = torch.where(mask, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
     return masked.sum() / max(num_tokens, 1)
+
+
+def constant_length(
+    per_token: torch.Tensor, mask: torch.Tensor, *, num_sequences: int, max_length: int
+) -> torch.Tensor:
+    """Returns Σ_it m_it ℓ_it / (num_sequences · max_length): Dr.GRPO's length-unbiased constant normaliser.
+
+    TRL's ``loss_type="dr_grpo"`` (Liu et al. 2025): the sum over the step's valid positions divided by the
+    step's sequence count times ``max_new_tokens`` (spec §1.7, "constant").
+
+    Args:
+        per_token: (B, T) float per-position loss ℓ_it; values at masked-out positions are ignored (even NaN).
+        mask: (B, T) bool, True at positions that count.
+        num_sequences: sequences with >= 1 valid position in the whole optimizer step.
+        max_length: the longest response a rollout may have (``max_new_tokens``), >= 1.
+    """
+    _check(per_token, mask, num_sequences, "num_sequences")
+    masked = torch.where(mask, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
+    return masked.sum() / (max(num_sequences, 1) * max_length)

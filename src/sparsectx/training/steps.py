@@ -28,9 +28,10 @@ from sparsectx.training.decode_copy import rollout_adapter, uses_copy
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS, positions_per_sequence, visual_sensitivity
 from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
+from sparsectx.training.rl import GroupBatch, clipped_surrogate, k3_kl, rl_stats, token_logprobs
 from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs, is_correct
 from sparsectx.training.student import Student, mode
-from sparsectx.training.teachers import teacher_logits
+from sparsectx.training.teachers import TEACHERS, teacher_logits
 from sparsectx.visual import Selection
 
 
@@ -84,6 +85,8 @@ class MicroBatch(MicroContexts):
     ids: torch.Tensor
     valid: torch.Tensor
     planned: torch.Tensor
+    group: GroupBatch | None = None
+    """Rewards and advantages of the G-rollout groups (objective ``rl``, ``training.groups``); else None."""
 
 
 def nested_union(inner: Selection, outer: Selection) -> Selection:
@@ -276,7 +279,43 @@ def _reduce(
     """Returns the micro-batch's share of the step loss under ``method.reduction`` (step-wide counts)."""
     if cfg.method.reduction == "seq_mean_token_mean":
         return reduction.seq_mean_token_mean(per_token, selected, num_sequences=counts.sequences)
+    if cfg.method.reduction == "constant_length":
+        return reduction.constant_length(
+            per_token, selected, num_sequences=counts.sequences, max_length=cfg.max_new_tokens
+        )
     return reduction.global_token_mean(per_token, selected, num_tokens=counts.tokens)
+
+
+def _reference_logprobs(cfg: TrainConfig, student: Student, mb: MicroBatch) -> torch.Tensor:
+    """Returns (B, T) fp32 log π_ref(y_t) of the frozen initial model at the SAME pruned context (no grad)."""
+    rl = cfg.method.rl
+    with torch.no_grad(), TEACHERS.get("frozen")(student) as ref, student.compute():
+        with mode(ref.model, training=False):
+            batch = build_context(ref, mb.encoded, mb.selections, mb.prefix.tokens)
+            logits, _ = response_logits(ref, batch)
+        return token_logprobs(logits, mb.ids, cfg.method.rollout.temperature, rl.chunk_size)
+
+
+def _policy_loss(
+    cfg: TrainConfig, s_logits: torch.Tensor, mb: MicroBatch, mask: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """Returns the (B, T) clipped-surrogate (+ β·k3 KL) loss of the rollouts and its statistics (spec §5.4).
+
+    On-policy: the old log-probabilities are the detached current ones (ratio 1, ``num_iterations=1``), at
+    the sampling temperature of the rollouts.
+    """
+    rl = cfg.method.rl
+    logp = token_logprobs(s_logits, mb.ids, cfg.method.rollout.temperature, rl.chunk_size)
+    per_token, clipped = clipped_surrogate(
+        logp, logp.detach(), mb.group.advantages, mask, epsilon_low=rl.epsilon_low,
+        epsilon_high=rl.epsilon_high, level=rl.importance_sampling_level,
+    )  # fmt: skip
+    kl = None
+    if ref_logp is not None:
+        kl = k3_kl(logp, ref_logp)
+        per_token = per_token + rl.beta * kl
+    return per_token, rl_stats(mb.group, kl, clipped, mask)
 
 
 def micro_loss(
@@ -305,6 +344,9 @@ def micro_loss(
         if uses_copy(cfg.teacher_weights, student):
             twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
         t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens, twin)
+    ref_logp = None
+    if method.objective == "rl" and method.rl.beta > 0:
+        ref_logp = _reference_logprobs(cfg, student, mb)
     with mode(student.model, training=True), student.compute():
         batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)
         s_logits, _ = response_logits(student.adapter, batch)
@@ -320,12 +362,16 @@ def micro_loss(
             f"position selector {method.positions.name!r} picked {selected.sum(-1).tolist()}, "
             f"planned {mb.planned.tolist()}: the step's loss normaliser would be wrong"
         )
+    extra: dict[str, float] = {}
     if method.objective == "sft":
         per_token = token_cross_entropy(s_logits, mb.ids, selected)
+    elif method.objective == "rl":
+        per_token, extra = _policy_loss(cfg, s_logits, mb, selected, ref_logp)
     else:
         per_token = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
     loss = _reduce(cfg, per_token, selected, counts)
-    return loss, micro_stats(mb, per_token, selected, sensitivity, loss, method.prefix == "rollout")
+    stats = micro_stats(mb, per_token, selected, sensitivity, loss, method.prefix == "rollout")
+    return loss, {**stats, **extra}
 
 
 def micro_stats(

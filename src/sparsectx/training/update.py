@@ -22,8 +22,10 @@ from accelerate import Accelerator
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.groups import Draw, prepare_groups
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
+from sparsectx.training.rl import rl_metrics
 from sparsectx.training.schedules import BUDGET_SCHEDULES
 from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
 from sparsectx.training.student import Student, mode
@@ -166,7 +168,11 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     budget = step_budget(trainer)
     device = trainer.accelerator.device
     batches, hosts = step_host_inputs(trainer)
-    micro = prepare_step(cfg, student, batches, budget, trainer.generator("rollout", 0, device), hosts)
+    rollout_generator = trainer.generator("rollout", 0, device)
+    if cfg.method.objective == "rl":
+        micro = prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, refill_draw(trainer))
+    else:
+        micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts)
     counts = step_counts(micro, trainer.accelerator)
     stored: list[torch.Tensor | None] = [None] * len(micro)
     if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
@@ -189,6 +195,21 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
             totals[key] = totals.get(key, 0.0) + value
     check_finite(trainer, problems)
     return totals, micro, budget
+
+
+def refill_draw(trainer: Trainer) -> Draw:
+    """Returns dynamic sampling's prompt source: uniform draws from the training set, seeded per (step,
+    process, round). Refill prompts do not advance ``samples_seen`` (the data position stays a function of
+    the step); a drawn position p names the item at position p of the first epoch."""
+
+    def draw(count: int, round_: int) -> Batch:
+        rank = trainer.accelerator.process_index
+        seed = derive_seed(trainer.cfg.seed, "refill", trainer.step, rank, round_)
+        size = len(trainer.data.items)
+        positions = torch.randint(size, (count,), generator=torch.Generator().manual_seed(seed)).tolist()
+        return [trainer.data.item_at(p) for p in positions], positions
+
+    return draw
 
 
 def check_finite(trainer: Trainer, problems: list[str]) -> None:
@@ -264,4 +285,6 @@ def step_metrics(totals: dict[str, Any], budget: float, lr: float, grad_norm: fl
         metrics["train/sensitivity"] = totals["sensitivity_sum"] / totals["sensitivity_n"]
     if totals["graded"] > 0:
         metrics["rollout/accuracy"] = totals["correct"] / totals["graded"]
+    if "rl_rollouts" in totals:
+        metrics.update(rl_metrics(totals))
     return metrics

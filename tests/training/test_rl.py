@@ -1,0 +1,206 @@
+"""GRPO / GSPO / DAPO parts against float64 brute force written from TRL's ``GRPOTrainer._compute_loss`` rules.
+
+The references loop over sequences and tokens in float64 with plain Python arithmetic and follow TRL's
+conventions (read, not copied): ``grpo`` = mean over sequences of each sequence's token mean, ``bnpo`` =
+Σ tokens / tokens of the (micro-)batch, ``dr_grpo`` = Σ tokens / (sequences · max_completion_length),
+``dapo`` = Σ tokens / the global token count; ``token`` level ratio exp(logp − old) per token, ``sequence``
+level exp(mean_t(logp − old)) per sequence; loss −min(wA, clip(w, 1−ε_low, 1+ε_high)A) + β·k3.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sparsectx.training import reduction
+from sparsectx.training.config import load_train_config
+from sparsectx.training.groups import Group, refill
+from sparsectx.training.rl import clipped_surrogate, group_advantages, k3_kl, overlong_penalty, token_logprobs
+
+from .test_loop_support import compose_train
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LEVELS = ("token", "sequence")
+EPS_LOW, EPS_HIGH, BETA, MAX_LEN = 0.2, 0.28, 0.04, 9
+
+
+def inputs(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Returns 6 sequences of up to 7 positions: log-probs (ratios far from 1), advantages, masks, lengths."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([7, 3, 5, 1, 6, 4])
+    mask = torch.arange(7)[None, :] < lengths[:, None]
+    logp = -torch.rand(6, 7, generator=g, dtype=torch.float64) * 3
+    old = logp + 0.4 * torch.randn(6, 7, generator=g, dtype=torch.float64)
+    ref = logp + 0.3 * torch.randn(6, 7, generator=g, dtype=torch.float64)
+    adv = torch.randn(6, generator=g, dtype=torch.float64)
+    return {"logp": logp, "old": old, "ref": ref, "adv": adv, "mask": mask}
+
+
+def brute_force(x: dict[str, torch.Tensor], loss_type: str, level: str, rows: list[list[int]]) -> float:
+    """Returns TRL's loss for micro-batches ``rows`` (lists of sequence indices), summed as gradient
+    accumulation does (grpo/bnpo/dr_grpo divided by the number of micro-batches, dapo by global tokens)."""
+    logp, old, ref, adv, mask = (x[k].tolist() for k in ("logp", "old", "ref", "adv", "mask"))
+    per_seq_tokens = []
+    for i in range(len(adv)):
+        valid = [t for t in range(len(mask[i])) if mask[i][t]]
+        seq_w = math.exp(sum(logp[i][t] - old[i][t] for t in valid) / max(len(valid), 1))
+        losses = []
+        for t in valid:
+            w = seq_w if level == "sequence" else math.exp(logp[i][t] - old[i][t])
+            bounded = min(max(w, 1 - EPS_LOW), 1 + EPS_HIGH)
+            delta = ref[i][t] - logp[i][t]
+            losses.append(-min(w * adv[i], bounded * adv[i]) + BETA * (math.exp(delta) - delta - 1))
+        per_seq_tokens.append(losses)
+    global_tokens = sum(len(s) for s in per_seq_tokens)
+    total = 0.0
+    for part in rows:
+        seqs = [per_seq_tokens[i] for i in part]
+        if loss_type == "grpo":
+            value = sum(sum(s) / max(len(s), 1) for s in seqs) / len(seqs)
+        elif loss_type == "bnpo":
+            value = sum(sum(s) for s in seqs) / max(sum(len(s) for s in seqs), 1)
+        elif loss_type == "dr_grpo":
+            value = sum(sum(s) for s in seqs) / (len(seqs) * MAX_LEN)
+        else:
+            total += sum(sum(s) for s in seqs) / global_tokens
+            continue
+        total += value / len(rows)
+    return total
+
+
+def batched(x: dict[str, torch.Tensor], loss_type: str, level: str, rows: list[list[int]]) -> torch.Tensor:
+    """Returns the production path's step loss: surrogate + β·k3 per micro-batch, whole-step normalisers."""
+    tokens, sequences = int(x["mask"].sum()), int(x["mask"].any(-1).sum())
+    total = torch.zeros((), dtype=torch.float64)
+    for part in rows:
+        idx = torch.tensor(part)
+        logp, mask = x["logp"][idx], x["mask"][idx]
+        per_token, _ = clipped_surrogate(
+            logp, x["old"][idx], x["adv"][idx], mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, level=level
+        )
+        per_token = per_token + BETA * k3_kl(logp, x["ref"][idx])
+        if loss_type == "grpo":
+            total = total + reduction.seq_mean_token_mean(per_token, mask, num_sequences=sequences)
+        elif loss_type == "dr_grpo":
+            total = total + reduction.constant_length(
+                per_token, mask, num_sequences=sequences, max_length=MAX_LEN
+            )
+        else:  # dapo; bnpo with one micro-batch
+            total = total + reduction.global_token_mean(per_token, mask, num_tokens=tokens)
+    return total
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_surrogate_and_aggregation_match_trl_brute_force(loss_type: str, level: str) -> None:
+    x = inputs()
+    splits = [[[0, 1, 2, 3, 4, 5]]] if loss_type == "bnpo" else [[[0, 1, 2, 3, 4, 5]], [[0, 1, 2], [3, 4, 5]]]
+    for rows in splits:  # one micro-batch, and 2 equal micro-batches of gradient accumulation
+        expected = brute_force(x, loss_type, level, rows)
+        assert float(batched(x, loss_type, level, rows)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gradient_matches_brute_force(level: str) -> None:
+    x = inputs(1)
+    logp = x["logp"].clone().requires_grad_(True)
+    batched({**x, "logp": logp}, "dapo", level, [[0, 1, 2, 3, 4, 5]]).backward()
+    ref_grad = torch.zeros_like(logp)
+    h = 1e-6
+    for i, t in x["mask"].nonzero().tolist():  # central differences of the float64 brute force
+        up, down = x["logp"].clone(), x["logp"].clone()
+        up[i, t] += h
+        down[i, t] -= h
+        f = lambda v: brute_force({**x, "logp": v}, "dapo", level, [[0, 1, 2, 3, 4, 5]])  # noqa: E731
+        ref_grad[i, t] = (f(up) - f(down)) / (2 * h)
+    assert torch.allclose(logp.grad, ref_grad, atol=1e-7)
+
+
+def test_clipped_positions_are_trls_region() -> None:
+    x = inputs(2)
+    _, clipped = clipped_surrogate(
+        x["logp"], x["old"], x["adv"], x["mask"], epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, level="token"
+    )
+    for i, t in x["mask"].nonzero().tolist():
+        w, a = math.exp(float(x["logp"][i, t] - x["old"][i, t])), float(x["adv"][i])
+        assert bool(clipped[i, t]) == ((w < 1 - EPS_LOW and a < 0) or (w > 1 + EPS_HIGH and a > 0))
+    assert not clipped[~x["mask"]].any() and 0 < int(clipped.sum()) < int(x["mask"].sum())
+
+
+@pytest.mark.parametrize("std", ["population", "sample"])
+@pytest.mark.parametrize("scale", [True, False])
+def test_group_advantages_match_brute_force(std: str, scale: bool) -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.1, 1.1, 0.5, 0.5, 0.5, 0.5], dtype=torch.float64)
+    got = group_advantages(rewards, 4, scale=scale, std=std)
+    for g in range(2):
+        r = rewards[4 * g : 4 * g + 4].tolist()
+        mean = sum(r) / 4
+        spread = math.sqrt(sum((v - mean) ** 2 for v in r) / (4 if std == "population" else 3))
+        for k, v in enumerate(r):
+            want = (v - mean) / (spread + 1e-4) if scale else v - mean
+            assert float(got[4 * g + k]) == pytest.approx(want, abs=1e-12)
+    assert torch.equal(got[4:], torch.zeros(4, dtype=torch.float64))  # zero variance: no signal
+
+
+def test_a_group_with_equal_rewards_contributes_zero_gradient() -> None:
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 5, 11, generator=g, requires_grad=True)
+    ids = torch.randint(11, (4, 5), generator=g)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    adv = group_advantages(torch.tensor([1.0, 0.0, 1.1, 1.1]), 2, scale=True, std="population")
+    logp = token_logprobs(logits, ids, 1.2, 3)
+    per_token, _ = clipped_surrogate(
+        logp, logp.detach(), adv, mask, epsilon_low=0.2, epsilon_high=0.2, level="token"
+    )
+    reduction.seq_mean_token_mean(per_token, mask, num_sequences=4).backward()
+    assert torch.count_nonzero(logits.grad[2:]) == 0 and torch.count_nonzero(logits.grad[:2]) > 0
+
+
+def test_token_logprobs_match_log_softmax() -> None:
+    g = torch.Generator().manual_seed(4)
+    logits, ids = torch.randn(3, 4, 13, generator=g), torch.randint(13, (3, 4), generator=g)
+    want = torch.log_softmax(logits.double() / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
+    assert torch.allclose(token_logprobs(logits, ids, 0.7, 5).double(), want, atol=1e-5)
+
+
+def test_overlong_penalty_is_daopos_piecewise_rule() -> None:
+    got = overlong_penalty(torch.tensor([10, 16, 18, 20]), 20, 0.2)  # L_max 20, L_cache 4
+    assert got.tolist() == pytest.approx([0.0, 0.0, -0.5, -1.0])
+
+
+def _group(rewards: list[float] | None, name: str) -> Group:
+    tensor = None if rewards is None else torch.tensor(rewards, dtype=torch.float64)
+    return Group(SimpleNamespace(name=name), SimpleNamespace(), tensor)
+
+
+def test_dynamic_sampling_fills_the_batch_with_informative_groups_only() -> None:
+    pool = iter([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.1, 0.0]])
+    rollout = lambda contexts: [_group(next(pool), f"new{n}") for n in range(contexts[0])]  # noqa: E731
+    start = [_group([0.0, 0.0], "a"), _group([0.0, 1.0], "b"), _group([1.0, 1.0], "c")]
+    groups, drawn = refill(start, rollout, lambda batch: batch, lambda count, round_: count, max_draws=5)
+    assert len(groups) == 3 and all(g.informative for g in groups)
+    assert groups[1].context.name == "b" and drawn == 4  # the rounds drew 2, 1 and 1 prompts
+
+
+def test_dynamic_sampling_stops_after_max_draws_and_leaves_the_slot_uninformative() -> None:
+    rollout = lambda contexts: [_group([0.0, 0.0], "flat") for _ in range(contexts[0])]  # noqa: E731
+    groups, drawn = refill([_group([1.0, 1.0], "a")], rollout, lambda b: b, lambda c, r: c, max_draws=2)
+    assert drawn == 2 and not groups[0].informative  # the caller masks it out of the loss
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("method.rl.group_size=1", "method.rl.group_size"),
+        ("method.rl.epsilon_low=0.0", "method.rl.epsilon_low"),
+        ("method.rl.num_iterations=2", "method.rl.num_iterations"),
+        ("method.rl.beta=0.1", "method.teacher.kind"),
+        ("method.rollout.do_sample=false", "method.rollout.do_sample"),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_key(override: str, key: str) -> None:
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        load_train_config(compose_train(["method=grpo", override]))
