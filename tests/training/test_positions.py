@@ -97,12 +97,15 @@ def test_all_returns_the_valid_mask() -> None:
 
 
 def test_registry_and_score_kinds() -> None:
-    assert POSITION_SELECTORS.names() == ["all", "bottom_sensitivity", "random", "top_kl", "top_sensitivity"]
+    assert POSITION_SELECTORS.names() == [
+        "all", "bottom_sensitivity", "random", "tip", "top_kl", "top_sensitivity"
+    ]  # fmt: skip
     kinds = {name: POSITION_SELECTORS.get(name).score for name in POSITION_SELECTORS}
     assert kinds == {
         "all": "none",
         "bottom_sensitivity": "sensitivity",
         "random": "none",
+        "tip": "tip",
         "top_kl": "teacher_divergence",
         "top_sensitivity": "sensitivity",
     }

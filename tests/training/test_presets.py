@@ -26,6 +26,8 @@ def test_the_presets_exist() -> None:
         "scopd", "scopd_plus", "scopd_gt", "lt_opd", "sft", "kd_fixed_prefix", "lt_opd_no_curriculum",
         "lt_opd_no_hold", "scopd_plus_select_random", "scopd_plus_select_top_kl", "scopd_plus_select_bottom",
         "scopd_teacher_fixed", "scopd_teacher_shared", "scopd_div_reverse", "scopd_div_jsd",
+        "scopd_plus_select_tip", "sft_curriculum", "lt_opd_teacher_ema", "lt_opd_teacher_trust_region",
+        "lt_opd_teacher_progressive", "lt_opd_div_forward", "lt_opd_div_reverse",
         "grpo",
     }  # fmt: skip
     assert set(METHODS) == expected

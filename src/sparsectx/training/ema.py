@@ -12,12 +12,17 @@ Conventions (spec §1.8, chosen deliberately and stated here):
   current student. Call ``update`` once per optimizer step, right after ``optimizer.step()``.
 - With LoRA, A and B are averaged separately, so the teacher's delta is EMA(B)·EMA(A) ≠ EMA(B·A); fine for
   slow EMA.
+
+``PeriodicCopy`` is the progressive teacher (spec §1.8; Vision-OPD's ``progressive_update_teacher`` with
+``teacher_update_interval``; LT-OPD Table 7) on the same machinery: a ``ParameterEMA`` with d = 0, initialised
+eagerly with the initial tensors θ_0 and updated only on every N-th optimizer step, so the teacher is θ_0 until
+step N, then θ_N until step 2N, and so on (a hard copy every N updates, held fixed in between).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -141,3 +146,67 @@ class ParameterEMA:
             )
         self._num_updates = int(state["num_updates"])
         self._shadow = {name: t.detach().to(torch.float32, copy=True) for name, t in state["shadow"].items()}
+
+
+class PeriodicCopy:
+    """Hard copy of named tensors every ``interval`` updates (the progressive teacher), on ``ParameterEMA``.
+
+    Same interface as ``ParameterEMA`` (``update``, ``swapped``, ``state_dict``, ``load_state_dict``), so the
+    loop calls it after every optimizer step exactly like the EMA.
+    """
+
+    def __init__(self, interval: int, params: Mapping[str, torch.Tensor]) -> None:
+        """Creates the copy holding ``params``' current values θ_0 (the teacher until the first refresh).
+
+        Args:
+            interval: N >= 1, optimizer steps between copies (N = 1: the teacher is last step's student).
+            params: {name: tensor} the initial values of the trainable tensors; copied, not kept.
+        """
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"interval={interval!r} must be an integer >= 1: optimizer steps between copies")
+        self._interval = interval
+        self._steps = 0
+        self._copy = ParameterEMA(0.0)  # d = 0: an update is an exact copy (0·s + 1·θ)
+        self._copy.update(params)
+
+    @property
+    def interval(self) -> int:
+        """N, the optimizer steps between copies."""
+        return self._interval
+
+    @property
+    def num_updates(self) -> int:
+        """How many times ``update`` ran (optimizer steps since the start)."""
+        return self._steps
+
+    def shadow(self) -> dict[str, torch.Tensor]:
+        """Returns the {name: fp32 tensor} teacher values (not a copy)."""
+        return self._copy.shadow()
+
+    def update(self, params: Mapping[str, torch.Tensor]) -> None:
+        """Returns None; counts one optimizer step and copies ``params`` when the count is a multiple of N.
+
+        Args:
+            params: {name: tensor} current student values, same names and shapes as at construction.
+        """
+        self._steps += 1
+        if self._steps % self._interval == 0:
+            self._copy.update(params)
+
+    def swapped(self, params: Mapping[str, torch.Tensor]) -> AbstractContextManager[None]:
+        """Returns a context in which ``params`` hold the last copy; their exact values come back on exit."""
+        return self._copy.swapped(params)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns {"interval", "num_updates", "copy"} for the checkpoint."""
+        return {"interval": self._interval, "num_updates": self._steps, "copy": self._copy.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Returns None; restores a ``state_dict``. A different interval is an error (it defines the run)."""
+        if int(state["interval"]) != self._interval:
+            raise ValueError(
+                f"checkpoint progressive-teacher interval={state['interval']!r} differs from the configured "
+                f"interval={self._interval!r}; resume with the interval the run started with"
+            )
+        self._steps = int(state["num_updates"])
+        self._copy.load_state_dict(state["copy"])

@@ -29,9 +29,10 @@ PREFIX_KINDS = ("rollout", "reference")
 OBJECTIVES = ("distill", "sft", "rl")
 """``distill``: divergence to a teacher on the prefix; ``sft``: cross-entropy of the prefix tokens; ``rl``:
 group-relative policy gradient on G rollouts per prompt (GRPO / GSPO / DAPO, ``method.rl``)."""
-TEACHER_KINDS = ("frozen", "ema", "shared", "none")
+TEACHER_KINDS = ("frozen", "ema", "shared", "trust_region", "progressive", "none")
 """``frozen``: the initial model; ``ema``: EMA of the trainable tensors; ``shared``: the student itself;
-``none``: no teacher (SFT only)."""
+``trust_region``: the frozen model's logits interpolated towards the current student's; ``progressive``: a
+hard copy of the student every N optimizer steps; ``none``: no teacher (SFT only)."""
 PROBE_NESTINGS = ("union", "recompute")
 """How the b+δ probe context is built: ``union`` keeps every token of x_b plus the pruner's b+δ choice (a
 nested
@@ -90,9 +91,15 @@ class TeacherConfig:
     """``method.teacher``: who scores the prefix with the full visual context."""
 
     kind: str
-    """frozen | ema | shared | none (see ``TEACHER_KINDS``)."""
+    """frozen | ema | shared | trust_region | progressive | none (see ``TEACHER_KINDS``)."""
     ema_decay: float | None
     """EMA decay d (weight on the old average), for kind ``ema`` only; null otherwise."""
+    trust_region_lambda: float | None
+    """λ in [0, 1] for kind ``trust_region`` only: teacher logits z = (1 - λ)·z_frozen + λ·z_student, in logit
+    space, both at the full visual context (spec §1.8); null otherwise."""
+    update_interval: int | None
+    """N >= 1 for kind ``progressive`` only: optimizer steps between hard copies of the student into the
+    teacher (``PeriodicCopy``); null otherwise."""
     reference_in_prompt: bool
     """SCOPD+GT: the teacher's prompt also holds the reference answer (pruners never see it)."""
     reference_template: str
@@ -107,8 +114,31 @@ class TeacherConfig:
                 )
         elif self.ema_decay is not None:
             raise ValueError(f"method.teacher.ema_decay={self.ema_decay!r} must be null unless kind=ema")
+        lam, interval = self.trust_region_lambda, self.update_interval
+        _check_knob(self.kind, "trust_region", lam, "method.teacher.trust_region_lambda")
+        if lam is not None and (isinstance(lam, bool) or not 0.0 <= lam <= 1.0):
+            raise ValueError(
+                f"method.teacher.trust_region_lambda={lam!r} must lie in [0, 1] (0 = the frozen teacher, "
+                "1 = the current student)"
+            )
+        _check_knob(self.kind, "progressive", interval, "method.teacher.update_interval")
+        if interval is not None and (
+            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
+        ):
+            raise ValueError(
+                f"method.teacher.update_interval={interval!r} must be an integer >= 1 (optimizer steps "
+                "between copies)"
+            )
         if self.reference_in_prompt and "{reference}" not in self.reference_template:
             raise ValueError("method.teacher.reference_template must contain '{reference}'")
+
+
+def _check_knob(kind: str, owner: str, value: Any, key: str) -> None:
+    """Raises ValueError unless ``value`` is set exactly when ``method.teacher.kind`` is ``owner``."""
+    if kind == owner and value is None:
+        raise ValueError(f"{key} is null but method.teacher.kind={owner} needs it; set {key}=<value>")
+    if kind != owner and value is not None:
+        raise ValueError(f"{key}={value!r} must be null unless method.teacher.kind={owner}")
 
 
 def _takes(fn: Callable[..., Any], name: str) -> bool:
@@ -166,7 +196,7 @@ class PositionsConfig:
     """``method.positions``: which response positions are distilled (a ``POSITION_SELECTORS`` key)."""
 
     name: str
-    """all | top_sensitivity | bottom_sensitivity | top_kl | random."""
+    """all | top_sensitivity | bottom_sensitivity | top_kl | random | tip."""
     fraction: float | None
     """ρ in (0, 1], the share of each sequence's positions the top-ρ rules keep (⌈ρ T_i⌉); null for all."""
     delta: float | None
@@ -427,7 +457,7 @@ class MethodConfig:
                 "method.teacher.kind='none' with method.objective='distill': pick frozen, ema or shared"
             )
         if (
-            POSITION_SELECTORS.get(self.positions.name).score == "teacher_divergence"
+            POSITION_SELECTORS.get(self.positions.name).score in ("teacher_divergence", "tip")
             and self.teacher.kind == "none"
         ):
             raise ValueError(

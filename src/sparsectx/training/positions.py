@@ -10,6 +10,9 @@ the valid-response mask. Keys:
 - ``bottom_sensitivity``: the k_i least sensitive positions (the paper's negative control).
 - ``top_kl``: the k_i positions with the largest teacher–student divergence (the paper's "largest KL" row).
 - ``random``: k_i positions drawn uniformly without replacement from a seeded ``torch.Generator``.
+- ``tip``: the k_i positions with the largest TIP Soft-OR score (Xu et al. 2026, arXiv 2604.14084; SCOPD
+  Table 2's "TIP" row), which combines the student's uncertainty and the teacher–student disagreement
+  (``tip_scores``).
 
 k_i follows the seed's Eq. 8 exactly: ⌈ρ·T_i⌉ (so every non-empty rollout contributes at least one position),
 computed as ⌈ρ·T_i - 1e-9⌉ so that float products like 0.1·30 = 3.0000000000000004 don't round up to 4.
@@ -27,7 +30,7 @@ import torch
 from sparsectx.registry import Registry
 from sparsectx.training.divergences import jsd
 
-ScoreKind = Literal["none", "sensitivity", "teacher_divergence"]
+ScoreKind = Literal["none", "sensitivity", "teacher_divergence", "tip"]
 
 
 class SelectPositions(Protocol):
@@ -50,7 +53,8 @@ class PositionSelector:
     """One registry entry: the score the rule needs and the rule itself."""
 
     score: ScoreKind
-    """Which (B, T) score the trainer must compute and pass as ``scores`` ("none" → pass None)."""
+    """Which (B, T) score the trainer must compute and pass as ``scores`` ("none" → pass None; "tip" →
+    ``tip_scores`` of the student logits and the detached loss divergence)."""
     select: SelectPositions
     """The pure selection function."""
 
@@ -83,6 +87,70 @@ def visual_sensitivity(
             student_logits=student_logits.detach(), teacher_logits=probe_logits.detach(), mask=mask,
             sampled_ids=None, beta=0.5, top_k=None, chunk_size=chunk_size, temperature=temperature,
         )  # fmt: skip
+
+
+def student_entropy(
+    student_logits: torch.Tensor, mask: torch.Tensor, *, chunk_size: int, temperature: float
+) -> torch.Tensor:
+    """Returns (B, T) fp32 H(p_t) = -Σ_v p_t(v) log p_t(v), the student's entropy over the full vocabulary.
+
+    Computed under ``no_grad`` in fp32 chunks of ``chunk_size`` positions, with p_t = softmax(z_t / T);
+    positions outside ``mask`` return 0.
+
+    Args:
+        student_logits: (B, T, V) the student's logits on the rollout prefix.
+        mask: (B, T) bool valid response positions.
+        chunk_size: positions per fp32 chunk.
+        temperature: loss temperature T (> 0).
+    """
+    rows = mask.reshape(-1).nonzero().squeeze(1)
+    flat = student_logits.detach().reshape(-1, student_logits.shape[-1])
+    out = torch.zeros(mask.numel(), dtype=torch.float32, device=student_logits.device)
+    with torch.no_grad():
+        for start in range(0, rows.numel(), chunk_size):
+            index = rows[start : start + chunk_size]
+            logp = torch.log_softmax(flat.index_select(0, index).float() / temperature, dim=-1)
+            out[index] = -(logp.exp() * logp).sum(dim=-1)
+    return out.view(mask.shape)
+
+
+def _min_max_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Returns (B, T) (x - min_i) / (max_i - min_i) over each sequence's valid positions (0 if max = min)."""
+    x = values.detach().float()
+    low = torch.where(mask, x, torch.inf).amin(dim=-1, keepdim=True)
+    high = torch.where(mask, x, -torch.inf).amax(dim=-1, keepdim=True)
+    span = high - low
+    scaled = torch.where(span > 0, (x - low) / torch.where(span > 0, span, 1.0), 0.0)
+    return torch.where(mask, scaled, 0.0)
+
+
+def tip_scores(
+    student_logits: torch.Tensor,
+    divergence: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    chunk_size: int,
+    temperature: float,
+) -> torch.Tensor:
+    """Returns (B, T) fp32 TIP Soft-OR scores s_t = Ĥ_t + D̂_t - Ĥ_t·D̂_t in [0, 1], no gradient.
+
+    TIP (Xu et al. 2026, "TIP: Token Importance in On-Policy Distillation", arXiv 2604.14084): informative
+    positions are those where the student is uncertain (high entropy H_t) OR confidently disagrees with the
+    teacher (low H_t, high divergence D_t); its Soft-OR score is the probabilistic OR of the two min-max
+    normalised axes. Here Ĥ and D̂ are normalised over each sequence's valid positions (TIP normalises per
+    batch; per sequence keeps the selection independent of ``micro_batch_size``, as the loop's 1×N = N×1
+    invariant requires). A constant axis normalises to 0.
+
+    Args:
+        student_logits: (B, T, V) the student's logits (H_t from ``student_entropy``).
+        divergence: (B, T) detached per-position teacher–student divergence (the loss's divergence).
+        mask: (B, T) bool valid response positions; others return 0.
+        chunk_size: positions per fp32 chunk of the entropy.
+        temperature: loss temperature applied to the student's distribution.
+    """
+    entropy = student_entropy(student_logits, mask, chunk_size=chunk_size, temperature=temperature)
+    h, d = _min_max_per_sequence(entropy, mask), _min_max_per_sequence(divergence, mask)
+    return torch.where(mask, h + d - h * d, 0.0)
 
 
 def positions_per_sequence(mask: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -185,6 +253,20 @@ def select_top_kl(
     return select_top_fraction(_require_scores(scores, "top_kl"), mask, fraction)
 
 
+def select_tip(
+    mask: torch.Tensor, scores: torch.Tensor | None, *, generator: torch.Generator | None, fraction: float
+) -> torch.Tensor:
+    """Returns the ⌈ρ·T_i⌉ positions with the largest TIP Soft-OR score per sequence (SCOPD Table 2 "TIP").
+
+    Args:
+        mask: (B, T) bool valid response positions.
+        scores: (B, T) Soft-OR scores from ``tip_scores``.
+        generator: unused.
+        fraction: ρ in (0, 1].
+    """
+    return select_top_fraction(_require_scores(scores, "tip"), mask, fraction)
+
+
 def select_random(
     mask: torch.Tensor, scores: torch.Tensor | None, *, generator: torch.Generator | None, fraction: float
 ) -> torch.Tensor:
@@ -211,3 +293,4 @@ POSITION_SELECTORS.register("bottom_sensitivity")(
 )
 POSITION_SELECTORS.register("top_kl")(PositionSelector(score="teacher_divergence", select=select_top_kl))
 POSITION_SELECTORS.register("random")(PositionSelector(score="none", select=select_random))
+POSITION_SELECTORS.register("tip")(PositionSelector(score="tip", select=select_tip))

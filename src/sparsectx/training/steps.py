@@ -26,12 +26,17 @@ from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.decode_copy import rollout_adapter, uses_copy
 from sparsectx.training.divergences import DIVERGENCES
-from sparsectx.training.positions import POSITION_SELECTORS, positions_per_sequence, visual_sensitivity
+from sparsectx.training.positions import (
+    POSITION_SELECTORS,
+    positions_per_sequence,
+    tip_scores,
+    visual_sensitivity,
+)
 from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
 from sparsectx.training.rl import GroupBatch, clipped_surrogate, k3_kl, rl_stats, token_logprobs
 from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs, is_correct
 from sparsectx.training.student import Student, mode
-from sparsectx.training.teachers import TEACHERS, teacher_logits
+from sparsectx.training.teachers import TEACHERS, teacher_logits, trust_region_logits
 from sparsectx.visual import Selection
 
 
@@ -344,6 +349,9 @@ def micro_loss(
         if uses_copy(cfg.teacher_weights, student):
             twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
         t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens, twin)
+        if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
+            current = teacher_logits(student, "shared", mb.teacher_encoded, mb.prefix.tokens, twin)
+            t_logits = trust_region_logits(t_logits, current, method.teacher.trust_region_lambda)
     ref_logp = None
     if method.objective == "rl" and method.rl.beta > 0:
         ref_logp = _reference_logprobs(cfg, student, mb)
@@ -353,9 +361,14 @@ def micro_loss(
     sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
     selector = POSITION_SELECTORS.get(method.positions.name)
     scores = sensitivity
-    if selector.score == "teacher_divergence":
+    if selector.score in ("teacher_divergence", "tip"):
         with torch.no_grad():
             scores = _divergence(cfg, s_logits.detach(), t_logits, mb.valid, mb.ids)
+            if selector.score == "tip":  # Soft-OR of student entropy and this divergence (Xu et al. 2026)
+                div = method.divergence
+                scores = tip_scores(
+                    s_logits, scores, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature
+                )
     selected = selector.select(mb.valid, scores, generator=generator, **method.positions.extra())
     if not torch.equal(selected.sum(dim=-1), mb.planned):
         raise RuntimeError(

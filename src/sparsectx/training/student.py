@@ -24,7 +24,7 @@ from torch import nn
 from sparsectx.models import LoadedModel, adapter_for
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor
-from sparsectx.training.ema import ParameterEMA
+from sparsectx.training.ema import ParameterEMA, PeriodicCopy
 from sparsectx.training.lora import apply_lora, freeze_all_but_language_model, trainable_named
 from sparsectx.training.method import MethodConfig
 
@@ -39,7 +39,8 @@ class Student:
         peft: the peft wrapper (LoRA), or None for full-parameter training.
         frozen: adapter of a frozen copy of the initial model (full-parameter + frozen teacher only); on the
             CPU outside the step's teacher phase with ``memory.teacher_offload`` (``training.memory``).
-        ema: the EMA of the trainable tensors (teacher kind ``ema`` only).
+        ema: the EMA of the trainable tensors (teacher kind ``ema``), or their hard copy every N steps
+            (kind ``progressive``); None otherwise.
         trainable: {name: parameter} of every trained tensor (fp32), in a fixed order.
         dtype: the checkpoint's dtype; forwards autocast to it when it is half precision.
     """
@@ -48,7 +49,7 @@ class Student:
     processor: ImageTextProcessor
     peft: PeftModel | None
     frozen: VLMAdapter | None
-    ema: ParameterEMA | None
+    ema: ParameterEMA | PeriodicCopy | None
     trainable: dict[str, nn.Parameter]
     dtype: torch.dtype
 
@@ -80,7 +81,7 @@ def build_student(loaded: LoadedModel, method: MethodConfig, signal_chunk: int) 
         peft = apply_lora(hf_model, method.lora)
     else:
         peft = None
-        if method.teacher.kind == "frozen":
+        if method.teacher.kind in ("frozen", "trust_region"):  # trust_region's reference is the frozen model
             copy_model = copy.deepcopy(hf_model).eval().requires_grad_(False)
             frozen = adapter_for(copy_model, signal_chunk)
         freeze_all_but_language_model(hf_model)
@@ -88,6 +89,8 @@ def build_student(loaded: LoadedModel, method: MethodConfig, signal_chunk: int) 
     for param in trainable.values():  # fp32 master weights (peft already made the adapters fp32)
         param.data = param.data.float()
     ema = ParameterEMA(method.teacher.ema_decay) if method.teacher.kind == "ema" else None
+    if method.teacher.kind == "progressive":  # θ_0 copied now: the teacher until step N
+        ema = PeriodicCopy(method.teacher.update_interval, trainable)
     return Student(loaded.adapter, loaded.processor, peft, frozen, ema, trainable, dtype)
 
 

@@ -8,6 +8,10 @@ teacher; ``teacher_logits`` runs it in eval mode under ``no_grad``. Keys (``meth
 - ``ema``: the EMA of the trainable tensors swapped into the live model for the pass and restored bit-exactly
   after (``ParameterEMA.swapped``). Lazy init: before the first update the teacher is the current student.
 - ``shared``: the current student itself (the paper's collapsing "shared" ablation).
+- ``trust_region``: the ``frozen`` view; the loop then interpolates its logits towards the current
+  student's at the same full context (``trust_region_logits``; spec §1.8, LT-OPD Table 7).
+- ``progressive``: the last hard copy of the student (every N optimizer steps, ``PeriodicCopy``) swapped in
+  like the EMA; before the first copy it is the initial model.
 
 SCOPD+GT is not a separate kind: ``method.teacher.reference_in_prompt`` gives any kind a prompt that also
 holds the reference answer (built by ``sparsectx.training.batches.reencode_text``).
@@ -57,6 +61,19 @@ def ema_teacher(student: Student) -> Iterator[VLMAdapter]:
         yield student.adapter
 
 
+@TEACHERS.register("progressive")
+@contextmanager
+def progressive_teacher(student: Student) -> Iterator[VLMAdapter]:
+    """Yields the student with its last hard copy (``PeriodicCopy``) swapped in (restored exactly on exit)."""
+    if student.ema is None:
+        raise RuntimeError("teacher 'progressive' needs the student's PeriodicCopy; build_student made none")
+    with student.ema.swapped(student.trainable):
+        yield student.adapter
+
+
+TEACHERS.register("trust_region")(frozen_teacher)
+
+
 @TEACHERS.register("shared")
 @contextmanager
 def shared_teacher(student: Student) -> Iterator[VLMAdapter]:
@@ -67,7 +84,22 @@ def shared_teacher(student: Student) -> Iterator[VLMAdapter]:
 # Views whose weights are the live model's current tensors (the EMA swapped in, or the student itself): a
 # plain-weight twin refreshed inside the view holds the same teacher (``frozen`` under LoRA disables the
 # adapters instead, which a merge would not see).
-TWIN_VIEWS = frozenset({"ema", "shared"})
+TWIN_VIEWS = frozenset({"ema", "progressive", "shared"})
+
+
+def trust_region_logits(reference: torch.Tensor, current: torch.Tensor, lam: float) -> torch.Tensor:
+    """Returns (B, T, V) fp32 trust-region teacher logits (1 - λ)·z_ref + λ·z_cur = lerp(z_ref, z_cur, λ).
+
+    The interpolation is in logit space, as the SDPO-lineage ``TrustRegionTeacher`` (Vision-OPD's dp_actor;
+    training-methods spec §1.8: ``lerp(ref_logits, student_logits, λ)``); λ = 0 is the frozen teacher, λ = 1
+    the current student (the collapsing "shared" teacher).
+
+    Args:
+        reference: (B, T, V) detached logits of the frozen initial model at the full visual context.
+        current: (B, T, V) detached logits of the current student at the same context and prefix.
+        lam: λ in [0, 1].
+    """
+    return torch.lerp(reference.float(), current.float(), float(lam))
 
 
 def teacher_logits(
