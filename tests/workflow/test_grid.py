@@ -107,6 +107,9 @@ def test_ltopd_reports_every_unsupported_part_of_a_cell() -> None:
         "lt_opd_no_curriculum",
         "kd_fixed_prefix",
         "lt_opd_no_hold",
+        "grpo",
+        "gspo",
+        "dapo",
     }
 
 
