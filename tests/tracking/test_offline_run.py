@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import wandb
 from eval.test_runner_support import SIDE, base_overrides, build_model_dir, compose_eval, write_bench
 from training.test_loop_support import build_env, compose_train, train_overrides
 
@@ -45,6 +46,9 @@ def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         bench = {"syn_count": write_bench(root / "syn_count.tsv", "syn_count", 3, SIDE)}
         overrides = [*base_overrides(model, root / "results", bench, 4), *WANDB, f"logger.dir={root}"]
         evaluate(compose_eval(["bench=syn_count", "budget=0.25", *overrides]))
+    # finish() hands the records to W&B's service process, which writes the .wandb logs when it gets to them
+    # (under load, after finish() has returned); teardown waits for it, as a process exit does.
+    wandb.teardown()
     runs = {run_info(d).job_type: d for d in (root / "wandb").glob("offline-run-*")}
     assert sorted(runs) == ["evaluate", "train"]
     return runs
