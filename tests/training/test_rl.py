@@ -15,12 +15,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sparsectx.training import reduction
+from sparsectx.data import Item
+from sparsectx.training import groups, reduction
 from sparsectx.training.config import load_train_config
 from sparsectx.training.groups import Group, refill
+from sparsectx.training.loop import run
+from sparsectx.training.rewards import correct_format_reward
 from sparsectx.training.rl import clipped_surrogate, group_advantages, k3_kl, overlong_penalty, token_logprobs
 
-from .test_loop_support import compose_train
+from .test_loop_support import compose_train, shared_env, train_overrides
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 LEVELS = ("token", "sequence")
@@ -204,3 +207,93 @@ def test_dynamic_sampling_stops_after_max_draws_and_leaves_the_slot_uninformativ
 def test_bad_settings_are_config_errors_naming_the_key(override: str, key: str) -> None:
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         load_train_config(compose_train(["method=grpo", override]))
+
+
+def _item(answer: str, options: dict[str, str] | None = None) -> Item:
+    return Item(
+        index=3, image_bytes=b"", question="q", options=options or {}, answer=answer, category="",
+        family="detail", subset="", trace="", scene="{}", extra={},
+    )  # fmt: skip
+
+
+TAGGED = "<think>look</think><answer>{}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("text", "item", "reward"),
+    [
+        (TAGGED.format("Red."), _item("red"), 1.1),  # exact_match normalisation, format bonus
+        (TAGGED.format("blue"), _item("red"), 0.1),  # wrong answer, right format
+        ("the answer is red", _item("red"), 0.0),  # no strict <answer>: not correct, no format
+        ("<answer>red</answer>", _item("red"), 1.0),  # correct without the think block
+        (TAGGED.format("(B) a dog"), _item("B", {"A": "a cat", "B": "a dog"}), 1.1),  # mcq option matching
+        (TAGGED.format("a cat"), _item("B", {"A": "a cat", "B": "a dog"}), 0.1),
+        (TAGGED.format("red"), _item(""), None),  # no reference: unscorable, never a silent 0
+        (TAGGED.format("C"), _item("C", {"A": "a cat", "B": "a dog"}), None),  # letter not an option
+    ],
+)
+def test_correct_format_reward_uses_the_benchmark_extraction_and_scorers(text, item, reward) -> None:  # noqa: ANN001
+    got = correct_format_reward([text], [item], correct_weight=1.0, format_weight=0.1)[0]
+    assert got == (None if reward is None else pytest.approx(reward))
+
+
+def _rl_cfg(**changes: object) -> SimpleNamespace:
+    settings = {"overlong_cache_fraction": None, **changes}
+    rl = SimpleNamespace(reward=SimpleNamespace(name="correct_format", params={}), **settings)
+    return SimpleNamespace(method=SimpleNamespace(rl=rl), max_new_tokens=8)
+
+
+def test_a_non_finite_reward_is_an_error_naming_the_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(groups.REWARDS, "get", lambda name: lambda texts, items: [1.0, math.nan])
+    context = SimpleNamespace(items=[_item("red")])
+    prefix = SimpleNamespace(texts=["a", "b"], tokens=[torch.ones(2), torch.ones(3)])
+    with pytest.raises(ValueError, match="training item 3"):
+        groups.group_rewards(_rl_cfg(), prefix, context)
+
+
+def test_the_overlong_penalty_is_added_to_the_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(groups.REWARDS, "get", lambda name: lambda texts, items: [1.0, 1.0])
+    context = SimpleNamespace(items=[_item("red")])
+    prefix = SimpleNamespace(texts=["a", "b"], tokens=[torch.ones(4), torch.ones(8)])
+    got = groups.group_rewards(_rl_cfg(overlong_cache_fraction=0.5), prefix, context)
+    assert got.tolist() == [1.0, 0.0]  # L_max 8, L_cache 4: length 8 gets -1
+
+
+@pytest.fixture(scope="session")
+def tiny_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """Returns the session's tiny model directory and training TSV."""
+    return shared_env(tmp_path_factory)
+
+
+def _parity_rewards(cfg, prefix, context):  # noqa: ANN001, ANN202
+    """A reward that varies inside a group: the parity of each rollout's token sum."""
+    return torch.tensor([float(int(t.sum()) % 2) for t in prefix.tokens], dtype=torch.float64)
+
+
+# The tiny model's 5-token rollouts never stop, so DAPO's overlong filter would mask all of them (tested below).
+@pytest.mark.parametrize("method", ["grpo", "gspo", "dapo"])
+def test_one_step_with_informative_groups_updates_the_student(
+    method, tiny_env, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
+    overrides = [
+        *train_overrides(tiny_env, tmp_path),
+        f"method={method}",
+        "steps=1",
+        "method.rl.group_size=4",
+        *(["method.rl.mask_truncated=false"] if method == "dapo" else []),
+    ]
+    metrics = run(compose_train(overrides)).metrics
+    assert metrics["rl/informative_group_fraction"] == 1.0 and metrics["rl/dropped_groups"] == 0.0
+    assert metrics["train/selected_fraction"] > 0.0 and metrics["train/grad_norm"] > 0.0
+    assert 0.0 < metrics["rl/reward_mean"] < 1.0 and metrics["rl/clip_fraction"] == 0.0  # on-policy: ratio 1
+
+
+def test_dapos_overlong_filter_leaves_truncated_rollouts_out_of_the_loss(
+    tiny_env, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
+    overrides = [*train_overrides(tiny_env, tmp_path), "method=dapo", "steps=1", "method.rl.group_size=4"]
+    metrics = run(compose_train(overrides)).metrics
+    assert metrics["rollout/stop_rate"] == 0.0 and metrics["train/selected_fraction"] == 0.0
+    assert metrics["train/loss"] == 0.0
