@@ -3,25 +3,45 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 """errno values of a full disk or an exhausted quota: re-raised naming the file being written."""
 
 
-def _disk_full(error: OSError, path: Path, undone: str) -> OSError:
-    """Returns ``error`` restated with the file being written and the fix (a bare ENOSPC names no path)."""
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.3g} GB"
+
+
+def _space(path: Path, needed: int | None) -> str:
+    """Returns ' (it needs about X GB; Y GB free there)' for a full-disk message, or '' without ``needed``."""
+    if needed is None:
+        return ""
+    try:
+        free = f"; {_gb(shutil.disk_usage(path.parent).free)} free there"
+    except OSError:
+        free = ""
+    return f" (the file needs about {_gb(needed)}{free})"
+
+
+def _disk_full(error: OSError, path: Path, undone: str, needed: int | None = None) -> OSError:
+    """Returns ``error`` restated with the file being written, the space it needs (when known) and the fix
+    (a bare ENOSPC names no path)."""
     return OSError(
         error.errno,
         f"{os.strerror(error.errno)} while writing {path}: {undone}; free space on the filesystem holding "
-        f"{path.parent} (or point the output root elsewhere) and rerun",
+        f"{path.parent}{_space(path, needed)} (or point the output root elsewhere) and rerun",
     )
 
 
@@ -39,12 +59,100 @@ def _create_temp(path: Path) -> tuple[int, Path]:
             continue
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Writes every byte of ``data`` to ``fd`` and fsyncs it (unbuffered: a failed write leaves nothing queued)."""
-    view = memoryview(data)
+def _write_view(fd: int, view: memoryview) -> None:
+    """Writes every byte of ``view`` to ``fd`` (unbuffered: a failed write leaves nothing queued)."""
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Writes every byte of ``data`` to ``fd`` and fsyncs it."""
+    _write_view(fd, memoryview(data))
     os.fsync(fd)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``atomic_write_stream`` wrote: the hex sha256 of the file's bytes and its size."""
+
+    sha256: str
+    size: int
+
+
+class HashingWriter:
+    """A write-only binary stream over a file descriptor that feeds every byte to sha256 as it is written.
+
+    A block of ``OVERLAP`` bytes or more is hashed on a helper thread while this thread writes it (both
+    release the GIL), so the digest costs about max(write, hash) instead of write + hash + a second read.
+    The first ``OSError`` is kept in ``error``: ``torch.save`` replaces it with a RuntimeError naming no errno.
+    """
+
+    OVERLAP = 1 << 20
+
+    def __init__(self, fd: int, pool: ThreadPoolExecutor) -> None:
+        self.fd, self.pool, self.size = fd, pool, 0
+        self.digest = hashlib.sha256()
+        self.error: OSError | None = None
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Returns the number of bytes written (all of ``data``) after hashing and writing them."""
+        view = memoryview(data).cast("B")
+        hashed: Future[None] | None = None
+        try:
+            if view.nbytes >= self.OVERLAP:
+                hashed = self.pool.submit(self.digest.update, view)
+            else:
+                self.digest.update(view)
+            _write_view(self.fd, view)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+        finally:
+            if hashed is not None:
+                hashed.result()  # ``data`` is only valid during this call
+        self.size += view.nbytes
+        return view.nbytes
+
+    def flush(self) -> None:
+        """Returns None: nothing is buffered (``write`` hands every byte to the kernel)."""
+
+
+def atomic_write_stream(
+    path: str | Path, write: Callable[[BinaryIO], object], undone: str, needed: int | None = None
+) -> Written:
+    """Returns the sha256 and size of ``path`` after ``write(stream)`` wrote it atomically.
+
+    The bytes go to a temporary file beside ``path`` (the user's umask), are hashed as they are written
+    (never read back), fsynced, and renamed onto ``path``. A full disk raises ``OSError`` (errno ENOSPC)
+    naming ``path``, ``undone`` (what was kept), the space ``needed`` (bytes, when the caller knows) and the
+    fix; the temporary file is removed and ``path`` keeps its previous content, if any.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    try:
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="sha256") as pool:
+                stream = HashingWriter(fd, pool)
+                try:
+                    write(stream)  # type: ignore[arg-type]
+                except RuntimeError as error:  # torch's zip writer, after our write raised
+                    if stream.error is None:
+                        raise
+                    raise stream.error from error
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.errno in DISK_FULL:
+            raise _disk_full(error, path, undone, needed) from error
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Written(stream.digest.hexdigest(), stream.size)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -53,25 +161,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     The file gets the user's umask (like ``open``). A full disk raises ``OSError`` (errno ENOSPC) naming
     ``path`` and the fix; the temporary file is removed and ``path`` keeps its previous content, if any.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
-    try:
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.errno in DISK_FULL:
-            raise _disk_full(
-                error, path, "the partial file was removed and the old one, if any, kept"
-            ) from error
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_stream(
+        path, lambda stream: stream.write(data), "the partial file was removed and the old one, if any, kept"
+    )
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faults.full_disk import full_disk
 from sparsectx import io
 from sparsectx import workflow as wf
 from sparsectx.paths import budget_tag
@@ -188,37 +189,13 @@ def test_budget_tag_keeps_the_path_spelling() -> None:
             budget_tag(bad)
 
 
-def _full_disk(monkeypatch: pytest.MonkeyPatch, where: str, nbytes: int) -> None:
-    """Makes the disk fill up: ``os.write`` fails with ENOSPC after ``nbytes`` more bytes, or ``os.fsync``
-    fails with it (delayed allocation and network filesystems report a full disk only there)."""
-    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    if where == "fsync":
-
-        def fsync(fd: int) -> None:
-            raise full
-
-        monkeypatch.setattr(io.os, "fsync", fsync)
-        return
-    real = os.write
-    left = [nbytes]
-
-    def write(fd: int, data: bytes) -> int:
-        if left[0] <= 0:
-            raise full
-        written = real(fd, bytes(data)[: left[0]])
-        left[0] -= written
-        return written
-
-    monkeypatch.setattr(io.os, "write", write)
-
-
 @pytest.mark.parametrize("where", ["write", "fsync"])
 def test_a_full_disk_names_the_result_file_and_leaves_the_old_one(
     tmp_path: Path, monkeypatch, where: str
 ) -> None:
     path = tmp_path / "leaf" / "syn_count.json"
     io.atomic_write_json(path, {"score": 50.0})
-    _full_disk(monkeypatch, where, 10)
+    full_disk(monkeypatch, where, 10)
     expected = rf"No space left on device while writing {re.escape(str(path))}.*free space"
     with pytest.raises(OSError, match=expected) as caught:
         io.atomic_write_json(path, {"score": 75.0, "rows": list(range(100))})
@@ -234,7 +211,7 @@ def test_a_full_disk_during_an_append_keeps_only_whole_earlier_rows(
     path = tmp_path / "syn_count.predictions.jsonl"
     io.append_jsonl(path, [{"id": 0}])
     before = path.read_bytes()
-    _full_disk(monkeypatch, where, 12)
+    full_disk(monkeypatch, where, 12)
     with pytest.raises(OSError, match=rf"No space left on device while writing {re.escape(str(path))}"):
         io.append_jsonl(path, [{"id": 1, "text": "x" * 50}, {"id": 2}])
     assert path.read_bytes() == before

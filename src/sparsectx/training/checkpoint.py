@@ -10,10 +10,19 @@
 Directories are written as ``.<name>.tmp`` and swapped in with two renames; if a crash lands between them, the
 previous complete directory is left as ``.<name>.old`` and ``recover_dir`` renames it back.
 
-Each directory is valid only as a whole: ``meta.json`` records the sha256 of ``trainer.pt`` and
+Each directory is valid only as a whole: ``meta.json`` records the sha256 and size of ``trainer.pt`` and
 ``sparsectx_training.json`` the sha256 of every weight file, checked before either is trusted. A state with
 a payload but no readable metadata, or one whose parts disagree, raises ``DamagedFileError`` naming the file
 and the fix; it is never restarted over or loaded.
+
+What is verified when (no file is hashed twice for one use):
+- save: ``trainer.pt``'s sha256 is computed from its bytes as ``torch.save`` writes them (never read back);
+  a checkpoint's weight files are hashed once after ``save_pretrained`` wrote them, in parallel.
+- resume, before the model loads (``read_meta``): ``meta.json`` readable, ``trainer.pt`` present, its size
+  the recorded one (a truncated or foreign payload fails here, in milliseconds).
+- resume, loading (``load_state``): ``trainer.pt``'s full sha256, hashed on a thread while ``torch.load``
+  reads the file; a mismatch raises before the payload is returned, so nothing of it is used.
+- rerun and evaluation (``verify_checkpoint``): every weight file's full sha256, in parallel.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import pickle
 import random
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsectx.io import atomic_write_json, naming_full_disk
+from sparsectx.io import Written, atomic_write_json, atomic_write_stream, naming_full_disk
 from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.training.config import flatten
 
@@ -57,6 +67,39 @@ def file_sha256(path: Path) -> str:
         while block := handle.read(1 << 24):
             digest.update(block)
     return digest.hexdigest()
+
+
+def files_sha256(paths: list[Path]) -> dict[str, str]:
+    """Returns {file name: hex sha256} of ``paths``, hashed on parallel threads (hashlib releases the GIL)."""
+    if not paths:
+        return {}
+    with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1)) as pool:
+        return dict(zip((p.name for p in paths), pool.map(file_sha256, paths), strict=True))
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Returns the bytes of the distinct tensor storages in a nested dict/list/tuple (a save's size, roughly)."""
+    seen: dict[int, int] = {}
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return sum(seen.values())
+
+
+def torch_save(path: Path, obj: Any, undone: str) -> Written:
+    """Returns the sha256 and size of ``path`` after ``torch.save(obj)`` wrote it atomically, hashed as written.
+
+    A full disk raises ``OSError`` (errno ENOSPC) naming ``path``, ``undone``, the space the payload needs
+    and the fix; ``path`` keeps its previous content.
+    """
+    return atomic_write_stream(path, lambda stream: torch.save(obj, stream), undone, tensor_bytes(obj))
 
 
 def read_json_file(path: Path, fix: str) -> dict[str, Any]:
@@ -135,7 +178,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json`` with its sha256).
+    """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json`` with its sha256, size).
 
     Args:
         state_dir: ``<run_dir>/state``.
@@ -143,9 +186,11 @@ def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -
         meta: JSON-able summary: step, samples_seen, config_hash, defining keys, resolved config, W&B id.
     """
     tmp = fresh_tmp(state_dir)
-    with discarded_on_error(tmp), naming_full_disk(tmp / STATE_FILE, f"{state_dir} keeps the last state"):
-        torch.save(payload, tmp / STATE_FILE)
-        atomic_write_json(tmp / META_FILE, {**meta, "payload_sha256": file_sha256(tmp / STATE_FILE)})
+    with discarded_on_error(tmp):
+        written = torch_save(tmp / STATE_FILE, payload, f"{state_dir} keeps the last state")
+        atomic_write_json(
+            tmp / META_FILE, {**meta, "payload_sha256": written.sha256, "payload_bytes": written.size}
+        )
     replace_dir(tmp, state_dir)
 
 
@@ -157,10 +202,11 @@ def _restart_fix(state_dir: Path) -> str:
 
 
 def read_meta(state_dir: Path) -> dict[str, Any] | None:
-    """Returns the ``meta.json`` of a verified resume state, or None without a state (call ``recover_dir``).
+    """Returns the ``meta.json`` of a resume state, or None without a state (call ``recover_dir`` first).
 
     Raises ``DamagedFileError`` naming the file and the fix when ``state/`` exists but its ``meta.json`` is
-    missing or unreadable, its ``trainer.pt`` is missing, or the payload's sha256 differs from the recorded one.
+    missing or unreadable, its ``trainer.pt`` is missing, or the payload's size differs from the recorded one.
+    The payload's sha256 is checked by ``load_state``, which reads the file anyway.
     """
     if not state_dir.exists():
         return None
@@ -171,32 +217,47 @@ def read_meta(state_dir: Path) -> dict[str, Any] | None:
     meta = read_json_file(meta_path, _restart_fix(state_dir))
     if not payload.is_file():
         raise DamagedFileError(f"{payload} is missing beside {meta_path}; {_restart_fix(state_dir)}")
+    want = meta.get("payload_bytes")
+    if want is not None and (got := payload.stat().st_size) != want:
+        raise DamagedFileError(
+            f"{payload} does not match {meta_path} ({got} bytes, recorded {want}: truncated, damaged or from "
+            f"another save); {_restart_fix(state_dir)}"
+        )
+    return meta
+
+
+def _check_payload_digest(path: Path, meta: dict[str, Any], digest: str) -> None:
+    """Raises ``DamagedFileError`` when ``digest`` (the payload's sha256) is not the one ``meta`` records."""
     want = meta.get("payload_sha256")
     if want is None:
         log.warning(
-            "%s records no payload sha256 (written before digests); %s is not verified", meta_path, payload
+            "%s records no payload sha256 (written before digests); %s is not verified", META_FILE, path
         )
-    elif (got := file_sha256(payload)) != want:
+    elif digest != want:
         raise DamagedFileError(
-            f"{payload} does not match {meta_path} (sha256 {got[:12]}... recorded {want[:12]}...: truncated, "
-            f"damaged or from another save); {_restart_fix(state_dir)}"
+            f"{path} does not match {path.parent / META_FILE} (sha256 {digest[:12]}... recorded {want[:12]}...: "
+            f"truncated, damaged or from another save); {_restart_fix(path.parent)}"
         )
-    return meta
 
 
 def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> dict[str, Any]:
     """Returns the ``trainer.pt`` payload with tensors on ``device`` (our own file, so full unpickling).
 
-    Raises ``DamagedFileError`` naming the file when it cannot be read or its step and samples seen differ
-    from ``meta`` (the ``read_meta`` result).
+    The file's sha256 is computed on a thread while ``torch.load`` reads it. Raises ``DamagedFileError``
+    naming the file before returning anything when the digest, or the payload's step and samples seen,
+    differ from ``meta`` (the ``read_meta`` result), or the file cannot be read.
     """
     path = state_dir / STATE_FILE
-    try:
-        # "cpu:0" (a multi-process CPU run's device) is no location torch.load can restore to; "cpu" is
-        location = torch.device("cpu") if device.type == "cpu" else device
-        payload = torch.load(path, map_location=location, weights_only=False)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
-        raise DamagedFileError(f"{path} cannot be read ({err}); {_restart_fix(state_dir)}") from err
+    # "cpu:0" (a multi-process CPU run's device) is no location torch.load can restore to; "cpu" is
+    location = torch.device("cpu") if device.type == "cpu" else device
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as pool:
+        digest = pool.submit(file_sha256, path)
+        try:
+            payload = torch.load(path, map_location=location, weights_only=False)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+            _check_payload_digest(path, meta, digest.result())  # a damaged file is named as damaged
+            raise DamagedFileError(f"{path} cannot be read ({err}); {_restart_fix(state_dir)}") from err
+        _check_payload_digest(path, meta, digest.result())
     for key in ("step", "samples_seen"):
         if payload.get(key) != meta.get(key):
             raise DamagedFileError(
@@ -262,7 +323,7 @@ def save_checkpoint(
         model.save_pretrained(tmp)
         processor.tokenizer.save_pretrained(tmp)
         processor.image_processor.save_pretrained(tmp)
-        digests = {p.name: file_sha256(p) for p in weight_files(tmp)}
+        digests = files_sha256(weight_files(tmp))
         atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "weights_sha256": digests})
     replace_dir(tmp, checkpoint_dir)
 
@@ -291,14 +352,15 @@ def verify_checkpoint(checkpoint_dir: Path) -> bool:
         log.warning("%s records no weight digests (written before them); weights not verified", info_path)
         return False
     present = {p.name for p in weight_files(checkpoint_dir)}
-    for name in sorted(set(digests) | present):
+    for name in sorted(set(digests) ^ present):
+        state = "is missing" if name not in present else f"is not listed in {info_path}"
+        raise DamagedFileError(
+            f"{checkpoint_dir / name} {state} (its sha256 cannot be checked); {_checkpoint_fix(checkpoint_dir)}"
+        )
+    found = files_sha256([checkpoint_dir / name for name in sorted(present)])
+    for name, got in found.items():
         path = checkpoint_dir / name
-        if name not in present or name not in digests:
-            state = "is missing" if name not in present else f"is not listed in {info_path}"
-            raise DamagedFileError(
-                f"{path} {state} (its sha256 cannot be checked); {_checkpoint_fix(checkpoint_dir)}"
-            )
-        if (got := file_sha256(path)) != digests[name]:
+        if got != digests[name]:
             raise DamagedFileError(
                 f"{path} does not match its sha256 in {info_path} ({got[:12]}... recorded "
                 f"{digests[name][:12]}...); {_checkpoint_fix(checkpoint_dir)}"
