@@ -6,7 +6,8 @@ Snakemake locks its working directory (``.snakemake/locks/``) while it runs and 
 exits; a SIGKILL (or a lost node) leaves the lock, and every later run stops with ``LockException`` until
 ``snakemake --unlock``. A lock is stale when no live Snakemake process works in that directory: then it is
 removed (with the command that does so printed) and the run starts. When one is running, nothing is touched
-and the message says which process holds it.
+and the message says which process holds it (``snakemake_processes`` says what counts as one). Processes
+are seen on this host only: a Snakemake running on another host over a shared filesystem is not.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ PROC = Path("/proc")
 """Where live processes are listed (Linux); elsewhere a stale lock is named, not removed."""
 
 
-def workdir_of(args: Sequence[str]) -> Path:
-    """Returns the working directory Snakemake would use for ``args`` (``--directory``/``-d``, else cwd)."""
+def workdir_of(args: Sequence[str], cwd: Path | None = None) -> Path:
+    """Returns the working directory Snakemake would use for ``args`` (``--directory``/``-d``, else ``cwd``).
+
+    A relative ``--directory`` is resolved against ``cwd`` (default: this process's current directory).
+    """
+    base = Path.cwd() if cwd is None else cwd
     for i, arg in enumerate(args):
         if arg in ("--directory", "-d") and i + 1 < len(args):
-            return Path(args[i + 1]).resolve()
+            return (base / args[i + 1]).resolve()
         if arg.startswith("--directory="):
-            return Path(arg.split("=", 1)[1]).resolve()
-    return Path.cwd().resolve()
+            return (base / arg.split("=", 1)[1]).resolve()
+    return base.resolve()
 
 
 def lock_files(workdir: Path) -> list[Path]:
@@ -36,27 +41,46 @@ def lock_files(workdir: Path) -> list[Path]:
     return sorted((workdir / ".snakemake" / "locks").glob("*.lock"))
 
 
-def snakemake_pids(workdir: Path, proc: Path = PROC) -> list[int] | None:
-    """Returns the ids of live Snakemake processes working in ``workdir``; None if processes cannot be listed.
+def ancestors(proc: Path = PROC) -> set[int]:
+    """Returns the ids of this process and its ancestors (a wrapper such as ``run_snakemake.sh`` that started
+    this entry is not a Snakemake run holding the lock)."""
+    pids, pid = set(), os.getpid()
+    while pid > 0 and pid not in pids:
+        pids.add(pid)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; the name may hold spaces
+    return pids
 
-    A process counts when its command line names snakemake and its current directory is ``workdir``
-    (Snakemake changes into its ``--directory`` before locking).
+
+def snakemake_processes(workdir: Path, proc: Path = PROC) -> dict[int, str] | None:
+    """Returns {pid: command line} of the live Snakemake processes working in ``workdir``; None if processes
+    cannot be listed.
+
+    A process counts when any word of its command line mentions snakemake (``snakemake``, ``python -u -m
+    snakemake``, ``python .../bin/snakemake``, a wrapper such as ``conda run snakemake`` or ``bash -c
+    "snakemake ..."``) and it works in ``workdir``: its current directory is ``workdir`` (Snakemake changes into
+    its ``--directory`` before locking), or its ``--directory`` resolves there (a wrapper, or a run still
+    starting). This process and its ancestors never count. A false match only keeps a lock, with a message
+    naming the process.
     """
     if not proc.is_dir():
         return None
-    pids = []
+    found, skip = {}, ancestors(proc)
     for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in skip:
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            cwd = Path(os.readlink(entry / "cwd")).resolve()
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            cwd = Path(os.readlink(entry / "cwd"))
         except OSError:  # gone meanwhile, or another user's process
             continue
-        # `python -m snakemake ...`, or a `bin/snakemake` script (the kernel runs `python bin/snakemake ...`)
-        if cwd == workdir and any(os.path.basename(part) == b"snakemake" for part in cmdline[:3]):
-            pids.append(int(entry.name))
-    return sorted(pids)
+        mentions = any("snakemake" in word.lower() for word in words)
+        if mentions and workdir in (cwd.resolve(), workdir_of(words, cwd)):
+            found[int(entry.name)] = " ".join(word for word in words if word)
+    return dict(sorted(found.items()))
 
 
 def clear_stale_lock(args: Sequence[str], snakemake: Sequence[str]) -> str | None:
@@ -75,16 +99,17 @@ def clear_stale_lock(args: Sequence[str], snakemake: Sequence[str]) -> str | Non
     if not locks:
         return None
     unlock = [*snakemake, *args, "--unlock"]
-    pids = snakemake_pids(workdir)
-    if pids is None:
+    holders = snakemake_processes(workdir)
+    if holders is None:
         raise RuntimeError(
             f"{workdir} is locked ({locks[0]}) and this platform cannot list processes: if no other snakemake "
             f"runs there, remove the stale lock with `{' '.join(unlock)}` and rerun"
         )
-    if pids:
+    if holders:
+        named = "; ".join(f"pid {pid}: {command[:200]}" for pid, command in holders.items())
         raise RuntimeError(
-            f"{workdir} is locked by a running snakemake (pid {', '.join(map(str, pids))}): wait for it to "
-            "finish, or stop it, and rerun"
+            f"{workdir} is locked by a running snakemake ({named}): the lock is kept. Wait for it to finish, "
+            f"or stop it (`kill {' '.join(map(str, holders))}`), and rerun"
         )
     done = subprocess.run(unlock, capture_output=True, text=True)
     if done.returncode != 0:

@@ -145,9 +145,11 @@ def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
     holder = subprocess.Popen(["snakemake", "60"], executable=shutil.which("sleep"), cwd=tmp_path)
     try:
         deadline = time.monotonic() + 10
-        while not pipeline.snakemake_pids(tmp_path.resolve()) and time.monotonic() < deadline:
+        while not pipeline.snakemake_processes(tmp_path.resolve()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        with pytest.raises(RuntimeError, match=rf"locked by a running snakemake \(pid {holder.pid}\)"):
+        with pytest.raises(
+            RuntimeError, match=rf"locked by a running snakemake \(pid {holder.pid}: snakemake 60\)"
+        ):
             pipeline.clear_stale_lock(["--directory", str(tmp_path)], [PYTHON, "-m", "snakemake"])
     finally:
         holder.kill()
@@ -169,6 +171,70 @@ def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]  # stale now: removed, then the run starts
     assert "removed the stale lock" in done.stderr
     assert not any(locks.glob("*.lock"))
+
+
+def started(pid: int, deadline_s: float = 10.0) -> None:
+    """Returns None once process ``pid`` runs its own command line (after exec), or fails at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while b"snakemake" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, f"pid {pid} did not start"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        (["-u", "-m", "snakemake", "all"], "workdir"),  # an interpreter option before -m
+        (["-X", "utf8", "-m", "snakemake", "--directory", "work"], "parent"),  # still starting, or a wrapper
+    ],
+    ids=["python-u-m-snakemake", "directory-from-elsewhere"],
+)
+def test_a_live_snakemake_however_started_keeps_its_lock_and_a_dead_one_does_not(
+    tmp_path: Path, argv: list[str], where: str
+) -> None:
+    from sparsectx import pipeline
+
+    work = tmp_path / "work"
+    locks = work / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("")
+    fake = tmp_path / "fake" / "snakemake"  # `python -m snakemake` that only sleeps (PYTHONPATH comes first)
+    fake.mkdir(parents=True)
+    (fake / "__main__.py").write_text("import time\ntime.sleep(60)\n")
+    (work / "Snakefile").write_text(SLEEPER)  # so that `--unlock` under the live run would succeed
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
+    cwd = work if where == "workdir" else tmp_path
+    holder = subprocess.Popen([PYTHON, *argv], cwd=cwd, env=env)
+    args = ["--snakefile", str(work / "Snakefile"), "--directory", str(work), "--config", "sleep=0"]
+    try:
+        started(holder.pid)
+        live = rf"{work} is locked by a running snakemake \(pid {holder.pid}: {re.escape(PYTHON)} {argv[0]}.*kept"
+        with pytest.raises(RuntimeError, match=live):
+            pipeline.clear_stale_lock(args, [PYTHON, "-m", "snakemake"])
+        assert (locks / "0.input.lock").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+    message = pipeline.clear_stale_lock(args, [PYTHON, "-m", "snakemake"])  # dead now: the lock is stale
+    assert message is not None and "removed the stale lock" in message
+    assert not any(locks.glob("*.lock"))
+
+
+def test_wrappers_of_this_entry_and_runs_elsewhere_do_not_hold_the_lock(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = subprocess.Popen(["snakemake", "60"], executable=shutil.which("sleep"), cwd=elsewhere)
+    try:
+        started(other.pid)
+        probe = "from sparsectx import pipeline as p; print(sorted(p.snakemake_processes(p.Path.cwd())))"
+        wrapper = f"{shlex.quote(PYTHON)} -c {shlex.quote(probe)}; true"  # `; true`: bash stays the parent
+        done = subprocess.run(["bash", "-c", wrapper, "run-snakemake.sh"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    finally:
+        other.kill()
+        other.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"  # neither the wrapping shell nor a snakemake working elsewhere
 
 
 # ---- finding 8: errors that name the key or the file ---------------------------------------------------------
