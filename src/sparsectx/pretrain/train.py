@@ -22,6 +22,7 @@ from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.pretrain.config import PretrainConfig
 from sparsectx.pretrain.patchify import patchify
 from sparsectx.pretrain.stream import PretrainStream, collate
+from sparsectx.training.checkpoint import torch_save
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:
@@ -187,14 +188,16 @@ def _one_thread(_worker: int) -> None:
 
 
 def _save_state(state_dir: Path, model, optimizer, step: int, curve: list, seconds: float) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = state_dir / "state.pt.tmp"
-    torch.save(
-        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve,
-         "seconds": seconds},
-        tmp,
-    )  # fmt: skip
-    tmp.replace(state_dir / "state.pt")
+    """Writes ``state_dir/state.pt`` atomically (temporary file, fsync, rename).
+
+    A full disk raises ``OSError`` (errno ENOSPC) naming the file and the space the state needs; the
+    half-written copy is removed and the previous ``state.pt`` stays whole, so a rerun resumes from it.
+    """
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve,
+             "seconds": seconds}  # fmt: skip
+    torch_save(
+        state_dir / "state.pt", state, "the previous state.pt, if any, is kept and a rerun resumes from it"
+    )
 
 
 def save_release(
