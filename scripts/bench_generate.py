@@ -16,7 +16,9 @@ and batch size it times, in the same process, greedy decoding of ``--new-tokens`
 HF decodes a text prompt of the same length (decode cost depends on lengths, not on content; HF has no way
 to keep pruned tokens at their unpruned positions). Printed per row: decode ms per step, measured as
 (time for N tokens - time for 1 token) / (N - 1), so prefill is excluded; tokens/s over the whole call
-(prefill included); and the engine's speed-up over each HF variant. Asserts nothing.
+(prefill included); and the engine's speed-up over each HF variant. ``--shared`` adds a table of the engine
+on ``batch`` copies of one context (Pass@K's n draws, a GRPO group): each copy prefilled, against one
+prefill shared by all (``Prompts.shared``); prefill ms is the time for one token. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -67,11 +69,19 @@ class ModuloTokenizer:
         return self.inner.decode([int(i) % self.size for i in ids], skip_special_tokens=skip_special_tokens)
 
 
-def random_prompts(model, batch: int, length: int, device: torch.device) -> Prompts:
-    """Returns ``batch`` prompts of ``length`` random embeddings at positions 0..length-1."""
+def random_prompts(
+    model, batch: int, length: int, device: torch.device, copies: bool = False, shared: bool = False
+) -> Prompts:
+    """Returns ``batch`` prompts of ``length`` random embeddings at positions 0..length-1.
+
+    ``copies``: every prompt is the same context (Pass@K's n draws); ``shared`` also tells the engine so
+    (``Prompts.shared``: one prefill for all of them).
+    """
     dim = model.config.get_text_config().hidden_size
     dtype = model.get_input_embeddings().weight.dtype
-    embeds = torch.randn(batch, length, dim, device=device, dtype=dtype) * 0.02
+    embeds = torch.randn(1 if copies else batch, length, dim, device=device, dtype=dtype) * 0.02
+    if copies:
+        embeds = embeds.expand(batch, length, dim)
 
     def build(idx) -> ContextBatch:
         rows = list(idx)
@@ -82,7 +92,7 @@ def random_prompts(model, batch: int, length: int, device: torch.device) -> Prom
         as_tensor = lambda v: torch.full((size,), v, dtype=torch.long, device=device)  # noqa: E731
         return ContextBatch(inputs, as_tensor(length), as_tensor(0), as_tensor(length), as_tensor(0))
 
-    return Prompts([length] * batch, build)
+    return Prompts([length] * batch, build, shared=[0] * batch if shared else None)
 
 
 def time_engine(engine: DecodeEngine, prompts: Prompts, new: int, args) -> tuple[float, float]:
@@ -137,6 +147,7 @@ def main() -> None:
     parser.add_argument("--contexts", nargs="+", default=["pruned", "full"], choices=["pruned", "full"])
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shared", action="store_true", help="also time copies of one context, shared prefill")
     args = parser.parse_args()
     model, tokenizer = build(args)
     engine_cfg = EngineConfig(**OmegaConf.to_container(OmegaConf.load(ROOT / "conf/engine/default.yaml")))
@@ -162,6 +173,25 @@ def main() -> None:
                 speed = "" if name == "engine" else f"{step[name] / step['engine']:.2f}x"
                 print(f"| {context} ({length}) | {batch} | {name} | {1000 * step[name]:.2f} | "
                       f"{batch * args.new_tokens / full:.0f} | {speed} |", flush=True)  # fmt: skip
+    if args.shared:
+        shared_table(engine, model, lengths, args)
+
+
+def shared_table(engine: DecodeEngine, model, lengths: dict[str, int], args) -> None:
+    """Prints the engine on ``batch`` copies of one context, each prefilled vs one shared prefill (Pass@K)."""
+    print("\n| context | copies | prefill ms (each / shared) | tokens/s (each / shared) |")
+    print("| --- | --- | --- | --- |")
+    new = args.new_tokens
+    for context in args.contexts:
+        length = lengths[context]
+        for batch in args.batches:
+            each, shared = (
+                time_engine(engine, random_prompts(model, batch, length, model.device, True, flag), new, args)
+                for flag in (False, True)
+            )  # fmt: skip
+            print(f"| {context} ({length}) | {batch} | {1000 * each[1]:.1f} / {1000 * shared[1]:.1f} | "
+                  f"{batch * args.new_tokens / each[0]:.0f} / {batch * args.new_tokens / shared[0]:.0f} |",
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from tiny_models import noise_image
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
-from sparsectx.engine import DecodeEngine, pruned_prompts
+from sparsectx.engine import DecodeEngine, Prompts, pruned_prompts
 from sparsectx.generation import SamplingConfig
 from sparsectx.prompting import PromptItem
 from sparsectx.pruning import select_tokens
@@ -135,6 +135,36 @@ def test_seeded_sampling_is_reproducible(tiny_vlm):
     other = engine.generate(prompts, sampling, torch.Generator().manual_seed(8), slots=4)
     assert [g.token_ids.tolist() for g in runs[0]] == [g.token_ids.tolist() for g in runs[1]]
     assert [g.token_ids.tolist() for g in runs[0]] != [g.token_ids.tolist() for g in other]
+
+
+@torch.no_grad()
+def test_shared_contexts_prefill_once_and_decode_as_copies(tiny_vlm):
+    """Prompts.shared (Pass@K draws, a GRPO group): each refill prefills a context once for all its copies;
+    greedy copies equal the reference loop, and seeded sampling from shared copies is reproducible."""
+    adapter, samples, selections = _contexts(tiny_vlm, seed=5)
+    tok = tiny_vlm.processor.tokenizer
+    copies = 3
+    rep = lambda xs: [x for x in xs for _ in range(copies)]  # noqa: E731
+    reference = _oracle(adapter, tok, samples, selections, _sampling(8, []))
+    plain = pruned_prompts(adapter, rep(samples), rep(selections))
+    built: list[list[int]] = []
+
+    def build(idx):
+        built.append(list(idx))
+        return plain.build(idx)
+
+    keys = [i // copies for i in range(len(plain))]
+    shared = Prompts(plain.lengths, build, shared=keys)
+    engine = DecodeEngine(adapter, tok, default_engine(sync_every=3))
+    ours = engine.generate(shared, _sampling(8, []), slots=4)
+    assert [g.token_ids.tolist() for g in ours] == [g.token_ids.tolist() for g in rep(reference)]
+    assert all(len({keys[i] for i in call}) == len(call) for call in built)  # one row per context per refill
+    assert sum(map(len, built)) < len(plain)
+    sampling = SamplingConfig(8, True, 0.9, 0.95, 20, [])
+    runs = [engine.generate(shared, sampling, torch.Generator().manual_seed(11), slots=4) for _ in range(2)]
+    assert [g.token_ids.tolist() for g in runs[0]] == [g.token_ids.tolist() for g in runs[1]]
+    first = [g.token_ids.tolist() for g in runs[0][:copies]]
+    assert len({tuple(t) for t in first}) > 1  # copies of one context still draw different samples
 
 
 def test_bad_engine_settings_are_config_errors(tiny_vlm):

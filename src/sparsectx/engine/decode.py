@@ -3,7 +3,8 @@
 Rollouts, greedy evaluation, Pass@K sampling and the efficiency mode's latency all generate here. A call
 gets prompts (``sparsectx.engine.prompts``), sorts them by context length, and fills ``slots`` slots with
 the longest first; each prompt is prefilled with the model's own forward (its pruned tokens at their
-unpruned M-RoPE positions, design invariant 3) and its keys/values are copied into its slot; every decode
+unpruned M-RoPE positions, design invariant 3; prompts that share a context, ``Prompts.shared``, once per
+refill) and its keys/values are copied into its slot; every decode
 step then advances all slots at once at each slot's own next unpruned position. Tokens, counts and the
 ``done`` mask stay on the device; every ``engine.sync_every`` steps the host reads them once, confirms the
 ends (``sparsectx.engine.stops``), hands back finished generations and prefills the free slots with the
@@ -119,6 +120,19 @@ class DecodeEngine:
         return prefilled - start, _synced(self.device) - prefilled
 
 
+def shared_rows(prompts: Prompts, taken: list[int]) -> tuple[list[int], list[int]]:
+    """Returns (prompts to prefill, the prefill row of each taken prompt): one row per distinct context."""
+    first: dict[int, int] = {}
+    unique, source = [], []
+    for index in taken:
+        key = prompts.context_key(index)
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(index)
+        source.append(first[key])
+    return unique, source
+
+
 def _synced(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -160,16 +174,19 @@ class _Run:
             return
         taken = [self.queue.popleft() for _ in free]
         engine = self.engine
-        ctx = self.prompts.build(taken)
+        unique, source = shared_rows(self.prompts, taken)
+        ctx = self.prompts.build(unique)
         prefill = DynamicCache(config=engine.adapter.model.config.get_text_config())
         hidden = engine.adapter.run_llm(ctx.inputs, prefill)
         logits = engine.adapter.logits(hidden[:, -1])
         if self.step is None:
             self.step = engine.step_for(self.slots, self.length, prefill)
-        self.step.cache.load(free, prefill, ctx.inputs.attention_mask)
+        src = None if len(unique) == len(taken) else torch.tensor(source, device=engine.device)
+        pick = (lambda t: t) if src is None else (lambda t: t.index_select(0, src))  # noqa: E731
+        self.step.cache.load(free, prefill, ctx.inputs.attention_mask, src)
         rows = torch.tensor(free, dtype=torch.long, device=engine.device)
-        self.step.logits[rows] = logits.to(self.step.logits.dtype)
-        self.step.positions[rows] = ctx.next_position.to(engine.device)
+        self.step.logits[rows] = pick(logits).to(self.step.logits.dtype)
+        self.step.positions[rows] = pick(ctx.next_position.to(engine.device))
         self.count[rows] = 0
         self.done[rows] = False
         for slot, index in zip(free, taken, strict=True):

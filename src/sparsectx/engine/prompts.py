@@ -23,13 +23,20 @@ class Prompts:
     Attributes:
         lengths: each prompt's context length in tokens (pruned visual tokens + text).
         build: returns the left-padded contexts of the prompts at the given indices, in that order.
+        shared: prompts with equal entries have the same context (Pass@K's n draws, a GRPO group): the
+            engine prefills such prompts once per slot refill and copies the keys/values; None = all distinct.
     """
 
     lengths: list[int]
     build: Callable[[Sequence[int]], ContextBatch]
+    shared: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    def context_key(self, index: int) -> int:
+        """Returns the key of prompt ``index``'s context: equal keys, identical contexts."""
+        return index if self.shared is None else self.shared[index]
 
 
 def context_length(sample: EncodedSample, selections: Sequence[Selection]) -> int:

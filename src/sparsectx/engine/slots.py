@@ -101,18 +101,22 @@ class SlotCache:
         """Marks each slot's write position as a valid key (called before the step's layers run)."""
         self.valid.scatter_(1, self.write_index[:, None], True)
 
-    def load(self, slots: list[int], prefill: DynamicCache, mask: torch.Tensor) -> None:
+    def load(
+        self, slots: list[int], prefill: DynamicCache, mask: torch.Tensor, source: torch.Tensor | None = None
+    ) -> None:
         """Places a prefill's rows into ``slots``: keys/values at ``[0, W)``, valid where ``mask`` (B_new, W) is 1.
 
-        The next decode step of each slot writes at W.
+        ``source`` (len(slots),) int64 picks the prefill row of each slot (several slots may share one row);
+        None = row i for slot i. The next decode step of each slot writes at W.
         """
         width = mask.shape[1]
         if width >= self.length:
             raise ValueError(f"a prompt of {width} tokens does not fit a cache of {self.length} positions")
         rows = torch.tensor(slots, dtype=torch.long, device=self.write_index.device)
+        pick = (lambda t: t) if source is None else (lambda t: t.index_select(0, source))  # noqa: E731
         for layer, keys, values in zip(prefill.layers, self.keys, self.values, strict=True):
-            keys[rows, :, :width] = layer.keys.to(keys.dtype)
-            values[rows, :, :width] = layer.values.to(values.dtype)
+            keys[rows, :, :width] = pick(layer.keys).to(keys.dtype)
+            values[rows, :, :width] = pick(layer.values).to(values.dtype)
         self.valid[rows] = False
-        self.valid[rows, :width] = mask.bool()
+        self.valid[rows, :width] = pick(mask).bool()
         self.write_index[rows] = width

@@ -140,7 +140,7 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     else:
         context = lambda m: text_context(loaded.adapter, [sample] * m)  # noqa: E731
         kept, length = [], sample.prompt_ids.numel()
-    copies = lambda m: Prompts([length] * m, lambda idx: context(len(idx)))  # noqa: E731
+    copies = lambda m: Prompts([length] * m, lambda idx: context(len(idx)), shared=[0] * m)  # noqa: E731
     seed = derive_seed(cfg.seed, "passk", spec.name, sid, condition)
     generator = torch.Generator(device=loaded.adapter.model.device).manual_seed(seed)
     engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
