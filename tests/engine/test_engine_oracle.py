@@ -183,3 +183,19 @@ def test_bad_engine_settings_are_config_errors(tiny_vlm):
         _sampling(4, ["</answer>", ""])
     with pytest.raises(ValueError, match="engine.sync_every"):
         default_engine(sync_every=0)
+
+
+def test_pruned_prompts_share_only_repeated_objects(tiny_vlm):
+    adapter, samples, selections = _contexts(tiny_vlm, seed=6)
+    distinct = pruned_prompts(adapter, samples[:3], selections[:3])
+    assert distinct.shared is None
+    grouped = pruned_prompts(
+        adapter, [samples[0]] * 2 + [samples[1]] * 2, [selections[0]] * 2 + [selections[1]] * 2
+    )
+    assert grouped.shared == [0, 0, 2, 2]
+    equal_not_same = [list(selections[0]), list(selections[0])]  # equal lists of the same Selection objects
+    assert pruned_prompts(adapter, [samples[0]] * 2, equal_not_same).shared == [0, 0]
+    copied = [selections[0], [type(s)(s.indices.clone(), s.embeds, s.deepstack) for s in selections[0]]]
+    assert (
+        pruned_prompts(adapter, [samples[0]] * 2, copied).shared is None
+    )  # other objects: never assumed equal

@@ -50,9 +50,17 @@ def context_length(sample: EncodedSample, selections: Sequence[Selection]) -> in
 def pruned_prompts(
     adapter: VLMAdapter, samples: Sequence[EncodedSample], selections: Sequence[Sequence[Selection]]
 ) -> Prompts:
-    """Returns the prompts of encoded samples with their per-image selections (contexts via ``build_context``)."""
+    """Returns the prompts of encoded samples with their per-image selections (contexts via ``build_context``).
+
+    Prompts that repeat the same sample object with the same selection objects (a GRPO group's G copies)
+    are marked as one context (``Prompts.shared``), so the engine prefills it once per refill.
+    """
     lengths = [context_length(s, sel) for s, sel in zip(samples, selections, strict=True)]
+    identity = [(id(s), *map(id, sel)) for s, sel in zip(samples, selections, strict=True)]
+    first = {key: index for index, key in reversed(list(enumerate(identity)))}
+    shared = [first[key] for key in identity]
     return Prompts(
         lengths,
         lambda idx: build_context(adapter, [samples[i] for i in idx], [list(selections[i]) for i in idx]),
+        shared=None if len(first) == len(identity) else shared,
     )
