@@ -9,19 +9,17 @@ from the math modules; prefix sources, objectives, teacher kinds and reductions 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from sparsectx.checks import check_choice
+from sparsectx.checks import check_choice, check_params, check_registry_key
 from sparsectx.generation import DecodingConfig
-from sparsectx.registry import Registry
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
-from sparsectx.training.rewards import REWARDS
-from sparsectx.training.rl import IS_LEVELS, STD_KINDS
+from sparsectx.training.rl_config import RLConfig
 from sparsectx.training.schedules import BUDGET_SCHEDULES
 
 PREFIX_KINDS = ("rollout", "reference")
@@ -53,37 +51,6 @@ _DIVERGENCE_ARGS = {
 }
 _SELECTOR_ARGS = {"generator"}
 _SCHEDULE_ARGS = {"total_steps", "generator"}
-
-
-def check_params(fn: Callable[..., Any], params: Mapping[str, Any], fixed: set[str], key: str) -> None:
-    """Returns None if ``params`` are exactly ``fn``'s keyword-only arguments minus ``fixed``; else raises.
-
-    Args:
-        fn: the registered component.
-        params: the YAML ``params`` block.
-        fixed: keyword-only names the loop passes itself.
-        key: dotted config key of the ``params`` block, used in the message.
-    """
-    signature = inspect.signature(fn).parameters.values()
-    expected = sorted(
-        p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in fixed
-    )
-    missing = [f"{key}.{name}" for name in expected if name not in params]
-    unknown = [f"{key}.{name}" for name in params if name not in expected]
-    if missing or unknown:
-        raise KeyError(
-            f"{key}: missing {missing or 'nothing'}, unknown {unknown or 'nothing'}; this component takes "
-            "exactly "
-            f"{expected} (set them in the method preset)"
-        )
-
-
-def _check_key(registry: Registry[Any], name: str, key: str) -> None:
-    if name not in registry:
-        try:
-            registry.get(name)
-        except KeyError as err:
-            raise KeyError(f"{key}={name!r}: {err.args[0]}") from None
 
 
 @dataclass
@@ -171,7 +138,7 @@ class DivergenceConfig:
     """Positions per fp32 chunk of every full-vocabulary operation."""
 
     def __post_init__(self) -> None:
-        _check_key(DIVERGENCES, self.name, "method.divergence.name")
+        check_registry_key(DIVERGENCES, self.name, "method.divergence.name")
         fn = DIVERGENCES.get(self.name)
         _check_used(fn, "beta", self.beta, "method.divergence.beta", f"divergence {self.name!r}")
         check_params(fn, self.extra(), _DIVERGENCE_ARGS, "method.divergence")
@@ -205,7 +172,7 @@ class PositionsConfig:
     """union | recompute (see ``PROBE_NESTINGS``); used with a sensitivity rule only."""
 
     def __post_init__(self) -> None:
-        _check_key(POSITION_SELECTORS, self.name, "method.positions.name")
+        check_registry_key(POSITION_SELECTORS, self.name, "method.positions.name")
         selector = POSITION_SELECTORS.get(self.name)
         _check_used(
             selector.select, "fraction", self.fraction, "method.positions.fraction", f"selector {self.name!r}"
@@ -253,14 +220,14 @@ class ScheduleConfig:
     """Schedule name -> its keyword arguments, exactly (``budget``; start/final budgets, α, ...)."""
 
     def __post_init__(self) -> None:
-        _check_key(BUDGET_SCHEDULES, self.name, "method.schedule.name")
+        check_registry_key(BUDGET_SCHEDULES, self.name, "method.schedule.name")
         if self.name not in self.params:
             raise KeyError(
                 f"method.schedule.params.{self.name} is missing: give the arguments of {self.name!r}"
             )
         for name, block in self.params.items():
             key = f"method.schedule.params.{name}"
-            _check_key(BUDGET_SCHEDULES, name, key)
+            check_registry_key(BUDGET_SCHEDULES, name, key)
             schedule = BUDGET_SCHEDULES.get(name)
             check_params(schedule, block, _SCHEDULE_ARGS, key)
             try:  # the schedule's own checks (final budget above start, α, ...) run here, before any work
@@ -336,81 +303,6 @@ class OptimConfig:
         if self.warmup_steps < 0:
             raise ValueError(f"method.optim.warmup_steps={self.warmup_steps} must be >= 0")
         check_choice(self.lr_schedule, LR_SCHEDULES, "method.optim.lr_schedule")
-
-
-@dataclass
-class RewardConfig:
-    """``method.rl.reward``: the reward of each rollout (a ``REWARDS`` key) and its keyword arguments."""
-
-    name: str
-    """correct_format (benchmark-scorer correctness + format, ``sparsectx.training.rewards``)."""
-    params: dict[str, Any]
-    """The reward's keyword arguments, exactly (correct_format: correct_weight, format_weight)."""
-
-    def __post_init__(self) -> None:
-        _check_key(REWARDS, self.name, "method.rl.reward.name")
-        check_params(REWARDS.get(self.name), self.params, set(), "method.rl.reward.params")
-
-
-@dataclass
-class RLConfig:
-    """``method.rl``: group-relative policy gradient (GRPO / GSPO / DAPO; training-methods spec §5.4)."""
-
-    group_size: int
-    """G >= 2 rollouts per prompt, all from the prompt's one pruned context."""
-    reward: RewardConfig
-    scale_rewards: bool
-    """Divide the centred rewards by the group std + 1e-4 (TRL ``scale_rewards="group"``); False = Dr.GRPO."""
-    std: str
-    """population (÷G, the SCOPD authors' GRPO) | sample (÷(G−1), TRL's ``nanstd``)."""
-    epsilon_low: float
-    """ε_low > 0 of the clip range [1 − ε_low, 1 + ε_high]."""
-    epsilon_high: float
-    """ε_high > 0 (DAPO's clip-higher: ε_high > ε_low)."""
-    importance_sampling_level: str
-    """token (GRPO, DAPO) | sequence (GSPO's length-normalised sequence ratio)."""
-    num_iterations: int
-    """Optimizer updates per batch of rollouts; only 1 (strictly on-policy, ratio 1) is implemented."""
-    beta: float
-    """Weight of the k3 KL(π_θ‖π_ref) to the frozen initial model (needs ``method.teacher.kind=frozen``)."""
-    mask_truncated: bool
-    """Drop rollouts that hit ``max_new_tokens`` without stopping from the loss (DAPO's overlong filtering)."""
-    overlong_cache_fraction: float | None
-    """DAPO's soft overlong punishment with L_cache = fraction · max_new_tokens; null = off."""
-    dynamic_sampling: bool
-    """DAPO: replace zero-variance groups by groups of newly drawn prompts until the batch is full."""
-    max_draws: int
-    """Refill rounds per optimizer step under dynamic sampling; groups still uninformative are dropped."""
-    chunk_size: int
-    """Rows per fp32 chunk of the log-probability computation."""
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(
-                f"method.rl.group_size={self.group_size} must be >= 2: a group of one has no relative "
-                "advantage (GRPO uses 8)"
-            )
-        check_choice(self.std, STD_KINDS, "method.rl.std")
-        check_choice(self.importance_sampling_level, IS_LEVELS, "method.rl.importance_sampling_level")
-        for key, eps in (("epsilon_low", self.epsilon_low), ("epsilon_high", self.epsilon_high)):
-            if not 0.0 < eps < 1.0:
-                raise ValueError(f"method.rl.{key}={eps!r} must lie in (0, 1) (GRPO 0.2, GSPO 3e-4/4e-4)")
-        if self.num_iterations != 1:
-            raise ValueError(
-                f"method.rl.num_iterations={self.num_iterations}: only 1 is implemented (on-policy; the old "
-                "log-probabilities of reused rollouts are not kept); set method.rl.num_iterations=1"
-            )
-        if not self.beta >= 0.0:
-            raise ValueError(f"method.rl.beta={self.beta!r} must be >= 0 (0 = no KL to the reference)")
-        frac = self.overlong_cache_fraction
-        if frac is not None and not 0.0 < frac < 1.0:
-            raise ValueError(f"method.rl.overlong_cache_fraction={frac!r} must lie in (0, 1), or null (off)")
-        if self.max_draws < 0 or (self.max_draws > 0 and not self.dynamic_sampling):
-            raise ValueError(
-                f"method.rl.max_draws={self.max_draws} must be >= 0, and 0 unless method.rl.dynamic_sampling"
-            )
-        if self.chunk_size < 1:
-            raise ValueError(f"method.rl.chunk_size={self.chunk_size} must be >= 1")
 
 
 @dataclass
