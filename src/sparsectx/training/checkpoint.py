@@ -34,6 +34,8 @@ import os
 import pickle
 import random
 import shutil
+import sys
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -177,6 +179,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])  # load_state mapped them to the device
 
 
+def canonical(obj: Any) -> Any:
+    """Returns ``obj`` with its dicts, lists and tuples rebuilt and every string interned (tensors, arrays and
+    other objects are kept as they are), so that ``torch.save`` writes the same bytes for equal payloads.
+
+    Pickle memoizes by object identity: a resumed run's optimizer keys are strings loaded from ``trainer.pt``,
+    an uninterrupted run's are the code's interned literals, and a key shared with the payload's own
+    ``"step"`` was written once as a back-reference in one run and twice in the other. The values were equal;
+    only the bytes (and torch's content-derived serialization id) differed.
+    """
+    if type(obj) is str:
+        return sys.intern(obj)
+    if type(obj) in (dict, OrderedDict):
+        return type(obj)((canonical(key), canonical(value)) for key, value in obj.items())
+    if type(obj) in (list, tuple):
+        return type(obj)(canonical(item) for item in obj)
+    return obj
+
+
 def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
     """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json`` with its sha256, size).
 
@@ -187,7 +207,7 @@ def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -
     """
     tmp = fresh_tmp(state_dir)
     with discarded_on_error(tmp):
-        written = torch_save(tmp / STATE_FILE, payload, f"{state_dir} keeps the last state")
+        written = torch_save(tmp / STATE_FILE, canonical(payload), f"{state_dir} keeps the last state")
         atomic_write_json(
             tmp / META_FILE, {**meta, "payload_sha256": written.sha256, "payload_bytes": written.size}
         )
