@@ -53,7 +53,7 @@ def test_params_must_match_keyword_only_arguments(make_image):
     image, question = make_image(10), torch.zeros(1, 8)
     with pytest.raises(KeyError, match=r"unknown pruner.params.thetta \(did you mean 'theta'\?\)"):
         select_tokens("cdpruner", image, question, 0.5, torch.Generator(), {"theta": 0.5, "thetta": 0.5})
-    with pytest.raises(KeyError, match=r"missing pruner.params.contextual_share"):
+    with pytest.raises(KeyError, match=r"missing pruner.params.contextual_fraction"):
         select_tokens("visionzip", image, question, 0.5, torch.Generator(), {})
 
 

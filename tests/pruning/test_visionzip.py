@@ -7,21 +7,24 @@ import math
 import pytest
 import torch
 
-from sparsectx.pruning.visionzip import dominant_tokens, select_visionzip
+from sparsectx.budget import tokens_to_keep
+from sparsectx.pruning import select_tokens
+from sparsectx.pruning.config import PrunerConfig
+from sparsectx.pruning.visionzip import contextual_count, dominant_tokens, select_visionzip
 from sparsectx.visual import ImageTokens
 
 
-def run(image: ImageTokens, k: int, share: float):
-    """Returns VisionZip's selection of k tokens with contextual share ``share``."""
+def run(image: ImageTokens, k: int, fraction: float):
+    """Returns VisionZip's selection of k tokens, a fraction ``fraction`` of them contextual."""
     return select_visionzip(
-        image, torch.zeros(1, image.embeds.shape[1]), k, torch.Generator(), contextual_share=share
+        image, torch.zeros(1, image.embeds.shape[1]), k, torch.Generator(), contextual_fraction=fraction
     )
 
 
-def reference(image: ImageTokens, k: int, share: float):
+def reference(image: ImageTokens, k: int, fraction: float):
     """Returns (kept indices, {index: merged rows per feature}) by following spec 2.1 with plain lists."""
     n = image.num_tokens
-    k_ctx = min(max(1, round(share * n)), k - 1)
+    k_ctx = min(max(1, round(fraction * k)), k - 1)
     attention = image.attention_received.tolist()
     dominant = sorted(range(n), key=lambda i: (-attention[i], i))[: k - k_ctx]
     rest = [i for i in range(n) if i not in dominant]
@@ -45,7 +48,7 @@ def reference(image: ImageTokens, k: int, share: float):
 
 
 def test_hand_worked_example():
-    # N=6, k=4, b=1/3: k_ctx = 2, k_dom = 2 -> dominant {1, 3}; rest [0, 2, 4, 5], stride 2 -> targets
+    # N=6, k=4, f=1/2: k_ctx = 2, k_dom = 2 -> dominant {1, 3}; rest [0, 2, 4, 5], stride 2 -> targets
     # [0, 4]; token 2 (key ~ e1) joins target 0, token 5 (key ~ e1) joins target 0, target 4 stays itself.
     embeds = torch.tensor([[float(i), 10.0 * i] for i in range(6)])
     image = ImageTokens(
@@ -55,7 +58,7 @@ def test_hand_worked_example():
         keys=torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [1.0, 1.0], [0.0, 1.0], [0.8, 0.3]]),
         deepstack=(embeds * -2.0,),
     )
-    selection = run(image, 4, 1 / 3)
+    selection = run(image, 4, 0.5)
     assert selection.indices.tolist() == [0, 1, 3, 4]
     expected = torch.tensor([[0 + (2 + 5) / 2, 0 + (20 + 50) / 2], [1.0, 10.0], [3.0, 30.0], [4.0, 40.0]])
     torch.testing.assert_close(selection.embeds, expected)
@@ -66,22 +69,22 @@ def test_attention_ties_go_to_lowest_index():
     attention = torch.tensor([0.1, 0.3, 0.9, 0.2, 0.1, 0.9, 0.9, 0.0])
     assert dominant_tokens(attention, 2).tolist() == [2, 5]
     assert dominant_tokens(attention, 4).tolist() == [2, 5, 6, 1]
-    # Through the operator: k=4, b=0.2 on N=8 gives k_ctx = 2, k_dom = 2, so 6 is not dominant.
+    # Through the operator: k=4, f=0.5 on N=8 gives k_ctx = 2, k_dom = 2, so 6 is not dominant.
     image = ImageTokens(torch.randn(8, 3), (1, 2, 4), attention, torch.randn(8, 2))
-    keep, _, dominant = reference(image, 4, 0.2)
+    keep, _, dominant = reference(image, 4, 0.5)
     assert dominant == [2, 5]
-    assert run(image, 4, 0.2).indices.tolist() == keep
+    assert run(image, 4, 0.5).indices.tolist() == keep
 
 
-@pytest.mark.parametrize("share", [0.05, 0.2, 0.5])
+@pytest.mark.parametrize("fraction", [0.15625, 0.5, 0.9])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize(("n", "k"), [(1, 1), (2, 1), (2, 2), (9, 3), (30, 6), (30, 15), (64, 64)])
-def test_matches_brute_force_reference(share, seed, n, k, make_image):
+def test_matches_brute_force_reference(fraction, seed, n, k, make_image):
     image = make_image(n, seed=seed, dtype=torch.float64)
-    selection = run(image, k, share)
-    keep, rows, dominant = reference(image, k, share)
+    selection = run(image, k, fraction)
+    keep, rows, dominant = reference(image, k, fraction)
     assert selection.indices.tolist() == keep
-    assert len(dominant) == k - min(max(1, round(share * n)), k - 1)
+    assert len(dominant) == k - min(max(1, round(fraction * k)), k - 1)
     for pos, i in enumerate(keep):
         got = [selection.embeds[pos], *(level[pos] for level in selection.deepstack)]
         for g, want in zip(got, rows[i], strict=True):
@@ -93,18 +96,59 @@ def test_matches_brute_force_reference(share, seed, n, k, make_image):
 
 def test_bf16_merge_accumulates_in_fp32(make_image):
     image = make_image(40, seed=1, dtype=torch.bfloat16)
-    selection = run(image, 8, 0.1)
-    keep, rows, _ = reference(image, 8, 0.1)
+    selection = run(image, 8, 0.5)
+    keep, rows, _ = reference(image, 8, 0.5)
     assert selection.embeds.dtype == torch.bfloat16
     torch.testing.assert_close(
         selection.embeds.double(), torch.stack([rows[i][0] for i in keep]), atol=0.05, rtol=0.02
     )
 
 
-@pytest.mark.parametrize("share", [-0.01, 1.5])
-def test_contextual_share_outside_range_names_value(share, make_image):
-    with pytest.raises(ValueError, match=rf"pruner.params.contextual_share={share!r} is outside \[0, 1\]"):
-        run(make_image(10), 3, share)
+@pytest.mark.parametrize(
+    ("n", "budget", "split"),
+    [
+        # (k_dom, k_ctx); the fixed 5%-of-N rule gave 1/64, 65/65, 194/65 at N=1296 and 1/12, 13/13, 38/13
+        # at the tiny model's N=256, 1/50 and 51/51 at N=1024: at a 5% budget one dominant token was left.
+        (1296, 0.05, (33, 32)),
+        (1296, 0.1, (65, 65)),
+        (1296, 0.2, (129, 130)),
+        (256, 0.05, (7, 6)),
+        (256, 0.1, (13, 13)),
+        (256, 0.2, (25, 26)),
+        (1024, 0.05, (25, 26)),
+        (1024, 0.1, (51, 51)),
+    ],
+)
+def test_shipped_split_keeps_both_parts(n, budget, split, make_image, pruner_confs):
+    fraction = pruner_confs["visionzip"]["params"]["contextual_fraction"]
+    k = tokens_to_keep(budget, n)
+    assert (k - contextual_count(k, fraction), contextual_count(k, fraction)) == split
+    image = make_image(n, seed=3)
+    selection = select_tokens(
+        "visionzip", image, torch.zeros(1, 8), budget, torch.Generator(), {"contextual_fraction": fraction}
+    )
+    keep, _, dominant = reference(image, k, fraction)
+    assert selection.indices.tolist() == keep and len(dominant) == split[0]
+
+
+@pytest.mark.parametrize("k", range(2, 40))
+def test_both_parts_at_every_k_of_shipped_config(k, make_image, pruner_confs):
+    fraction = pruner_confs["visionzip"]["params"]["contextual_fraction"]
+    _, _, dominant = reference(make_image(80, seed=k), k, fraction)
+    assert 1 <= len(dominant) <= k - 1
+
+
+def test_old_contextual_share_key_fails_naming_it():
+    with pytest.raises(KeyError, match=r"unknown pruner.params.contextual_share"):
+        PrunerConfig(name="visionzip", stage="pre_llm", params={"contextual_share": 0.05})
+
+
+@pytest.mark.parametrize("fraction", [-0.01, 0.0, 1.0, 1.5])
+def test_contextual_fraction_outside_range_names_value(fraction, make_image):
+    with pytest.raises(
+        ValueError, match=rf"pruner.params.contextual_fraction={fraction!r} is outside \(0, 1\)"
+    ):
+        run(make_image(10), 3, fraction)
 
 
 def test_non_finite_attention_is_rejected(make_image):

@@ -95,7 +95,7 @@ def test_kill_and_resume_reaches_the_same_weights(
     ("change", "key"),
     [
         ("method.positions.fraction=0.2", "method.positions.fraction"),
-        ("pruner.params.contextual_share=0.1", "pruner.params.contextual_share"),
+        ("pruner.params.contextual_fraction=0.25", "pruner.params.contextual_fraction"),
         ("seed=1", "seed"),
         ("method.teacher.ema_decay=0.99", "method.teacher.ema_decay"),
         ("memory.optimizer_states=int8", "memory.optimizer_states"),

@@ -1,8 +1,11 @@
 """VisionZip (Yang et al., CVPR 2025): dominant tokens by attention plus merged contextual tokens.
 
-Spec 2.1, "Spec for our framework". Per image of N post-merger tokens and budget k:
-k_ctx = min(max(1, round(b * N)), k - 1) contextual tokens, k_dom = k - k_ctx dominant tokens (top by the
-attention each token receives in the last full-attention vision block). The remaining tokens R (raster
+Spec 2.1, "Spec for our framework", with the contextual count a fraction f of the kept set (issue 16):
+per image of N post-merger tokens and budget k, k_ctx = min(max(1, round(f * k)), k - 1) contextual tokens
+and k_dom = k - k_ctx dominant tokens (top by the attention each token receives in the last full-attention
+vision block); k = 1 keeps one dominant token. The Qwen port's k_ctx = 5% of N whatever k left a single
+dominant token at a 5% budget; a share of k keeps both parts at every budget, as the authors' LLaVA splits
+do (10/64 = 20/128 = 30/192). The remaining tokens R (raster
 order) give k_ctx targets by uniform stride; every other token of R joins the target whose key is most
 cosine-similar, and the target's vector becomes target + mean(members), written into the target's slot so
 it keeps the target's position. The same assignment merges every DeepStack level (Qwen3-VL).
@@ -24,7 +27,7 @@ def select_visionzip(
     k: int,
     generator: torch.Generator,
     *,
-    contextual_share: float,
+    contextual_fraction: float,
 ) -> Selection:
     """Returns k_dom dominant and k_ctx contextual tokens of ``image``, indices ascending.
 
@@ -34,20 +37,21 @@ def select_visionzip(
         question_embeds: (T_q, D) question embeddings; unused (VisionZip is text-agnostic).
         k: tokens to keep, 1 <= k <= N.
         generator: unused (deterministic; ties go to the lowest token index).
-        contextual_share: b, the fraction of N spent on contextual tokens, in [0, 1].
+        contextual_fraction: f, the fraction of the k kept tokens that are contextual, in (0, 1); rounded
+            half to even and clamped so that k >= 2 keeps at least one token of each kind.
 
     Raises:
-        ValueError: ``contextual_share`` outside [0, 1] or non-finite attention.
+        ValueError: ``contextual_fraction`` outside (0, 1) or non-finite attention.
     """
-    if not 0.0 <= contextual_share <= 1.0:
+    if not 0.0 < contextual_fraction < 1.0:
         raise ValueError(
-            f"pruner.params.contextual_share={contextual_share!r} is outside [0, 1]: it is the "
-            "fraction of an image's tokens kept as contextual tokens (VisionZip-Qwen uses 0.05)"
+            f"pruner.params.contextual_fraction={contextual_fraction!r} is outside (0, 1): it is the "
+            "fraction of the kept tokens k that are contextual (0.5 gives 5% + 5% of N at a 10% budget)"
         )
     if not bool(torch.isfinite(image.attention_received).all()):
         raise ValueError("image.attention_received has non-finite entries; VisionZip cannot rank them")
     n = image.num_tokens
-    k_ctx = min(max(1, round(contextual_share * n)), k - 1)
+    k_ctx = contextual_count(k, contextual_fraction)
     dominant = dominant_tokens(image.attention_received, k - k_ctx)
     if k_ctx == 0:
         return Selection.gather(image, dominant)
@@ -63,6 +67,11 @@ def select_visionzip(
     keep = torch.sort(torch.cat([dominant, targets])).values
     merged = [merge_into_targets(f, targets, members, assign)[keep] for f in (image.embeds, *image.deepstack)]
     return Selection(indices=keep, embeds=merged[0], deepstack=tuple(merged[1:]))
+
+
+def contextual_count(k: int, contextual_fraction: float) -> int:
+    """Returns k_ctx = min(max(1, round(f * k)), k - 1): 0 for k = 1, else between 1 and k - 1."""
+    return min(max(1, round(contextual_fraction * k)), k - 1)
 
 
 def dominant_tokens(attention: torch.Tensor, k_dom: int) -> torch.Tensor:
