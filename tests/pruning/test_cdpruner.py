@@ -39,22 +39,31 @@ def reference_order(x: torch.Tensor, question: torch.Tensor, k: int, theta: floa
     unit = x / x.norm(dim=1, keepdim=True)
     q = torch.tensor(q, dtype=torch.float64)
     L = q[:, None] * (unit @ unit.T) * q[None, :]
+    picks = [i for i, gain in zip(*greedy_log_det(L, k), strict=True) if gain > 1e-12]  # float64 rank
+    rest = sorted((i for i in range(len(q)) if i not in picks), key=lambda i: (-rel[i], i))
+    return picks + rest[: k - len(picks)]
+
+
+def greedy_log_det(kernel: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
+    """Returns k greedy picks maximising det(L_P) of the float64 ``kernel`` L and each pick's gain / max L_ii.
+
+    The gain of a pick is det(L_P+j) / det(L_P), its marginal gain d_j^2; no early stop.
+    """
     picks: list[int] = []
-    det_p, floor = 1.0, 1e-4 * float(L.diagonal().max())
+    gains: list[float] = []
+    det_p, scale = 1.0, float(kernel.diagonal().max())
     while len(picks) < k:
         dets = {
-            i: float(torch.linalg.det(L[picks + [i]][:, picks + [i]]))
-            for i in range(len(q))
+            i: float(torch.linalg.det(kernel[picks + [i]][:, picks + [i]]))
+            for i in range(kernel.shape[0])
             if i not in picks
         }
         top = max(dets.values())
         best = min(i for i, v in dets.items() if v >= top - 1e-9 * abs(top))  # float64 near-ties -> lowest
-        if dets[best] / det_p <= floor:
-            break
         picks.append(best)
+        gains.append(dets[best] / det_p / scale)
         det_p = dets[best]
-    rest = sorted((i for i in range(len(q)) if i not in picks), key=lambda i: (-rel[i], i))
-    return picks + rest[: k - len(picks)]
+    return picks, gains
 
 
 @pytest.mark.parametrize("theta", [None, 0.5, 0.8])
@@ -79,6 +88,36 @@ def test_rank_exhaustion_stops_early_and_fills_by_relevance(seed):
     rel, _ = reference_quality(x, question, 0.5)
     fill = got[4:]
     assert [rel[i] for i in fill] == sorted((rel[i] for i in fill), reverse=True)
+
+
+@pytest.mark.parametrize("sigma", [3e-3, 1e-2])
+@pytest.mark.parametrize("seed", range(4))
+def test_near_duplicates_match_float64_picks_above_noise(sigma, seed):
+    # Four directions with six near-copies each: after one pick per direction the gains fall to ~sigma^2,
+    # far below the former 1e-4 stop yet far above fp32 rounding, and float64 orders them stably.
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 16, generator=g).repeat_interleave(6, 0) + sigma * torch.randn(24, 16, generator=g)
+    question = torch.randn(3, 16, generator=g)
+    _, quality = reference_quality(x, question, 0.5)
+    unit = x.double() / x.double().norm(dim=1, keepdim=True)
+    q = torch.tensor(quality, dtype=torch.float64)
+    want, gains = greedy_log_det(q[:, None] * (unit @ unit.T) * q[None, :], 20)
+    eps = torch.finfo(torch.float32).eps
+    stable = next(t for t, gain in enumerate(gains) if gain <= 20 * max(t, 1) * eps)  # 10x the fp32 stop
+    assert sum(gains[t] < 1e-4 for t in range(stable)) >= 1  # picks the former stop dropped
+    assert conditional_dpp_order(x, question, 20, 0.5).tolist()[:stable] == want[:stable]
+
+
+@pytest.mark.parametrize("spread", [0.0, 3.0, 6.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_rank_exhausted_correlated_kernel_stops_at_rank(spread, seed):
+    # Tokens sharing a mean direction (cos up to ~0.97, as LLM embeddings are) from bf16: after D picks the
+    # fp32 gains are rounding residue that grows with the number of picks, and must not be picked.
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(300, 32, generator=g) + spread * torch.randn(1, 32, generator=g)).bfloat16()
+    unit = torch.nn.functional.normalize(x.float(), dim=-1)
+    quality = torch.exp(0.5 * torch.rand(300, generator=g))
+    assert greedy_dpp_map(unit, quality, 60).numel() == 32
 
 
 @pytest.mark.parametrize("question", [torch.zeros(0, 6), torch.ones(2, 6)])
