@@ -75,4 +75,9 @@ def offloaded_teacher_logits(student: Student, kind: str, micro: list[MicroBatch
     if student.frozen is None:
         raise RuntimeError("memory.teacher_offload needs the frozen copy; build_student did not make one")
     with on_device(student.frozen.model, student.model.device):
-        return [teacher_logits(student, kind, mb.teacher_encoded, mb.prefix.tokens).cpu() for mb in micro]
+        return [
+            teacher_logits(
+                student, kind, mb.teacher_encoded, mb.prefix.tokens, None, mb.teacher_selections
+            ).cpu()
+            for mb in micro
+        ]

@@ -20,13 +20,14 @@ from sparsectx.generation import DecodingConfig
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
 from sparsectx.training.rl_config import RLConfig
-from sparsectx.training.schedules import BUDGET_SCHEDULES
+from sparsectx.training.schedules import BUDGET_SCHEDULES, check_epic_gap
 
 PREFIX_KINDS = ("rollout", "reference")
 """``rollout``: on-policy student samples at budget b; ``reference``: the data's reference (fixed prefix)."""
-OBJECTIVES = ("distill", "sft", "rl")
+OBJECTIVES = ("distill", "sft", "rl", "distill_sft")
 """``distill``: divergence to a teacher on the prefix; ``sft``: cross-entropy of the prefix tokens; ``rl``:
-group-relative policy gradient on G rollouts per prompt (GRPO / GSPO / DAPO, ``method.rl``)."""
+group-relative policy gradient on G rollouts per prompt (GRPO / GSPO / DAPO, ``method.rl``); ``distill_sft``:
+α·divergence + (1 − α)·cross-entropy per position, α = ``method.distill_weight`` (EPIC)."""
 TEACHER_KINDS = ("frozen", "ema", "shared", "trust_region", "progressive", "none")
 """``frozen``: the initial model; ``ema``: EMA of the trainable tensors; ``shared``: the student itself;
 ``trust_region``: the frozen model's logits interpolated towards the current student's; ``progressive``: a
@@ -54,6 +55,27 @@ _SCHEDULE_ARGS = {"total_steps", "generator"}
 
 
 @dataclass
+class TeacherGapConfig:
+    """``method.teacher.budget_gap``: the teacher's own pruned context at budget min(1, b + gap(p)) (EPIC).
+
+    gap(p) = min(start + slope·p, max) at progress p = step / steps; the pruner re-selects at that budget
+    (EPIC's teacher forward re-runs its pruner at the milder ratio; spec §5.3).
+    """
+
+    start: float
+    """gap at p = 0, > 0 (EPIC: 0.1)."""
+    slope: float
+    """growth per unit progress, >= 0 (EPIC: 0.5)."""
+    max: float
+    """cap on the gap, in [start, 1) (EPIC: 0.3)."""
+
+    def __post_init__(self) -> None:
+        check_epic_gap(
+            gap_start=self.start, gap_slope=self.slope, gap_max=self.max, key="method.teacher.budget_gap"
+        )
+
+
+@dataclass
 class TeacherConfig:
     """``method.teacher``: who scores the prefix with the full visual context."""
 
@@ -71,9 +93,13 @@ class TeacherConfig:
     """SCOPD+GT: the teacher's prompt also holds the reference answer (pruners never see it)."""
     reference_template: str
     """Text appended to the teacher's user turn when ``reference_in_prompt``; ``{reference}`` is replaced."""
+    budget_gap: TeacherGapConfig | None
+    """The teacher sees its own pruned context at min(1, b + gap(p)) (EPIC); null = every visual token kept."""
 
     def __post_init__(self) -> None:
         check_choice(self.kind, TEACHER_KINDS, "method.teacher.kind")
+        if self.budget_gap is not None and self.kind == "none":
+            raise ValueError("method.teacher.budget_gap is set but method.teacher.kind=none; set it to null")
         if self.kind == "ema":
             if self.ema_decay is None or not 0.0 <= self.ema_decay <= 1.0:
                 raise ValueError(
@@ -241,8 +267,14 @@ class ScheduleConfig:
 
     def max_budget(self) -> float:
         """Returns the largest budget the chosen schedule can give (its start, or the constant budget)."""
-        values = [v for k, v in self.kwargs().items() if k.endswith("budget") and isinstance(v, (int, float))]
-        return float(max(values))
+        return float(max(self._budgets()))
+
+    def min_budget(self) -> float:
+        """Returns the smallest budget the chosen schedule can give (its final, or the constant budget)."""
+        return float(min(self._budgets()))
+
+    def _budgets(self) -> list[float]:
+        return [v for k, v in self.kwargs().items() if k.endswith("budget") and isinstance(v, (int, float))]
 
 
 @dataclass
@@ -328,6 +360,8 @@ class MethodConfig:
     optim: OptimConfig
     rl: RLConfig | None
     """The policy-gradient settings, for objective ``rl`` only; null otherwise."""
+    distill_weight: float | None
+    """α in [0, 1] of objective ``distill_sft``: α·divergence + (1 − α)·CE (EPIC: 0.5); null otherwise."""
 
     def __post_init__(self) -> None:
         check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
@@ -356,6 +390,48 @@ class MethodConfig:
                 f"method.positions.name={self.positions.name!r} ranks the teacher divergence; needs a teacher"
             )
         self._check_rl()
+        self._check_distill_sft()
+
+    def _check_distill_sft(self) -> None:
+        """Raises unless ``distill_weight`` and ``teacher.budget_gap`` fit the objective and the schedule."""
+        weight = self.distill_weight
+        if (self.objective == "distill_sft") != (weight is not None):
+            raise ValueError(
+                f"method.distill_weight={weight!r} must be set exactly when method.objective='distill_sft' "
+                f"(objective={self.objective!r})"
+            )
+        if weight is not None:
+            if isinstance(weight, bool) or not 0.0 <= weight <= 1.0:
+                raise ValueError(
+                    f"method.distill_weight={weight!r} must lie in [0, 1]: α·divergence + (1 - α)·CE "
+                    "(EPIC: 0.5)"
+                )
+            if self.prefix != "reference" or self.teacher.kind == "none":
+                raise ValueError(
+                    "method.objective='distill_sft' adds the CE of the reference answer: set "
+                    "method.prefix=reference and a teacher (method.teacher.kind=shared for EPIC)"
+                )
+        gap = self.teacher.budget_gap
+        if gap is None:
+            return
+        if self.objective not in ("distill", "distill_sft"):
+            raise ValueError(
+                f"method.teacher.budget_gap is set with method.objective={self.objective!r}: only the "
+                "distillation objectives run the teacher; set it to null"
+            )
+        top, bottom = self.schedule.max_budget(), self.schedule.min_budget()
+        if top >= 1.0:
+            raise ValueError(
+                f"method.teacher.budget_gap with a schedule reaching budget {top}: the teacher's budget "
+                "min(1, b + gap) would not be above the student's; lower the schedule's start below 1"
+            )
+        if bottom + gap.max > 1.0 + 1e-12:
+            raise ValueError(
+                f"method.teacher.budget_gap.max={gap.max} on top of the schedule's lowest budget {bottom} "
+                "exceeds 1: the teacher's budget would be above 1 for every student budget at that gap; "
+                f"lower budget_gap.max to <= {1.0 - bottom:g}, or set budget_gap=null for a teacher that "
+                "keeps every visual token"
+            )
 
     def _check_rl(self) -> None:
         """Raises unless ``rl`` is set exactly for objective ``rl`` and its companions fit a policy gradient."""

@@ -16,10 +16,14 @@ Steps are optimizer steps counted from 0. Keys:
 
   Reading A is the default because the decay horizon stays its own knob and α=2 then only reshapes the curve
   (a faster early drop), so the LT-OPD "hold" phase is not silently tied to α.
-- ``epic_progressive``: EPIC's token-consistency curriculum (spec §5.3) expressed in budgets: at progress
-  p = s/S_total the student budget is drawn uniformly from [lo(p), hi(p)], both interpolated linearly from
-  ``start_budget`` to ``final_min_budget`` / ``final_max_budget``. The released values are 0.9 → [0.26, 0.74];
-  ``epic_teacher_budget`` gives the teacher's milder budget.
+- ``epic_progressive``: EPIC's token-consistency curriculum (spec §5.3) expressed in budgets (budget = 1 −
+  EPIC's reduction ratio): at progress p = min(1, s/S_total) the student budget is drawn uniformly from the
+  window [hard(p), easy(p)], hard(p) = start − (start − final)·p and easy(p) = start − easy_share·(start −
+  final)·p. EPIC's released TCD (``ZichenWen1/EPIC:llava/train/llava_trainer_KD_from_pretrain_*.py``,
+  ``compute_loss``) uses reductions max_red = 0.1 + 0.8·0.8p and min_red = 0.1 + 0.8·0.2p: start 0.9,
+  final 0.26, easy_share 0.25. That never reaches the evaluation compression, so the presets rescale it
+  (spec §5.3, §8): final = the deployment budget, both window edges stretched by the same factor.
+  ``epic_teacher_budget`` gives the teacher's milder budget b + gap(p).
 """
 
 from __future__ import annotations
@@ -164,42 +168,76 @@ def epic_progressive(
     total_steps: int,
     generator: torch.Generator | None,
     start_budget: float,
-    final_min_budget: float,
-    final_max_budget: float,
+    final_budget: float,
+    easy_share: float,
 ) -> float:
-    """Returns EPIC's student budget ~ U[lo(p), hi(p)] at progress p = min(1, s/S_total) (spec §5.3).
+    """Returns EPIC's student budget ~ U[hard(p), easy(p)] at progress p = min(1, s/S_total) (spec §5.3).
 
-    lo(p) = start + (final_min - start)·p and hi(p) = start + (final_max - start)·p. EPIC's released TCD uses
-    reduction ratios max_red = 0.1 + 0.64p and min_red = 0.1 + 0.16p, i.e. start 0.9, final_min 0.26,
-    final_max 0.74; rescale final_min to your deployment budget (the released one never reaches it).
+    hard(p) = start − (start − final)·p ends at ``final_budget``; easy(p) = start − easy_share·(start −
+    final)·p moves ``easy_share`` as far. In reduction ratios (1 − budget) EPIC's released rule is
+    red ~ U[0.1 + 0.16p, 0.1 + 0.64p]: start 0.9, final 0.26, easy_share 0.25. Setting final to the
+    deployment budget (0.1, 0.05) is the spec's rescaling: the same window shape, reaching the budget at p=1.
 
     Args:
-        step: optimizer step s, from 0.
-        total_steps: optimizer steps in the run.
+        step: optimizer step s, from 0 (EPIC's ``global_step``).
+        total_steps: optimizer steps in the run (EPIC's ``max_steps``).
         generator: the draw's only randomness; seed it identically on every rank so ranks agree.
-        start_budget: budget at p = 0, in (0, 1].
-        final_min_budget: lower end at p = 1, in (0, final_max_budget].
-        final_max_budget: upper end at p = 1, in [final_min_budget, start_budget].
+        start_budget: both window edges at p = 0, in (0, 1] (0.9 in EPIC).
+        final_budget: the harder edge at p = 1, in (0, start_budget].
+        easy_share: how far the easier edge moves relative to the harder one, in [0, 1] (0.25 in EPIC).
     """
     _check_steps(step, total_steps)
-    for key, value in (
-        ("start_budget", start_budget),
-        ("final_min_budget", final_min_budget),
-        ("final_max_budget", final_max_budget),
-    ):
-        check_budget(value, key)
-    if not final_min_budget <= final_max_budget <= start_budget:
+    check_budget(start_budget, "start_budget")
+    check_budget(final_budget, "final_budget")
+    if final_budget > start_budget:
         raise ValueError(
-            f"need final_min_budget <= final_max_budget <= start_budget, got {final_min_budget!r}, "
-            f"{final_max_budget!r}, {start_budget!r}: the budget range only shrinks downwards"
+            f"final_budget={final_budget!r} is above start_budget={start_budget!r}: EPIC's window only moves "
+            "towards harder budgets; set final_budget <= start_budget"
+        )
+    if isinstance(easy_share, bool) or not isinstance(easy_share, (int, float)) or not 0 <= easy_share <= 1:
+        raise ValueError(
+            f"easy_share={easy_share!r} must lie in [0, 1]: the easier window edge moves that share of the "
+            "harder edge's distance (EPIC: 0.2/0.8 = 0.25)"
         )
     if generator is None:
         raise ValueError("schedule 'epic_progressive' draws the budget; pass a seeded torch.Generator")
     p = min(1.0, step / total_steps)
-    low = start_budget + (final_min_budget - start_budget) * p
-    high = start_budget + (final_max_budget - start_budget) * p
+    span = float(start_budget) - float(final_budget)
+    hard = float(start_budget) - span * p
+    easy = float(start_budget) - float(easy_share) * span * p
     draw = float(torch.rand((), generator=generator, device=generator.device))
-    return low + (high - low) * draw
+    # EPIC's random.uniform(min_red, max_red) = min_red + (max_red - min_red)·u, i.e. from the easy edge.
+    return easy + (hard - easy) * draw
+
+
+def check_epic_gap(*, gap_start: float, gap_slope: float, gap_max: float, key: str) -> None:
+    """Returns None if EPIC's teacher gap fields are usable; otherwise raises ValueError naming ``key``.
+
+    A gap <= 0 gives a teacher no milder than the student; a gap >= 1 puts every teacher budget above 1.
+
+    Args:
+        gap_start: gap at p = 0, in (0, gap_max].
+        gap_slope: growth per unit progress, >= 0.
+        gap_max: the cap, in [gap_start, 1).
+        key: the dotted config key of the three fields (for the message).
+    """
+    values = {"start": gap_start, "slope": gap_slope, "max": gap_max}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{key}.{name}={value!r} must be a finite number")
+    if not gap_start > 0:
+        raise ValueError(
+            f"{key}.start={gap_start!r} must be > 0: the teacher's budget b + gap would not be above the "
+            "student's b (EPIC: 0.1)"
+        )
+    if gap_slope < 0:
+        raise ValueError(f"{key}.slope={gap_slope!r} must be >= 0: EPIC's gap only grows (0.5)")
+    if not gap_start <= gap_max < 1:
+        raise ValueError(
+            f"{key}.max={gap_max!r} must lie in [start={gap_start!r}, 1): a gap of 1 or more makes the "
+            "teacher's budget b + gap exceed 1 for every student budget (EPIC: 0.3); for a teacher that "
+            "keeps every visual token set method.teacher.budget_gap=null"
+        )
 
 
 def epic_teacher_budget(
@@ -207,22 +245,19 @@ def epic_teacher_budget(
 ) -> float:
     """Returns EPIC's teacher budget min(1, b_student + min(gap_start + gap_slope·p, gap_max)), p = s/S_total.
 
-    EPIC's released TCD uses gap(p) = min(0.1 + 0.5p, 0.3) on reduction ratios (spec §5.3).
+    EPIC's released TCD uses gap(p) = min(0.1 + 0.5p, 0.3) on reduction ratios and clamps the teacher's
+    reduction at 0 (``max(student_red − gap, 0)``), hence the cap at the full context (spec §5.3).
 
     Args:
         student_budget: the student's budget this step, in (0, 1].
         step: optimizer step s, from 0.
         total_steps: optimizer steps in the run.
-        gap_start: gap at p = 0, >= 0.
+        gap_start: gap at p = 0, > 0.
         gap_slope: gap growth per unit progress, >= 0.
-        gap_max: cap on the gap, >= gap_start.
+        gap_max: cap on the gap, in [gap_start, 1).
     """
     _check_steps(step, total_steps)
     check_budget(student_budget, "student_budget")
-    if not 0.0 <= gap_start <= gap_max or gap_slope < 0:
-        raise ValueError(
-            f"need 0 <= gap_start <= gap_max and gap_slope >= 0, got gap_start={gap_start!r}, "
-            f"gap_slope={gap_slope!r}, gap_max={gap_max!r}"
-        )
+    check_epic_gap(gap_start=gap_start, gap_slope=gap_slope, gap_max=gap_max, key="gap")
     p = min(1.0, step / total_steps)
     return min(1.0, student_budget + min(gap_start + gap_slope * p, gap_max))

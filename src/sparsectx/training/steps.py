@@ -10,7 +10,7 @@ the distilled positions and reduces the per-position loss with counts taken over
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +65,8 @@ class MicroContexts:
         teacher_encoded: the teacher's prompts (same images; with the reference for SCOPD+GT).
         selections: per sample, the student's per-image selection at budget b.
         probe_selections: the same at b+δ for the sensitivity probe, else None.
+        teacher_selections: per sample, the teacher's per-image selection at its own milder budget
+            (``method.teacher.budget_gap``, EPIC), or None: the teacher keeps every visual token.
     """
 
     items: list[Item]
@@ -73,6 +75,7 @@ class MicroContexts:
     teacher_encoded: list[EncodedSample]
     selections: list[list[Selection]]
     probe_selections: list[list[Selection]] | None
+    teacher_selections: list[list[Selection]] | None = field(default=None, kw_only=True)
 
 
 @dataclass
@@ -145,7 +148,7 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 
 def micro_contexts(
     cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
-    host: HostInputs | None = None,
+    host: HostInputs | None = None, teacher_budget: float | None = None,
 ) -> MicroContexts:  # fmt: skip
     """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
@@ -156,6 +159,9 @@ def micro_contexts(
         positions: their global sample positions (seed the pruner and name the samples).
         budget: the student's budget b this step.
         host: the micro-batch's prompts and processor batch if already built (prefetched), else None.
+        teacher_budget: the teacher's own budget this step (``method.teacher.budget_gap``), or None for the
+            full visual context. The pruner re-selects at it from the student's prompt, with the student's
+            seed (EPIC re-runs its pruner at the milder ratio; not forced to nest, unlike the b+δ union).
     """
     method = cfg.method
     if host is None:
@@ -177,7 +183,14 @@ def micro_contexts(
                 reencode_text(student.adapter, student.processor, with_reference(pr, it, template), s)
                 for pr, it, s in zip(prompts, items, encoded, strict=True)
             ]
-    return MicroContexts(items, positions, encoded, teacher_encoded, selections, probe)
+        teacher_selections = None
+        if teacher_budget is not None:
+            teacher_selections = [
+                select_images(cfg, s, teacher_budget, p) for s, p in zip(encoded, positions, strict=True)
+            ]
+    return MicroContexts(
+        items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections
+    )
 
 
 def step_prefixes(
@@ -205,7 +218,7 @@ def step_prefixes(
 
 def prepare_step(
     cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
-    hosts: list[HostInputs] | None = None,
+    hosts: list[HostInputs] | None = None, teacher_budget: float | None = None,
 ) -> list[MicroBatch]:  # fmt: skip
     """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
 
@@ -213,10 +226,11 @@ def prepare_step(
         batches: per micro-batch, its items and their global sample positions.
         generator: the rollout sampler's generator (one stream for the step).
         hosts: per micro-batch, its already-built host inputs (``training.prefetch``), or None.
+        teacher_budget: the teacher's own budget this step, or None for the full visual context.
     """
     hosts = hosts or [None] * len(batches)
     contexts = [
-        micro_contexts(cfg, student, items, positions, budget, host)
+        micro_contexts(cfg, student, items, positions, budget, host, teacher_budget)
         for (items, positions), host in zip(batches, hosts, strict=True)
     ]
     micro = []
@@ -234,6 +248,7 @@ def prepare_step(
                 ids,
                 valid,
                 planned_counts(valid, cfg),
+                teacher_selections=c.teacher_selections,
             )  # fmt: skip
         )
     return micro
@@ -344,13 +359,14 @@ def micro_loss(
     # student's autograd graph holds them.
     if stored_teacher is not None:
         t_logits = stored_teacher.to(student.model.device)
-    elif method.objective == "distill":
+    elif method.objective in ("distill", "distill_sft"):
         twin = None
         if uses_copy(cfg.teacher_weights, student):
             twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
-        t_logits = teacher_logits(student, method.teacher.kind, mb.teacher_encoded, mb.prefix.tokens, twin)
+        view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections)
+        t_logits = teacher_logits(student, method.teacher.kind, *view)
         if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
-            current = teacher_logits(student, "shared", mb.teacher_encoded, mb.prefix.tokens, twin)
+            current = teacher_logits(student, "shared", *view)
             t_logits = trust_region_logits(t_logits, current, method.teacher.trust_region_lambda)
     ref_logp = None
     if method.objective == "rl" and method.rl.beta > 0:
@@ -380,6 +396,10 @@ def micro_loss(
         per_token = token_cross_entropy(s_logits, mb.ids, selected)
     elif method.objective == "rl":
         per_token, extra = _policy_loss(cfg, s_logits, mb, selected, ref_logp)
+    elif method.objective == "distill_sft":  # EPIC: α·KL(teacher‖student) + (1 − α)·CE, same positions
+        alpha = float(method.distill_weight)
+        divergence = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
+        per_token = alpha * divergence + (1.0 - alpha) * token_cross_entropy(s_logits, mb.ids, selected)
     else:
         per_token = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
     loss = _reduce(cfg, per_token, selected, counts)

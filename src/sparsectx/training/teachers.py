@@ -1,4 +1,4 @@
-"""Teachers: who scores the prefix with the full visual context (training-methods spec §1.8).
+"""Teachers: who scores the prefix, with the full visual context or their own milder selection (spec §1.8).
 
 Each registry entry is a context manager that, given the ``Student``, yields the adapter whose forward is the
 teacher; ``teacher_logits`` runs it in eval mode under ``no_grad``. Keys (``method.teacher.kind``):
@@ -30,6 +30,7 @@ from sparsectx.generation import response_logits
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.registry import Registry
 from sparsectx.training.student import Student, mode
+from sparsectx.visual import Selection
 
 TeacherView = Callable[[Student], AbstractContextManager[VLMAdapter]]
 
@@ -104,9 +105,9 @@ def trust_region_logits(reference: torch.Tensor, current: torch.Tensor, lam: flo
 
 def teacher_logits(
     student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor],
-    twin: Callable[[], VLMAdapter] | None = None,
+    twin: Callable[[], VLMAdapter] | None = None, selections: list[list[Selection]] | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Returns (B, T, V) detached teacher logits at the response positions (full context; eval, no_grad).
+    """Returns (B, T, V) detached teacher logits at the response positions (eval, no_grad).
 
     The context is built inside the teacher view, so its text embeddings are the teacher's own (they differ
     from the student's for a full-parameter frozen copy or EMA).
@@ -114,15 +115,18 @@ def teacher_logits(
     Args:
         student: the trained model and its companions.
         kind: ``method.teacher.kind`` (a ``TEACHERS`` key).
-        samples: the teacher's encoded prompts (every visual token is kept).
+        samples: the teacher's encoded prompts.
         responses: per sample, (T_i,) int64 prefix ids.
         twin: for a ``TWIN_VIEWS`` kind, returns the plain-weight twin refreshed to the model's current
             tensors (``teacher_weights=copy``: no adapter layers in the forward); None runs the live model.
+        selections: per sample, the teacher's own per-image selection (EPIC's milder budget), or None to
+            keep every visual token (the full context).
     """
     view = TEACHERS.get(kind)
     with torch.no_grad(), view(student) as live, student.compute():
         adapter = twin() if twin is not None and kind in TWIN_VIEWS else live
         with mode(adapter.model, training=False):
-            batch = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
+            kept = selections if selections is not None else [keep_all(s) for s in samples]
+            batch = build_context(adapter, samples, kept, responses)
             logits, _ = response_logits(adapter, batch)
     return logits.detach()

@@ -26,7 +26,7 @@ from sparsectx.training.groups import Draw, prepare_groups
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.rl import rl_metrics
-from sparsectx.training.schedules import BUDGET_SCHEDULES
+from sparsectx.training.schedules import BUDGET_SCHEDULES, epic_teacher_budget
 from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
 from sparsectx.training.student import Student, mode
 
@@ -118,6 +118,18 @@ def step_budget(trainer: Trainer) -> float:
     return float(fn(trainer.step, total_steps=trainer.cfg.steps, generator=generator, **schedule.kwargs()))
 
 
+def step_teacher_budget(trainer: Trainer, budget: float) -> float | None:
+    """Returns the teacher's own budget min(1, b + gap(p)) this step (``method.teacher.budget_gap``), or None
+    when the teacher keeps every visual token."""
+    gap = trainer.cfg.method.teacher.budget_gap
+    if gap is None:
+        return None
+    return epic_teacher_budget(
+        budget, step=trainer.step, total_steps=trainer.cfg.steps, gap_start=gap.start, gap_slope=gap.slope,
+        gap_max=gap.max,
+    )  # fmt: skip
+
+
 def micro_positions(trainer: Trainer, micro: int, samples_seen: int | None = None) -> list[int]:
     """Returns the global sample positions of micro-batch ``micro`` on this process for the step that starts
     at ``samples_seen`` (default: the current step)."""
@@ -172,7 +184,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     if cfg.method.objective == "rl":
         micro = prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, refill_draw(trainer))
     else:
-        micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts)
+        teacher_budget = step_teacher_budget(trainer, budget)
+        micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
     counts = step_counts(micro, trainer.accelerator)
     stored: list[torch.Tensor | None] = [None] * len(micro)
     if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
