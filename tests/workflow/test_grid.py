@@ -116,6 +116,7 @@ def test_ltopd_reports_every_unsupported_part_of_a_cell() -> None:
         "grpo",
         "gspo",
         "dapo",
+        "epic",
     }
 
 
