@@ -115,6 +115,11 @@ def run(cfg: DictConfig) -> RunResult:
     return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
 
 
+def metric_line(metrics: dict[str, float]) -> str:
+    """Returns the step's metrics as one sorted ``key=value`` line (4 significant digits) for ``train.log``."""
+    return " ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
+
+
 class TrainingStoppedError(Exception):
     """A signal stopped the run after a completed step whose resume state was saved."""
 
@@ -294,6 +299,8 @@ def train_until_stopped(
         step, last = trainer.step, trainer.step == tc.steps
         if step % tc.log_every == 0 or last:
             tracker.log(metrics, step=step)
+            if main:
+                log.info("step %d/%d: %s", step, tc.steps, metric_line(metrics))
         if step % tc.sample_table_every == 0 or last:
             tracker.log_table("rollouts", TABLE_COLUMNS, sample_rows(trainer, step, budget, micro), step=step)
         saved = step % tc.save_every == 0 or last
