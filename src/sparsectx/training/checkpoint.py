@@ -80,12 +80,19 @@ def files_sha256(paths: list[Path]) -> dict[str, str]:
 
 
 def tensor_bytes(obj: Any) -> int:
-    """Returns the bytes of the distinct tensor storages in a nested dict/list/tuple (a save's size, roughly)."""
+    """Returns the bytes of the distinct tensor storages in a nested dict/list/tuple (a save's size, roughly).
+
+    A wrapper tensor subclass (torchao's 8-bit optimizer states) has no storage of its own: its inner
+    tensors (``__tensor_flatten__``) are counted instead.
+    """
     seen: dict[int, int] = {}
     stack = [obj]
     while stack:
         item = stack.pop()
-        if isinstance(item, torch.Tensor):
+        if isinstance(item, torch.Tensor) and hasattr(item, "__tensor_flatten__"):
+            names, _ = item.__tensor_flatten__()
+            stack.extend(getattr(item, name) for name in names)
+        elif isinstance(item, torch.Tensor):
             storage = item.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
         elif isinstance(item, dict):
