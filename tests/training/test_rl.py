@@ -15,15 +15,21 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from sparsectx.context import build_context
 from sparsectx.data import Item
-from sparsectx.training import groups, reduction
+from sparsectx.generation import response_logits
+from sparsectx.training import groups, loop, reduction, steps, update
+from sparsectx.training.checkpoint import read_meta
 from sparsectx.training.config import load_train_config
 from sparsectx.training.groups import Group, refill
 from sparsectx.training.loop import run
+from sparsectx.training.prefetch import HostPrefetch
 from sparsectx.training.rewards import correct_format_reward
 from sparsectx.training.rl import clipped_surrogate, group_advantages, k3_kl, overlong_penalty, token_logprobs
+from sparsectx.training.student import mode
 
 from .test_loop_support import compose_train, shared_env, train_overrides
+from .test_resume import Killed, final_weights, kill_during_update
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 LEVELS = ("token", "sequence")
@@ -199,7 +205,7 @@ def test_dynamic_sampling_stops_after_max_draws_and_leaves_the_slot_uninformativ
     [
         ("method.rl.group_size=1", "method.rl.group_size"),
         ("method.rl.epsilon_low=0.0", "method.rl.epsilon_low"),
-        ("method.rl.num_iterations=2", "method.rl.num_iterations"),
+        ("method.rl.num_iterations=0", "method.rl.num_iterations"),
         ("method.rl.beta=0.1", "method.teacher.kind"),
         ("method.rollout.do_sample=false", "method.rollout.do_sample"),
     ],
@@ -297,3 +303,130 @@ def test_dapos_overlong_filter_leaves_truncated_rollouts_out_of_the_loss(
     metrics = run(compose_train(overrides)).metrics
     assert metrics["rollout/stop_rate"] == 0.0 and metrics["train/selected_fraction"] == 0.0
     assert metrics["train/loss"] == 0.0
+
+
+def _brute_logprobs(student, mb, temperature: float) -> torch.Tensor:  # noqa: ANN001
+    """(B, T) float64 log-softmax(logits / T) of the rollout ids under the student's CURRENT weights."""
+    with torch.no_grad(), mode(student.model, training=False):
+        batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)
+        logits, _ = response_logits(student.adapter, batch)
+    logp = torch.log_softmax(logits.double() / temperature, dim=-1)
+    return logp.gather(-1, mb.ids.unsqueeze(-1)).squeeze(-1)
+
+
+def _brute_surrogate(new, old, adv, mask, eps_low: float, eps_high: float, level: str) -> torch.Tensor:  # noqa: ANN001
+    """(B, T) −min(wA, clip(w)A) in float64, w per token or GSPO's exp(mean_t(new − old)) per sequence."""
+    out = torch.zeros_like(new)
+    for i in range(new.shape[0]):
+        rows = [t for t in range(new.shape[1]) if mask[i, t]]
+        seq = math.exp(sum(float(new[i, t] - old[i, t]) for t in rows) / max(len(rows), 1))
+        for t in range(new.shape[1]):
+            w = seq if level == "sequence" else math.exp(float(new[i, t] - old[i, t]))
+            a = float(adv[i])
+            out[i, t] = -min(w * a, min(max(w, 1 - eps_low), 1 + eps_high) * a)
+    return out
+
+
+def _spy_iterations(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:  # noqa: ANN001
+    """Records per micro_loss call: step, positions, ids, brute-force log-probs, and the surrogate's inputs."""
+    seen: dict[str, list] = {"calls": [], "generated": []}
+    step = {"now": -1}
+    real_accumulate, real_micro_loss = loop.accumulate_gradients, update.micro_loss
+    real_surrogate, real_prefixes = steps.clipped_surrogate, groups.step_prefixes
+
+    def accumulate(trainer):  # noqa: ANN001, ANN202
+        step["now"] = trainer.step
+        return real_accumulate(trainer)
+
+    def micro_loss(cfg, student, mb, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen["calls"].append({
+            "step": step["now"], "positions": list(mb.positions), "ids": mb.ids.clone(),
+            "brute": _brute_logprobs(student, mb, cfg.method.rollout.temperature),
+            "adv": mb.group.advantages.clone(), "old_before": mb.old_logp,
+        })  # fmt: skip
+        return real_micro_loss(cfg, student, mb, *args, **kwargs)
+
+    def surrogate(logp, old_logp, advantages, mask, **kwargs):  # noqa: ANN001, ANN202
+        loss, clipped = real_surrogate(logp, old_logp, advantages, mask, **kwargs)
+        seen["calls"][-1].update(
+            logp=logp.detach().clone(), old=old_logp.clone(), mask=mask.clone(), loss=loss.detach().clone(),
+            clipped=clipped.clone(),
+        )  # fmt: skip
+        return loss, clipped
+
+    def prefixes(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen["generated"].append(step["now"])
+        return real_prefixes(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "accumulate_gradients", accumulate)
+    monkeypatch.setattr(update, "micro_loss", micro_loss)
+    monkeypatch.setattr(steps, "clipped_surrogate", surrogate)
+    monkeypatch.setattr(groups, "step_prefixes", prefixes)
+    real_take = HostPrefetch.take
+
+    def take(self, cfg, processor, batch):  # noqa: ANN001, ANN202
+        seen.setdefault("prefetched", []).append((step["now"], batch[1], tuple(batch[1]) in self._pending))
+        return real_take(self, cfg, processor, batch)
+
+    monkeypatch.setattr(HostPrefetch, "take", take)
+    return seen
+
+
+@pytest.mark.parametrize(("method", "eps"), [("grpo", (0.2, 0.2)), ("gspo", (3e-4, 4e-4))])
+def test_num_iterations_2_reuses_the_rollouts_against_the_sampling_policys_logprobs(
+    method, eps, tiny_env, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
+    seen = _spy_iterations(monkeypatch)
+    overrides = [
+        *train_overrides(tiny_env, tmp_path), f"method={method}", "steps=3", "method.rl.group_size=4",
+        "method.rl.num_iterations=2", "method.optim.lr=0.05",
+    ]  # fmt: skip
+    result = run(compose_train(overrides))
+    assert (result.steps, result.samples_seen) == (3, 4)  # step 2 (0-based 1) takes no new prompts
+    assert seen["generated"] == [0, 2]  # rollouts sampled on steps 0 and 2 only
+    # the reuse step takes no items; step 2 gets the next positions, prefetched during step 0
+    assert seen["prefetched"] == [(0, [0], False), (0, [1], False), (2, [2], True), (2, [3], True)]
+    calls = {s: [c for c in seen["calls"] if c["step"] == s] for s in range(3)}
+    assert all(len(calls[s]) == 2 for s in range(3))  # 2 micro-batches of one prompt x G=4
+    level = "sequence" if method == "gspo" else "token"
+    clipped_any = False
+    for first, second, third in zip(calls[0], calls[1], calls[2], strict=True):
+        assert first["old_before"] is None and torch.equal(first["old"], first["logp"])  # ratio 1
+        assert not first["clipped"].any()
+        assert second["positions"] == first["positions"] and torch.equal(second["ids"], first["ids"])
+        assert third["positions"] != first["positions"] and not third["clipped"].any()
+        mask = second["mask"]
+        # old = step 1's policy (brute force with step-1 weights); new = the current (step-2) weights
+        torch.testing.assert_close(second["old"][mask].double(), first["brute"][mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(second["logp"][mask].double(), second["brute"][mask], atol=1e-5, rtol=0)
+        assert (second["brute"] - first["brute"])[mask].abs().max() > 1e-3  # the weights moved
+        want = _brute_surrogate(second["brute"], first["brute"], second["adv"], mask, *eps, level)
+        torch.testing.assert_close(second["loss"][mask].double(), want[mask], atol=1e-4, rtol=1e-4)
+        clipped_any |= bool(second["clipped"].any())
+    assert clipped_any  # the clip acts once the ratio leaves 1 (a large lr)
+
+
+def test_a_resume_between_the_iterations_of_one_rollout_batch_reaches_the_same_weights(
+    tiny_env, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
+    common = ["method=grpo", "steps=3", "method.rl.group_size=4", "method.rl.num_iterations=2",
+              "method.optim.lr=0.01"]  # fmt: skip
+    straight = run(compose_train([*train_overrides(tiny_env, tmp_path / "straight"), *common]))
+    cfg = compose_train([*train_overrides(tiny_env, tmp_path / "killed"), *common])
+    with monkeypatch.context() as patch:
+        kill_during_update(patch, at_step=1)  # state/ holds step 1: the next step reuses step 0's rollouts
+        with pytest.raises(Killed):
+            run(cfg)
+    run_dir = next((tmp_path / "killed").glob("*/*/*/*/*"))
+    assert read_meta(run_dir / "state")["step"] == 1
+    generated = []
+    real = groups.step_prefixes
+    monkeypatch.setattr(groups, "step_prefixes", lambda *a, **k: generated.append(1) or real(*a, **k))
+    resumed = run(cfg)
+    assert len(generated) == 1  # step 1 reused the saved rollouts; only step 2 sampled
+    assert (resumed.steps, resumed.samples_seen) == (straight.steps, straight.samples_seen) == (3, 4)
+    want, got = final_weights(straight), final_weights(resumed)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], atol=1e-6, rtol=0, msg=key)

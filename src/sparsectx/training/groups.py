@@ -9,6 +9,13 @@ rollouts, and a group never straddles micro-batches (its advantages are local).
 Rollouts the loss must not see keep their rows but lose their mask (``valid`` False, no planned
 positions): a group with an unscorable reference (counted and warned), a zero-variance group that dynamic
 sampling could not replace, and under ``mask_truncated`` a rollout cut at ``max_new_tokens``.
+
+With ``method.rl.num_iterations`` = μ > 1 (TRL's semantics) the rollouts of a generation step are reused on
+the μ − 1 following optimizer steps: ``stored_rollouts`` keeps, per micro-batch, what cannot be rebuilt once
+the weights moved (the prompts' positions, the rollouts' ids, texts and stopped flags, the loss mask, rewards
+and advantages, and the old log-probabilities of the sampling policy) as plain CPU tensors and lists (the
+resume state carries them); ``reused_groups`` rebuilds the contexts from the same items and positions (the
+encoding and the pruner's seeded selection are deterministic) and attaches the stored rest.
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from sparsectx.data import Item
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.prefetch import Batch, HostInputs
 from sparsectx.training.rewards import REWARDS
@@ -216,4 +225,71 @@ def prepare_groups(
     for j, count in enumerate(per_micro):
         out.append(_micro_batch(cfg, groups[start : start + count], drawn if j == 0 else 0))
         start += count
+    return out
+
+
+def stored_rollouts(micro: list[MicroBatch]) -> list[dict[str, Any]]:
+    """Returns, per micro-batch, its rollouts for reuse (``reused_groups``) as plain CPU tensors and lists.
+
+    Each micro-batch must have passed ``micro_loss`` (its ``old_logp`` set on the generation step).
+    """
+    out = []
+    for mb in micro:
+        group, size = mb.group, mb.group.group_size
+        out.append({
+            "positions": mb.positions[::size], "items": [it.index for it in mb.items[::size]],
+            "tokens": [t.cpu() for t in mb.prefix.tokens], "texts": list(mb.prefix.texts),
+            "stopped": list(mb.prefix.stopped), "valid": mb.valid.cpu(), "old_logp": mb.old_logp.cpu(),
+            "rewards": group.rewards.cpu(), "advantages": group.advantages.cpu(), "group_size": size,
+            "informative": group.informative, "unscorable": group.unscorable, "dropped": group.dropped,
+        })  # fmt: skip
+    return out
+
+
+def reused_groups(
+    cfg: TrainConfig, student: Student, stored: list[dict[str, Any]], budget: float,
+    item_at: Callable[[int], Item],
+) -> list[MicroBatch]:  # fmt: skip
+    """Returns the micro-batches of a reuse step: the stored rollouts on contexts rebuilt at the generation
+    step's ``budget`` from the same items and positions (refilled prompts included); no generation.
+
+    Its refill draws are 0 (they were counted on the generation step).
+
+    Raises:
+        RuntimeError: a stored position no longer names the stored training item.
+    """
+    out = []
+    for entry in stored:
+        items = [item_at(p) for p in entry["positions"]]
+        if [it.index for it in items] != entry["items"]:
+            raise RuntimeError(
+                f"stored rollouts of items {entry['items']} at positions {entry['positions']} but the training "
+                f"set now gives items {[it.index for it in items]}: the data changed under a resumed run"
+            )
+        size = entry["group_size"]
+        c = repeat_context(micro_contexts(cfg, student, items, entry["positions"], budget), size)
+        device = c.encoded[0].prompt_ids.device
+        prefix = Prefix([t.to(device) for t in entry["tokens"]], list(entry["texts"]), list(entry["stopped"]))
+        ids, _ = prefix.padded()
+        valid = entry["valid"].to(device)
+        info = GroupBatch(
+            rewards=entry["rewards"], advantages=entry["advantages"].to(device), group_size=size,
+            informative=entry["informative"], unscorable=entry["unscorable"], drawn=0, dropped=entry["dropped"],
+        )  # fmt: skip
+        out.append(
+            MicroBatch(
+                c.items,
+                c.positions,
+                c.encoded,
+                c.teacher_encoded,
+                c.selections,
+                c.probe_selections,
+                prefix,
+                ids,
+                valid,
+                valid.sum(dim=-1),
+                group=info,
+                old_logp=entry["old_logp"].to(device),
+            )  # fmt: skip
+        )
     return out

@@ -6,7 +6,9 @@ micro-batch the teacher pass (no_grad), the student pass (grad) and the loss (wi
 the teacher passes of all micro-batches come first, in one phase); sync, clip, update, EMA. Every
 ``save_every`` steps ``state/`` is written atomically; at the end ``checkpoint/`` holds the loadable model.
 Killing the run at any point and starting it again with the same config resumes from ``state/`` and reaches
-the same final weights (tested); changing a run-defining key is an error naming the key.
+the same final weights (tested); changing a run-defining key is an error naming the key. Under
+``method.rl.num_iterations`` = μ > 1 a step that reuses rollouts skips the prefix (``update.reused_step``) and
+consumes no samples; the kept rollouts travel in ``state/`` so a resume between reuse steps continues them.
 
 SIGINT/SIGTERM (Ctrl-C, a scheduler's kill) finish the current optimizer step, write ``state/`` for it and
 raise ``TrainingStoppedError`` (``src/train.py`` exits non-zero saying rerunning resumes); a second signal
@@ -53,7 +55,9 @@ from sparsectx.training.update import (
     accumulate_gradients,
     apply_update,
     build_optimizer,
+    generates,
     reduce_stats,
+    rollout_iterations,
     step_metrics,
 )
 
@@ -73,7 +77,7 @@ class RunResult:
     steps: int
     """Optimizer steps done."""
     samples_seen: int
-    """Training samples consumed over all processes."""
+    """Training samples consumed over all processes (a step that reuses rollouts consumes none)."""
     metrics: dict[str, float]
     """The last step's metrics ({} when the run was already complete)."""
 
@@ -102,10 +106,11 @@ def run(cfg: DictConfig) -> RunResult:
     tracker = open_tracker(tc, resolved, trainer)
     try:
         metrics = train(trainer, tracker, out, defining, resolved)
-        if trainer.step != tc.steps or trainer.samples_seen != tc.steps * tc.method.effective_batch_size:
+        expected = expected_samples(tc)
+        if trainer.step != tc.steps or trainer.samples_seen != expected:
             raise RuntimeError(
                 f"run ended at step {trainer.step} with {trainer.samples_seen} samples seen; expected "
-                f"{tc.steps} and {tc.steps * tc.method.effective_batch_size}"
+                f"{tc.steps} and {expected}"
             )
         write_checkpoint(trainer, out, defining)
         log_checkpoint(tracker, trainer, out, defining)
@@ -113,6 +118,12 @@ def run(cfg: DictConfig) -> RunResult:
         trainer.prefetch.close()
         tracker.finish()
     return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
+
+
+def expected_samples(tc: TrainConfig) -> int:
+    """Returns the samples a finished run has consumed: ``effective_batch_size`` per step that takes new
+    prompts, i.e. ceil(steps / μ) of them under ``method.rl.num_iterations`` = μ (μ = 1: every step)."""
+    return -(-tc.steps // rollout_iterations(tc)) * tc.method.effective_batch_size
 
 
 def metric_line(metrics: dict[str, float]) -> str:
@@ -223,6 +234,14 @@ def restore(trainer: Trainer, payload: dict[str, Any]) -> None:
     rngs = payload["rng"]
     ckpt.set_rng_state(rngs[trainer.accelerator.process_index % len(rngs)])
     trainer.step, trainer.samples_seen = int(payload["step"]), int(payload["samples_seen"])
+    rollouts = payload.get("rollouts")  # per process; present only between reuse steps (num_iterations > 1)
+    if rollouts is not None:
+        if len(rollouts) != trainer.accelerator.num_processes:
+            raise ValueError(
+                f"state/ holds the rollouts of {len(rollouts)} processes, reused by the next step; resume with "
+                f"{len(rollouts)} processes (this run has {trainer.accelerator.num_processes})"
+            )
+        trainer.rollouts = rollouts[trainer.accelerator.process_index]
     trainer.wandb_id = payload["wandb_id"]
 
 
@@ -250,12 +269,18 @@ def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) ->
 
 
 def train_step(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
-    """Returns (metrics, micro-batches, budget) of one optimizer step; advances the step and data position."""
+    """Returns (metrics, micro-batches, budget) of one optimizer step; advances the step and, on a step that
+    took new prompts, the data position (``Trainer.samples_seen``). Kept rollouts are dropped after the last
+    step that reuses them."""
     lr = float(trainer.scheduler.get_last_lr()[0])  # a tensor under torchao's AdamW8bit
+    fresh = generates(trainer)
     totals, micro, budget = accumulate_gradients(trainer)
     grad_norm = apply_update(trainer)
     trainer.step += 1
-    trainer.samples_seen += trainer.cfg.method.effective_batch_size
+    if fresh:
+        trainer.samples_seen += trainer.cfg.method.effective_batch_size
+    if generates(trainer):
+        trainer.rollouts = None
     return step_metrics(reduce_stats(trainer, totals), budget, lr, grad_norm), micro, budget
 
 
@@ -320,7 +345,11 @@ def train_until_stopped(
 
 def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[str, Any]) -> None:
     """Returns None after writing ``state/`` atomically (main process; every process contributes its RNG)."""
-    rngs = gather_object([ckpt.rng_state()]) if trainer.accelerator.num_processes > 1 else [ckpt.rng_state()]
+    many = trainer.accelerator.num_processes > 1
+    rngs = gather_object([ckpt.rng_state()]) if many else [ckpt.rng_state()]
+    rollouts = trainer.rollouts  # the same steps keep them on every process
+    if rollouts is not None:
+        rollouts = gather_object([rollouts]) if many else [rollouts]
     if trainer.accelerator.is_main_process:
         student = trainer.student
         payload = {
@@ -334,6 +363,8 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
             "wandb_id": trainer.wandb_id,
             "config_hash": ckpt.config_hash(defining),
         }
+        if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
+            payload["rollouts"] = rollouts
         meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
         meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes)
         ckpt.save_state(out / "state", payload, meta)

@@ -9,8 +9,10 @@ like every other objective (``method.reduction`` over the whole optimizer step),
   formula with a per-micro-batch count, so it equals this one when a step has one micro-batch);
 - ``constant_length`` = TRL ``"dr_grpo"`` (Σ / (sequences · max_new_tokens)).
 
-On-policy only (``method.rl.num_iterations=1``): the old log-probabilities are the detached current ones, so
-every ratio is 1 and its gradient is ∇log π; the clip matters once rollouts are reused (not implemented).
+The old log-probabilities are those of the policy that sampled the rollouts: on the step that generates them
+the detached current ones (every ratio 1, gradient ∇log π), kept for the μ − 1 following steps that reuse the
+rollouts (``method.rl.num_iterations`` = μ, TRL's semantics), where the ratios move away from 1 and the clip
+acts (``training.groups.stored_rollouts``).
 """
 
 from __future__ import annotations

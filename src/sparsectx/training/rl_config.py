@@ -46,7 +46,8 @@ class RLConfig:
     importance_sampling_level: str
     """token (GRPO, DAPO) | sequence (GSPO's length-normalised sequence ratio)."""
     num_iterations: int
-    """Optimizer updates per batch of rollouts; only 1 (strictly on-policy, ratio 1) is implemented."""
+    """μ >= 1 optimizer steps per batch of rollouts (TRL's ``num_iterations``): the rollouts of step g are
+    reused on steps g+1 … g+μ−1 against the log-probabilities of the policy that sampled them; 1 = on-policy."""
     beta: float
     """Weight of the k3 KL(π_θ‖π_ref) to the frozen initial model (needs ``method.teacher.kind=frozen``)."""
     mask_truncated: bool
@@ -71,10 +72,10 @@ class RLConfig:
         for key, eps in (("epsilon_low", self.epsilon_low), ("epsilon_high", self.epsilon_high)):
             if not 0.0 < eps < 1.0:
                 raise ValueError(f"method.rl.{key}={eps!r} must lie in (0, 1) (GRPO 0.2, GSPO 3e-4/4e-4)")
-        if self.num_iterations != 1:
+        if self.num_iterations < 1:
             raise ValueError(
-                f"method.rl.num_iterations={self.num_iterations}: only 1 is implemented (on-policy; the old "
-                "log-probabilities of reused rollouts are not kept); set method.rl.num_iterations=1"
+                f"method.rl.num_iterations={self.num_iterations} must be >= 1 (optimizer steps per batch of "
+                "rollouts: 1 = on-policy, the SCOPD authors' GRPO uses 2)"
             )
         if not self.beta >= 0.0:
             raise ValueError(f"method.rl.beta={self.beta!r} must be >= 0 (0 = no KL to the reference)")

@@ -95,6 +95,9 @@ class MicroBatch(MicroContexts):
     planned: torch.Tensor
     group: GroupBatch | None = None
     """Rewards and advantages of the G-rollout groups (objective ``rl``, ``training.groups``); else None."""
+    old_logp: torch.Tensor | None = None
+    """(B, T) fp32 log-probabilities of the policy that sampled the rollouts (objective ``rl``): None on the
+    generation step (``_policy_loss`` sets them to the detached current ones), kept when they are reused."""
 
 
 def nested_union(inner: Selection, outer: Selection) -> Selection:
@@ -322,13 +325,16 @@ def _policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """Returns the (B, T) clipped-surrogate (+ β·k3 KL) loss of the rollouts and its statistics (spec §5.4).
 
-    On-policy: the old log-probabilities are the detached current ones (ratio 1, ``num_iterations=1``), at
-    the sampling temperature of the rollouts.
+    The old log-probabilities are those of the policy that sampled, at the rollouts' sampling temperature: on
+    the generation step the detached current ones (ratio 1), recorded in ``mb.old_logp`` for the steps that
+    reuse the rollouts (``method.rl.num_iterations`` > 1; ``groups.reused_groups`` brings them back).
     """
     rl = cfg.method.rl
     logp = token_logprobs(s_logits, mb.ids, cfg.method.rollout.temperature, rl.chunk_size)
+    if mb.old_logp is None:
+        mb.old_logp = logp.detach()
     per_token, clipped = clipped_surrogate(
-        logp, logp.detach(), mb.group.advantages, mask, epsilon_low=rl.epsilon_low,
+        logp, mb.old_logp, mb.group.advantages, mask, epsilon_low=rl.epsilon_low,
         epsilon_high=rl.epsilon_high, level=rl.importance_sampling_level,
     )  # fmt: skip
     kl = None

@@ -22,7 +22,7 @@ from accelerate import Accelerator
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
-from sparsectx.training.groups import Draw, prepare_groups
+from sparsectx.training.groups import Draw, prepare_groups, reused_groups, stored_rollouts
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.rl import rl_metrics
@@ -87,8 +87,14 @@ class Trainer:
 
     Attributes:
         step: optimizer steps done.
-        samples_seen: training samples consumed over all processes (the data position).
+        samples_seen: training samples consumed over all processes (the data position). It advances on the
+            steps that take new prompts only: under ``method.rl.num_iterations`` = μ > 1 a reuse step trains
+            on the rollouts of the last generation step and consumes no item, so a run of ``steps`` steps
+            sees ceil(steps / μ) · ``effective_batch_size`` samples (TRL repeats each prompt batch μ times
+            instead; the prompts trained on are the same).
         wandb_id: the W&B run id, None without tracking.
+        rollouts: the last generation step's rollouts while steps still reuse them (μ > 1; saved in
+            ``state/``): ``{"step", "budget", "micro": groups.stored_rollouts(...)}`` of this process, else None.
     """
 
     cfg: TrainConfig
@@ -103,11 +109,22 @@ class Trainer:
     wandb_id: str | None
     prefetch: HostPrefetch = field(default_factory=HostPrefetch)
     """Builds the next step's host inputs while this one runs (``prefetch_host_inputs``)."""
+    rollouts: dict[str, Any] | None = None
 
     def generator(self, stream: str, micro: int, device: torch.device | str) -> torch.Generator:
         """Returns a generator seeded by (seed, stream, step, process, micro-batch) on ``device``."""
         seed = derive_seed(self.cfg.seed, stream, self.step, self.accelerator.process_index, micro)
         return torch.Generator(device=device).manual_seed(seed)
+
+
+def rollout_iterations(cfg: TrainConfig) -> int:
+    """Returns μ, the optimizer steps per batch of rollouts: ``method.rl.num_iterations``, else 1."""
+    return cfg.method.rl.num_iterations if cfg.method.rl is not None else 1
+
+
+def generates(trainer: Trainer) -> bool:
+    """Returns whether the current step takes new prompts (every step unless rollouts are reused)."""
+    return trainer.step % rollout_iterations(trainer.cfg) == 0
 
 
 def step_budget(trainer: Trainer) -> float:
@@ -149,11 +166,12 @@ def step_batches(trainer: Trainer, samples_seen: int | None = None) -> list[Batc
 
 
 def step_host_inputs(trainer: Trainer) -> tuple[list[Batch], list[HostInputs]]:
-    """Returns the current step's micro-batches and host inputs, and queues the next step's on the thread."""
+    """Returns the current step's micro-batches and host inputs, and queues those of the next step that takes
+    new prompts on the thread (μ steps on under ``method.rl.num_iterations``; reuse steps take nothing)."""
     cfg, processor = trainer.cfg, trainer.student.processor
     batches = step_batches(trainer)
     hosts = [trainer.prefetch.take(cfg, processor, batch) for batch in batches]
-    if cfg.prefetch_host_inputs and trainer.step + 1 < cfg.steps:
+    if cfg.prefetch_host_inputs and trainer.step + rollout_iterations(cfg) < cfg.steps:
         following = step_batches(trainer, trainer.samples_seen + cfg.method.effective_batch_size)
         trainer.prefetch.submit(cfg, processor, following, pin=trainer.student.model.device.type == "cuda")
     return batches, hosts
@@ -177,15 +195,20 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
         NonFiniteLossError: a micro-batch loss is NaN/inf (nothing has been updated yet).
     """
     cfg, student = trainer.cfg, trainer.student
-    budget = step_budget(trainer)
     device = trainer.accelerator.device
-    batches, hosts = step_host_inputs(trainer)
-    rollout_generator = trainer.generator("rollout", 0, device)
-    if cfg.method.objective == "rl":
-        micro = prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, refill_draw(trainer))
+    reuse = not generates(trainer)
+    if reuse:
+        budget, micro = reused_step(trainer)
     else:
-        teacher_budget = step_teacher_budget(trainer, budget)
-        micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
+        budget = step_budget(trainer)
+        batches, hosts = step_host_inputs(trainer)
+        rollout_generator = trainer.generator("rollout", 0, device)
+        if cfg.method.objective == "rl":
+            draw = refill_draw(trainer)
+            micro = prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, draw)
+        else:
+            teacher_budget = step_teacher_budget(trainer, budget)
+            micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
     counts = step_counts(micro, trainer.accelerator)
     stored: list[torch.Tensor | None] = [None] * len(micro)
     if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
@@ -207,7 +230,26 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value
     check_finite(trainer, problems)
+    if not reuse and rollout_iterations(cfg) > 1:  # old_logp is set now: micro_loss ran on every micro-batch
+        trainer.rollouts = {"step": trainer.step, "budget": budget, "micro": stored_rollouts(micro)}
     return totals, micro, budget
+
+
+def reused_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
+    """Returns (budget, micro-batches) of a step that reuses the last generation step's rollouts.
+
+    Raises:
+        RuntimeError: those rollouts are not kept (a resume state written without them).
+    """
+    rollouts, origin = trainer.rollouts, trainer.step - trainer.step % rollout_iterations(trainer.cfg)
+    if rollouts is None or rollouts["step"] != origin:
+        raise RuntimeError(
+            f"step {trainer.step} reuses the rollouts of step {origin} (method.rl.num_iterations) but they "
+            f"are not kept (kept: {None if rollouts is None else rollouts['step']})"
+        )
+    micro = reused_groups(trainer.cfg, trainer.student, rollouts["micro"], rollouts["budget"],
+                          trainer.data.item_at)  # fmt: skip
+    return rollouts["budget"], micro
 
 
 def refill_draw(trainer: Trainer) -> Draw:
