@@ -10,6 +10,7 @@ from sparsectx.budget import tokens_to_keep
 from sparsectx.context import build_context
 from sparsectx.generation import response_logits
 from sparsectx.training.config import load_train_config
+from sparsectx.training.loop import train_step
 from sparsectx.training.steps import StepCounts, micro_loss, prepare_step, select_images
 from sparsectx.training.student import mode
 from sparsectx.training.update import step_budget, step_teacher_budget
@@ -105,6 +106,17 @@ def test_the_loop_gives_the_teacher_b_plus_the_growing_gap(tiny_env, tmp_path) -
         )
     trainer.cfg.method.teacher.budget_gap = None
     assert step_teacher_budget(trainer, 0.3) is None
+
+
+def test_a_step_logs_the_teachers_kept_share(tiny_env, tmp_path) -> None:  # noqa: ANN001
+    """train/teacher_kept_visual_fraction: EPIC's teacher keeps more than the student, a full-context one all."""
+    trainer = make_trainer(tiny_env, tmp_path / "epic", "method=epic", "steps=10")
+    trainer.step = 8  # late in the schedule: the student near b, the teacher at most b + 0.3 (step 0: both ~1)
+    metrics, _, _ = train_step(trainer)
+    student, teacher = metrics["train/kept_visual_fraction"], metrics["train/teacher_kept_visual_fraction"]
+    assert student < teacher < 1.0
+    metrics, _, _ = train_step(make_trainer(tiny_env, tmp_path / "scopd", "method=scopd"))
+    assert metrics["train/teacher_kept_visual_fraction"] == 1.0
 
 
 @pytest.mark.parametrize(

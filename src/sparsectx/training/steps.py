@@ -420,6 +420,9 @@ def micro_stats(
     """Returns the micro-batch's statistics as sums and counts (they add across micro-batches and ranks)."""
     kept = [sum(s.indices.numel() for s in sel) for sel in mb.selections]
     total = [sum(image.num_tokens for image in s.images) for s in mb.encoded]
+    teacher_kept = total  # a full-context teacher keeps every visual token
+    if mb.teacher_selections is not None:
+        teacher_kept = [sum(s.indices.numel() for s in sel) for sel in mb.teacher_selections]
     stats = {
         "loss": float(loss.detach()),
         "divergence_sum": float(per_token.detach()[selected].sum()),
@@ -429,6 +432,7 @@ def micro_stats(
         "length_sum": float(mb.valid.sum()),
         "stopped": float(sum(mb.prefix.stopped)),
         "kept_visual": float(sum(kept)),
+        "teacher_kept_visual": float(sum(teacher_kept)),
         "visual": float(sum(total)),
         "sensitivity_sum": 0.0 if sensitivity is None else float(sensitivity[mb.valid].sum()),
         "sensitivity_n": 0.0 if sensitivity is None else float(mb.valid.sum()),

@@ -332,6 +332,7 @@ def step_metrics(totals: dict[str, Any], budget: float, lr: float, grad_norm: fl
         "train/lr": lr,
         "train/budget": budget,
         "train/kept_visual_fraction": totals["kept_visual"] / max(totals["visual"], 1.0),
+        "train/teacher_kept_visual_fraction": totals["teacher_kept_visual"] / max(totals["visual"], 1.0),
         "train/kept_visual_tokens": totals["kept_visual"] / seqs,
         "rollout/length": totals["length_sum"] / seqs,
         "rollout/stop_rate": totals["stopped"] / seqs,
