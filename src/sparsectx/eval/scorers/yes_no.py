@@ -1,6 +1,32 @@
-"""Yes/no answer parsing and accuracy (HallusionBench-style question accuracy; shared by MME and POPE).
+"""Yes/no answer reading and accuracy, by VLMEvalKit's exact-matching rule (shared by MME, POPE, HallusionBench).
+
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``YOrN_Extraction`` (the reading) with
+``vlmeval/smp/misc.py`` ``process_punctuation`` (the punctuation pass it applies first), called from
+``vlmeval/dataset/image_yorn.py`` ``ImageYORNDataset.evaluate`` with ``--judge exact_matching``.
+
+The reading, step by step:
+
+1. lowercase the answer;
+2. punctuation: each of ``; / [ ] " { } ( ) = + \\ _ - > < @ ` , ? !`` is deleted when the text has it
+   next to a space (``"p "`` or ``" p"``) or the text has a digit-comma-digit anywhere, and is replaced
+   by a space otherwise (each mark decided on its own, always against the lowercased input); then a
+   ``.`` not followed by a digit is deleted, at most 32 of them (VLMEvalKit passes ``re.UNICODE``, 32,
+   where ``re.sub`` takes its ``count``);
+3. split on whitespace; "yes" if the word ``yes`` occurs and ``no`` does not, "no" the other way round,
+   otherwise unreadable (``None``; VLMEvalKit's ``Unknown``), so an answer with both words is unreadable.
+
+Consequences worth knowing: markup tags split into words (``<b>yes</b>`` reads "yes"), but ``*``, ``:``
+and ``'`` are not in the list, so ``**Yes**``, ``Yes:`` and ``'yes'`` are unreadable; ``yes/no`` is two
+words, hence unreadable; ``not`` is not ``no``.
 
 Scale: percent of questions answered with the gold yes/no.
+
+Remaining differences from VLMEvalKit: VLMEvalKit reads the whole raw output; we read the answer that
+``sparsectx.eval.extract`` took from it (for an untagged output without ``\\boxed``/"answer is" cues the
+whole text, so the two agree there). VLMEvalKit compares the reading with the ``answer`` cell
+case-sensitively (``Yes``/``No``, as in its TSVs; ``image_yorn.py`` ``evaluate``), we compare
+lowercased and raise on a gold that is neither word. A ``None`` prediction (extraction miss) is wrong,
+as VLMEvalKit's ``str(nan)`` reads ``Unknown``.
 """
 
 from __future__ import annotations
@@ -15,24 +41,33 @@ from sparsectx.eval.scorers.base import (
     register_scorer,
 )
 
-VERSION = 1
+VERSION = 2
+"""2: VLMEvalKit's ``YOrN_Extraction`` (both words -> unreadable; markup/punctuation as it splits)."""
 
-_WORD = re.compile(r"[a-z]+")
+_MARKS = ';/[]"{}()=+\\_-><@`,?!'  # VLMEvalKit's order (the order does not matter)
+_DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
+_PERIOD = re.compile(r"\.(?!\d)")
+_PERIOD_LIMIT = int(re.UNICODE)  # 32: the ``count`` VLMEvalKit hands ``re.sub`` by mistake
+
+
+def vlmeval_punctuation(text: str) -> str:
+    """Returns ``text`` after VLMEvalKit's punctuation pass (``process_punctuation``, rule 2 above)."""
+    delete_all = _DIGIT_COMMA_DIGIT.search(text) is not None
+    out = text
+    for mark in _MARKS:
+        glued = delete_all or f"{mark} " in text or f" {mark}" in text
+        out = out.replace(mark, "" if glued else " ")
+    return _PERIOD.sub("", out, count=_PERIOD_LIMIT)
 
 
 def parse_yes_no(prediction: str | None) -> str | None:
-    """Returns ``"yes"``, ``"no"`` or ``None`` (unreadable or both words present) for a prediction.
+    """Returns ``"yes"``, ``"no"`` or ``None`` (unreadable: neither or both words) for a prediction.
 
-    The first word decides when it is "yes" or "no"; otherwise the answer is the one of the two
-    words that occurs (``None`` when both or neither occur). "not" is not read as "no".
+    VLMEvalKit's ``YOrN_Extraction`` (module docstring); ``None`` stays ``None``.
     """
     if prediction is None:
         return None
-    words = _WORD.findall(prediction.lower())
-    if not words:
-        return None
-    if words[0] in ("yes", "no"):
-        return words[0]
+    words = vlmeval_punctuation(prediction.lower()).split()
     has_yes, has_no = "yes" in words, "no" in words
     if has_yes != has_no:
         return "yes" if has_yes else "no"
