@@ -224,9 +224,12 @@ def _result(
     sampling: SamplingConfig,
 ) -> BenchResult:
     """Returns the ``BenchResult`` of scored rows (wall time filled in by the caller)."""
-    report = score_items(
-        spec.scorer, [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)]
-    )
+    try:
+        report = score_items(
+            spec.scorer, [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)]
+        )
+    except ValueError as err:  # name the file whose rows the scorer refused; no result is written
+        raise ValueError(f"benchmark {spec.name!r} ({spec.path}): {err}") from err
     statuses = {
         status: sum(r["status"] == status for r in rows)
         for status in ("tagged", "fallback", "empty", "error")

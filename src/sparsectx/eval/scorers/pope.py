@@ -1,9 +1,27 @@
-"""POPE: accuracy, precision, recall and F1 per subset, macro-averaged over subsets.
+"""POPE: F1, accuracy, precision and recall per subset and over all rows, as VLMEvalKit rates POPE.
 
-Source: POPE (Li et al., 2023, §3 and Table 2): "yes" is the positive class; each sampling
-setting (random, popular, adversarial) is scored on its own. We macro-average the per-subset
-metrics; the headline ``score`` is the macro F1 in percent. An unreadable or missing answer is
-counted as wrong and, for F1, as a non-positive prediction (neither TP nor FP).
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``POPE_rating`` (with ``cal_f1_score`` inside it)
+and its headline, ``vlmeval/dataset/image_yorn.py`` ``ImageYORNDataset.report_primary_metric``
+(``split=Overall|Overall``, the overall F1). "yes" is the positive class (POPE, Li et al. 2023, §3).
+
+VLMEvalKit's POPE.tsv stores a question shared by several subsets once, with a comma-joined
+``category`` (e.g. ``adversarial,popular,random``). ``POPE_rating`` splits the category and explodes
+the file into one row per (question, subset), then computes
+
+* **Overall**: F1, acc, precision and recall over *all exploded rows* (a shared question counts once per
+  subset it belongs to; a pooled figure, not the mean of the subsets);
+* **per subset**: the same four over that subset's rows.
+
+Per row: gold positive is ``answer == Yes``, predicted positive is a reading of "yes"
+(``sparsectx.eval.scorers.yes_no.parse_yes_no``, VLMEvalKit's ``YOrN_Extraction``), so an unreadable
+answer counts as a "no" prediction (an FN on a "yes" question, never an FP); acc is the percent of rows
+whose reading equals the gold. Precision (recall) is 0 when nothing is predicted (labelled) "yes",
+F1 is 0 when both are 0 (as in ``cal_f1_score``).
+
+Remaining differences from VLMEvalKit: a subset name other than adversarial/popular/random, or an empty
+one, raises here (VLMEvalKit rates any name, and drops a NaN category from the per-split table while
+keeping its row in Overall); we also report ``yes_ratio`` and the macro mean of the subset F1s
+(``macro_f1``), which VLMEvalKit does not.
 """
 
 from __future__ import annotations
@@ -13,7 +31,10 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
-VERSION = 1
+VERSION = 2
+"""2: comma-joined categories counted in each subset; headline = pooled F1 over exploded rows."""
+
+SUBSETS = ("adversarial", "popular", "random")
 
 
 def binary_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> dict[str, float]:
@@ -37,31 +58,48 @@ def binary_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> dict[str,
     }
 
 
+def pope_subsets(item: ScoredItem) -> list[str]:
+    """Returns the subsets of one POPE row: its ``category`` split on commas, each checked.
+
+    Raises ``ValueError`` naming the column, the value and the item for a name not in ``SUBSETS``.
+    """
+    names = [name.strip() for name in item.subset.split(",")]
+    for name in names:
+        if name not in SUBSETS:
+            raise ValueError(
+                f"pope: item {item.id!r} has category (column 'category', the POPE subset) "
+                f"{item.subset!r}; {name!r} is not one of {', '.join(SUBSETS)} (comma-joined for a "
+                "question shared by several subsets)"
+            )
+    return names
+
+
 @register_scorer("pope", VERSION)
 def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
-    """Returns POPE macro F1 in percent (``score``), with per-subset and macro acc/precision/recall/F1.
+    """Returns POPE's overall F1 in percent (``score``), with overall and per-subset acc/precision/recall/F1.
 
-    Reads ``reference`` (yes/no) and ``subset``. Keys: ``score`` (= ``f1``), ``acc``, ``precision``,
-    ``recall``, ``f1``, ``yes_ratio`` (macro over subsets), ``<subset>/<metric>``, ``n``, ``missing``.
+    Reads ``reference`` (yes/no) and ``subset`` (VLMEvalKit's ``category``, possibly comma-joined). Keys:
+    ``score`` (= ``f1``), ``acc``, ``precision``, ``recall``, ``f1``, ``yes_ratio`` (over all exploded
+    rows), ``<subset>/<metric>``, ``macro_f1``, ``n`` (questions), ``n_rows`` (exploded rows), ``missing``.
     """
     check_items(items, "pope", needs=("reference", "subset"))
-    by_subset: dict[str, list[ScoredItem]] = {}
+    rows: list[tuple[str, str, str | None]] = []  # (subset, gold, reading), one per (question, subset)
     for item in items:
-        by_subset.setdefault(item.subset, []).append(item)
+        gold, reading = gold_yes_no(item, "pope"), parse_yes_no(item.prediction)
+        rows.extend((name, gold, reading) for name in pope_subsets(item))
+    overall = binary_metrics([g for _, g, _ in rows], [p for _, _, p in rows])
     metrics: dict[str, float] = {}
-    names = ("acc", "precision", "recall", "f1", "yes_ratio")
-    macro = dict.fromkeys(names, 0.0)
-    for subset, group in sorted(by_subset.items()):
-        per = binary_metrics(
-            [gold_yes_no(it, "pope") for it in group], [parse_yes_no(it.prediction) for it in group]
-        )
-        for name in names:
-            metrics[f"{subset}/{name}"] = per[name]
-            macro[name] += per[name] / len(by_subset)
+    for subset in sorted({name for name, _, _ in rows}):
+        mine = [(g, p) for name, g, p in rows if name == subset]
+        per = binary_metrics([g for g, _ in mine], [p for _, p in mine])
+        metrics |= {f"{subset}/{key}": value for key, value in per.items()}
+    subsets = sorted({name for name, _, _ in rows})
     return {
-        "score": macro["f1"],
-        **macro,
+        "score": overall["f1"],
+        **overall,
+        "macro_f1": sum(metrics[f"{s}/f1"] for s in subsets) / len(subsets),
         "n": float(len(items)),
+        "n_rows": float(len(rows)),
         "missing": float(count_missing(items)),
         **metrics,
     }
