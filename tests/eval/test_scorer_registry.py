@@ -6,6 +6,7 @@ from sparsectx.eval.scorers import (
     SCORERS,
     ScoredItem,
     exact,
+    hallusionbench,
     mcq,
     mmbench,
     mme,
@@ -20,6 +21,7 @@ from sparsectx.eval.scorers import (
 EXPECTED = {
     "exact_match": exact.VERSION_EXACT,
     "mcq": mcq.VERSION,
+    "hallusionbench": hallusionbench.VERSION,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,
     "number_match": exact.VERSION_NUMBER,

@@ -25,7 +25,7 @@ from sparsectx.tracking import LoggerConfig
 MODES = ("greedy", "passk", "efficiency")
 ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
-SUBSET_FIELDS = ("none", "subset", "category")
+SUBSET_FIELDS = ("none", "subset", "category", "l2-category")
 
 
 def check_seed(seed: object, key: str) -> int:
@@ -53,11 +53,12 @@ class BenchSpec:
     """``plain``: the ``answer`` cell is the reference; ``list``: it is a Python list of accepted answers
     (VLMEvalKit's TextVQA/OCRBench files), the first one being the reference."""
     group_by: str
-    """How ``ScoredItem.group`` is filled: ``none``; ``image`` (items sharing an image, MME's pairs);
+    """How ``ScoredItem.group`` is filled: ``none``; ``image`` (the ``image_path`` column, MME's pairs, or
+    the image hash in files without that column);
     ``circular`` (``index % 1_000_000``, the base question of MMBench's circular rotations)."""
     subset_field: str
-    """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE) or ``category``
-    (VLMEvalKit's POPE file)."""
+    """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE), ``category``
+    (VLMEvalKit's POPE file) or ``l2-category`` (VLMEvalKit's HallusionBench file)."""
 
     def __post_init__(self) -> None:
         key = f"bench.{self.name}"

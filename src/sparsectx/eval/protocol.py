@@ -154,10 +154,15 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
     reference, answers = _answers(item, spec)
     group = ""
     if spec.group_by == "image":
-        group = hashlib.sha256(item.image_bytes).hexdigest()[:16]
+        # VLMEvalKit's MME_rating pairs by the file's image_path column; the image hash only stands in
+        # for files without it (the synthetic benchmarks).
+        group = item.extra.get("image_path") or hashlib.sha256(item.image_bytes).hexdigest()[:16]
     elif spec.group_by == "circular":
         group = str(item.index % 1_000_000)
-    subset = {"none": "", "subset": item.subset, "category": item.category}[spec.subset_field]
+    subset = {
+        "none": "", "subset": item.subset, "category": item.category,
+        "l2-category": item.extra.get("l2-category", ""),
+    }[spec.subset_field]  # fmt: skip
     return ScoredItem(
         id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
         options=dict(item.options), category=item.category, subset=subset, group=group,
@@ -167,8 +172,9 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
 def is_correct(scorer: str, item: ScoredItem) -> bool:
     """Returns whether one item's prediction is right, by the rule of its benchmark's scorer.
 
-    Multiple choice: the matched option letter is the gold letter. Yes/no (``yes_no``, ``pope``, ``mme``):
-    the parsed word equals the gold one. ``exact_match``/``number_match``: as the scorer compares.
+    Multiple choice: the matched option letter is the gold letter. Yes/no (``yes_no``, ``pope``, ``mme``,
+    ``hallusionbench``): the parsed word equals the gold one. ``exact_match``/``number_match``: as the
+    scorer compares.
     ``vqa_soft``: the answer matches at least one human answer (soft accuracy > 0). ``ocrbench``: a gold
     answer is contained in the prediction. Used for the predictions file and for Pass@K.
     """
@@ -177,7 +183,7 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return False
     if scorer in ("mcq", "mmbench_circular"):
         return match_choice(pred, item.options) == item.reference.strip().upper()
-    if scorer in ("yes_no", "pope", "mme"):
+    if scorer in ("yes_no", "pope", "mme", "hallusionbench"):
         return parse_yes_no(pred) == item.reference.strip().lower()
     if scorer == "exact_match":
         golds = {normalize_short_answer(g) for g in (item.reference, *item.answers)}

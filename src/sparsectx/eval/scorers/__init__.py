@@ -4,7 +4,7 @@ Every family module is imported here explicitly so that importing this package r
 them (style convention 11). A benchmark config names its scorer by key, e.g. ``scorer: mme``.
 """
 
-from sparsectx.eval.scorers import exact, mcq, mmbench, mme, ocrbench, pope, vqa, yes_no
+from sparsectx.eval.scorers import exact, hallusionbench, mcq, mmbench, mme, ocrbench, pope, vqa, yes_no
 from sparsectx.eval.scorers.base import (
     SCORERS,
     ScoredItem,
@@ -29,6 +29,7 @@ __all__ = [
     "Scorer",
     "binary_metrics",
     "exact",
+    "hallusionbench",
     "match_choice",
     "mcq",
     "mmbench",

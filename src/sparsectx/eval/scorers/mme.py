@@ -1,11 +1,22 @@
 """MME: accuracy and accuracy+ per category, summed into perception and cognition subtotals.
 
-Source: MME (Fu et al., 2023, §2.3). Every image carries two yes/no questions (one "yes", one
-"no"). Per category, ``acc`` is the percent of questions answered correctly and ``acc+`` the
-percent of images with *both* questions correct; the category score is ``acc + acc+`` (max 200).
-Perception sums its 10 categories (max 2000), cognition its 4 (max 800). The headline ``score``
-is perception + cognition (max 2800), the MME number printed in SCOPD's and LT-OPD's tables.
-Category spellings are VLMEvalKit's ``category`` column (VLMEvalKit calls cognition "reasoning").
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``MME_rating`` and the headline in
+``vlmeval/dataset/image_yorn.py`` ``ImageYORNDataset.report_primary_metric`` (perception + reasoning);
+the metric itself is MME's (Fu et al., 2023, §2.3). Each row is right when its yes/no reading
+(``sparsectx.eval.scorers.yes_no.parse_yes_no``, VLMEvalKit's ``YOrN_Extraction``) equals the gold.
+Questions are paired by **(category, image_path)** — VLMEvalKit's ``stats[category][image_path]`` —
+not by image content: two files showing the same picture are two pairs, and one image asked about in
+two categories makes one pair in each. Per category, ``acc`` is the percent of rows right and ``acc+``
+the percent of pairs with both rows right; the category score is ``acc + acc+`` (max 200). Perception
+sums its 10 categories (max 2000), reasoning (our ``cognition``; also reported as ``reasoning``) its 4
+(max 800). The headline ``score`` is perception + reasoning (max 2800).
+
+``group`` carries the row's ``image_path`` (``sparsectx.eval.protocol.scored_item`` fills it from the
+TSV's ``image_path`` column, and from the image hash only for files without that column).
+
+Remaining differences from VLMEvalKit: a pair must have exactly 2 rows here (VLMEvalKit fails with an
+``IndexError`` on 1 and silently takes the first two for acc+ on 3 or more); a category absent from the
+items adds 0 to its subtotal here, where ``MME_rating`` raises ``KeyError``.
 """
 
 from __future__ import annotations
@@ -15,7 +26,8 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, percent, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
-VERSION = 1
+VERSION = 2
+"""2: pairs keyed by (category, image_path) instead of the image alone; ``reasoning`` key."""
 
 PERCEPTION = (
     "existence", "count", "position", "color", "posters",
@@ -24,20 +36,21 @@ PERCEPTION = (
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
 
 
-def _pairs(items: Sequence[ScoredItem]) -> dict[str, list[ScoredItem]]:
-    pairs: dict[str, list[ScoredItem]] = {}
+def _pairs(items: Sequence[ScoredItem]) -> dict[tuple[str, str], list[ScoredItem]]:
+    """Returns the rows grouped by (category, image_path), VLMEvalKit's ``MME_rating`` key."""
+    pairs: dict[tuple[str, str], list[ScoredItem]] = {}
     for item in items:
         if item.category not in PERCEPTION + COGNITION:
             raise ValueError(
                 f"mme: item {item.id!r} has category {item.category!r}; expected one of "
                 f"{', '.join(PERCEPTION + COGNITION)}"
             )
-        pairs.setdefault(item.group, []).append(item)
-    for image, pair in pairs.items():
-        if len(pair) != 2 or pair[0].category != pair[1].category:
+        pairs.setdefault((item.category, item.group), []).append(item)
+    for (category, image), pair in pairs.items():
+        if len(pair) != 2:
             raise ValueError(
-                f"mme: image {image!r} has {len(pair)} question(s) in categories "
-                f"{sorted({it.category for it in pair})}; MME needs exactly 2 per image in one category"
+                f"mme: image_path {image!r} has {len(pair)} question(s) in category {category!r} "
+                f"(items {', '.join(it.id for it in pair)}); MME needs exactly 2 per image and category"
             )
     return pairs
 
@@ -46,8 +59,8 @@ def _pairs(items: Sequence[ScoredItem]) -> dict[str, list[ScoredItem]]:
 def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the MME total (``score`` = perception + cognition) with every category's acc and acc+.
 
-    Reads ``reference`` (yes/no), ``category`` and ``group`` (the image id joining a pair). Keys:
-    ``score``, ``perception``, ``cognition``, ``<category>`` (acc + acc+), ``<category>/acc``,
+    Reads ``reference`` (yes/no), ``category`` and ``group`` (the ``image_path`` joining a pair). Keys:
+    ``score``, ``perception``, ``cognition`` (= ``reasoning``), ``<category>`` (acc + acc+), ``<category>/acc``,
     ``<category>/acc_plus``, ``n``, ``missing``, ``unparsed``. Categories absent from ``items`` add 0
     to their subtotal and get no keys.
     """
@@ -55,10 +68,10 @@ def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
     metrics: dict[str, float] = {"perception": 0.0, "cognition": 0.0}
     questions: dict[str, list[bool]] = {}
     images: dict[str, list[bool]] = {}
-    for pair in _pairs(items).values():
+    for (category, _), pair in _pairs(items).items():
         right = [parse_yes_no(it.prediction) == gold_yes_no(it, "mme") for it in pair]
-        questions.setdefault(pair[0].category, []).extend(right)
-        images.setdefault(pair[0].category, []).append(all(right))
+        questions.setdefault(category, []).extend(right)
+        images.setdefault(category, []).append(all(right))
     for category in PERCEPTION + COGNITION:
         if category not in questions:
             continue
@@ -75,4 +88,5 @@ def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
         "missing": float(count_missing(items)),
         "unparsed": float(unparsed),
         **metrics,
+        "reasoning": metrics["cognition"],
     }
