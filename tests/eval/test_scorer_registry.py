@@ -21,6 +21,7 @@ from sparsectx.eval.scorers import (
 EXPECTED = {
     "exact_match": exact.VERSION_EXACT,
     "mcq": mcq.VERSION,
+    "mcq_vlmeval": mcq.VERSION_VLMEVAL,
     "hallusionbench": hallusionbench.VERSION,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,

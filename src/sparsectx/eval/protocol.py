@@ -32,6 +32,7 @@ from sparsectx.eval.scorers import (
     ocr_contains,
     parse_number,
     parse_yes_no,
+    vlmeval_choice,
     vqa_soft_accuracy,
 )
 from sparsectx.generation import SamplingConfig
@@ -181,8 +182,12 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
     pred = item.prediction
     if pred is None:
         return False
-    if scorer in ("mcq", "mmbench_circular"):
+    if scorer == "mcq":
         return match_choice(pred, item.options) == item.reference.strip().upper()
+    if scorer == "mcq_vlmeval":
+        return vlmeval_choice(pred, item.options) == item.reference.strip()
+    if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it
+        return vlmeval_choice(pred, item.options, strip=False) == item.reference.strip()
     if scorer in ("yes_no", "pope", "mme", "hallusionbench"):
         return parse_yes_no(pred) == item.reference.strip().lower()
     if scorer == "exact_match":

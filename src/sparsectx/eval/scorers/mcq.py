@@ -1,8 +1,14 @@
-"""Multiple-choice letter matching and plain MCQ accuracy (MMStar, MMMU-Pro, BLINK, CV-Bench, ...).
+"""Multiple-choice letter matching and MCQ accuracy: our own rules and VLMEvalKit's exact matching.
 
 Scale: percent of questions whose matched letter equals the gold letter, the metric these
-benchmarks define (e.g. MMStar, Chen et al. 2024, §4). Matching is rule-based (VLMEvalKit's
-``--judge exact_matching`` mode, not an LLM judge); the rules are in ``match_choice``.
+benchmarks define (e.g. MMStar, Chen et al. 2024, §4). Two rule sets, both rule-based (no judge):
+
+* ``mcq`` (``match_choice``): our own, more permissive rules, kept for the synthetic benchmarks
+  and the training rewards.
+* ``mcq_vlmeval`` (``vlmeval_choice``): VLMEvalKit's ``--judge exact_matching`` mode transcribed
+  from vlmeval/utils/matching_util.py ``can_infer`` (``can_infer_option`` then ``can_infer_text``);
+  the real benchmarks (MMStar, MMMU, BLINK, CV-Bench, HRBench, ...) use it so that their numbers are
+  VLMEvalKit's.
 """
 
 from __future__ import annotations
@@ -100,5 +106,114 @@ def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     correct = [is_choice_correct(item) for item in items]
     unmatched = sum(
         item.prediction is not None and match_choice(item.prediction, item.options) is None for item in items
+    )
+    return accuracy_metrics(items, correct, "unmatched", unmatched)
+
+
+# --- VLMEvalKit's exact-matching rules (``--judge exact_matching``), for the real benchmarks -------------
+
+VERSION_VLMEVAL = 1
+
+VLMEVAL_REJECTIONS = (
+    "Sorry, I can't help with images of people yet.",
+    "I can't process this file.",
+    "I'm sorry, but without the image provided",
+    "Cannot determine the answer",
+)
+"""Refusals VLMEvalKit reads as the "no answer" letter ``Z`` (``can_infer_option``)."""
+_VLMEVAL_SEPARATORS = str.maketrans({ch: " " for ch in ".()[],:;!*#{}"})
+
+
+def vlmeval_infer_option(answer: str, options: Mapping[str, str]) -> str | None:
+    """Returns the letter VLMEvalKit's ``can_infer_option`` reads, ``"Z"`` for a refusal, else ``None``.
+
+    Rule (vlmeval/utils/matching_util.py ``can_infer_option``): the marks ``.()[],:;!*#{}`` become
+    spaces and the text is split on whitespace; if exactly one option letter (upper case, as a whole
+    token) occurs, it is the answer provided its first occurrence is among the last four tokens
+    (``index > len(tokens) - 5``); if no letter occurs but the token ``Z`` does, the answer is ``Z``.
+    A known refusal sentence gives ``Z``; ``'Failed to obtain answer via API'`` gives nothing.
+    """
+    if "Failed to obtain answer via API" in answer:
+        return None
+    if any(text in answer for text in VLMEVAL_REJECTIONS):
+        return "Z"
+    tokens = answer.translate(_VLMEVAL_SEPARATORS).split()
+    present = [letter for letter in options if letter in tokens]
+    if len(present) == 1:
+        return present[0] if tokens.index(present[0]) > len(tokens) - 5 else None
+    if not present and "Z" in tokens:
+        return "Z"
+    return None
+
+
+def vlmeval_infer_text(answer: str, options: Mapping[str, str]) -> str | None:
+    """Returns the letter whose option text VLMEvalKit's ``can_infer_text`` finds in ``answer``, else ``None``.
+
+    Rule (vlmeval/utils/matching_util.py ``can_infer_text``): an answer longer than twice the total
+    length of the option texts gives nothing; otherwise the lower-cased option texts that are
+    substrings of the lower-cased answer (no word boundaries) are collected, and exactly one is needed.
+    """
+    low = answer.lower()
+    if len(low) > 2 * sum(len(str(text)) for text in options.values()):
+        return None
+    found = [letter for letter, text in options.items() if str(text).lower() in low]
+    return found[0] if len(found) == 1 else None
+
+
+def vlmeval_choice(prediction: str | None, options: Mapping[str, str], strip: bool = True) -> str | None:
+    """Returns the option VLMEvalKit's exact matching reads in a prediction (``can_infer``), else ``None``.
+
+    The prediction is stripped (``extract_answer_from_item``; ``strip=False`` for the circular
+    pre-fetch ``prefetch_answer``, which does not strip), then ``vlmeval_infer_option`` and,
+    when it gives nothing, ``vlmeval_infer_text``. ``"Z"`` (a refusal) is returned as VLMEvalKit
+    returns it and never equals a gold letter. ``None`` (extraction miss) gives ``None``; VLMEvalKit
+    would score ``str(None)`` = ``"None"``, which also matches nothing unless an option's text is in it.
+    """
+    if prediction is None or not options:
+        return None
+    text = prediction.strip() if strip else prediction
+    return vlmeval_infer_option(text, options) or vlmeval_infer_text(text, options)
+
+
+def is_choice_correct_vlmeval(item: ScoredItem) -> bool:
+    """Returns whether VLMEvalKit's exact matching reads the gold letter in ``item.prediction`` (``hit``)."""
+    return vlmeval_choice(item.prediction, item.options) == item.reference.strip()
+
+
+@register_scorer("mcq_vlmeval", VERSION_VLMEVAL)
+def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
+    """Returns MCQ accuracy in percent by VLMEvalKit's exact-matching rules (``vlmeval_choice``).
+
+    Item rule: vlmeval/dataset/utils/multiple_choice.py ``extract_answer_from_item`` (with
+    ``model=None``: ``can_infer`` or ``Z``) and ``eval_vanilla`` (``hit = opt == GT``).
+    Aggregate: ``report_acc`` in the same file: ``Overall`` is the mean hit, and each ``category``
+    gets its own mean (``category/<name>``). Reads ``reference`` (gold letter, compared as written,
+    as ``GT`` is), ``options``, and ``category`` if set. Keys: ``score``, ``n``, ``missing``,
+    ``unmatched`` (an extracted answer in which no option is read; VLMEvalKit's ``Z``), ``category/<name>``.
+
+    Remaining differences from VLMEvalKit, each with its source:
+
+    * HRBench (vlmeval/dataset/utils/hrbench.py ``report_acc_hrbench``) averages the per-cycle
+      accuracies over ``cycle_category``; CV-Bench's VLMEvalKit report averages its sources, and MMMU
+      (multiple_choice.py ``MMMU_preproc``, ``mcq_vanilla_eval``) turns open questions into a
+      two-option question (``A`` = the answer, ``B`` = ``"Other Answers"``, a non-letter gold becomes
+      ``A``) and reports per ``split``. Our TSV reader (sparsectx/data/tsv.py) carries none of the
+      columns these need (``cycle_category``, ``source``, ``split``), so those figures are not
+      computed here: ``score`` is the plain mean hit, which equals HRBench's cycle average only
+      when the cycles have equal sizes, and MMMU's open questions need ``options`` filled upstream.
+    * Snapshot: the "near the end" condition in ``can_infer_option`` and the length guard in
+      ``can_infer_text`` are in recent VLMEvalKit (and the copies of it we compared); older commits
+      (e.g. 18fc37a) accept a lone letter anywhere and have no length guard, and one stored
+      snapshot (134b4ea) reads the condition as ``index < len - 5``. Some forks also call
+      ``can_infer`` only on predictions shorter than 10 characters in ``extract_answer_from_item``;
+      VLMEvalKit's own ``prefetch_answer`` (used by the circular evaluation) has no such limit.
+    * With ``VERBOSE`` set, VLMEvalKit refuses a lone ``A`` in a text of more than 3 tokens (a possible
+      article); that is a logging mode, not the default, and is not followed.
+    """
+    check_items(items, "mcq_vlmeval", needs=("reference", "options"))
+    correct = [is_choice_correct_vlmeval(item) for item in items]
+    unmatched = sum(
+        item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z")
+        for item in items
     )
     return accuracy_metrics(items, correct, "unmatched", unmatched)

@@ -3,6 +3,18 @@
 Source: MMBench (Liu et al., 2023, §3.2 "CircularEval"): each N-option question is asked N times
 with its options circularly shifted; the model passes the question only if all N answers are
 correct. Scale: percent of questions.
+
+Rules: VLMEvalKit's exact-matching circular evaluation, vlmeval/dataset/utils/multiple_choice.py
+``mcq_circular_eval`` with ``model=None``: rotations share ``g_index = index % 1e6`` (our
+``group``); ``prefetch_circular_group`` reads each rotation with ``prefetch_answer``
+(``can_infer`` on the unstripped prediction, our ``vlmeval_choice(..., strip=False)``); a group hits
+only when every rotation's letter equals its ``GT``, and a group with an unread rotation scores 0
+("no GPT-based answer matching under exact_matching"). ``report_acc`` then averages the hits of the
+main rows over all questions and per ``category``.
+
+Remaining differences: VLMEvalKit also reports ``l2-category`` means and per-``split`` rows, which
+our items do not carry; it takes a group's category from its main row (``index == g_index``), we
+require all rotations to share one category.
 """
 
 from __future__ import annotations
@@ -17,9 +29,10 @@ from sparsectx.eval.scorers.base import (
     percent,
     register_scorer,
 )
-from sparsectx.eval.scorers.mcq import is_choice_correct
+from sparsectx.eval.scorers.mcq import vlmeval_choice
 
-VERSION = 1
+VERSION = 2
+"""2: rotations read by VLMEvalKit's ``can_infer`` (was our ``match_choice``)."""
 
 
 @register_scorer("mmbench_circular", VERSION)
@@ -36,7 +49,7 @@ def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     category: dict[str, str] = {}
     hits = 0
     for item in items:
-        ok = is_choice_correct(item)
+        ok = vlmeval_choice(item.prediction, item.options, strip=False) == item.reference.strip()
         hits += ok
         passed[item.group] = passed.get(item.group, True) and ok
         if category.setdefault(item.group, item.category) != item.category:
