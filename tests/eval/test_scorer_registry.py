@@ -20,6 +20,7 @@ from sparsectx.eval.scorers import (
 
 EXPECTED = {
     "exact_match": exact.VERSION_EXACT,
+    "exact_match_vlmeval": exact.VERSION_EXACT_VLMEVAL,
     "mcq": mcq.VERSION,
     "mcq_vlmeval": mcq.VERSION_VLMEVAL,
     "hallusionbench": hallusionbench.VERSION,

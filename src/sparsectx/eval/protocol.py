@@ -32,6 +32,7 @@ from sparsectx.eval.scorers import (
     ocr_contains,
     parse_number,
     parse_yes_no,
+    vlmeval_accuracy,
     vlmeval_choice,
     vqa_soft_accuracy,
 )
@@ -193,6 +194,8 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
     if scorer == "exact_match":
         golds = {normalize_short_answer(g) for g in (item.reference, *item.answers)}
         return normalize_short_answer(pred) in golds
+    if scorer == "exact_match_vlmeval":
+        return vlmeval_accuracy(pred, item.answers or (item.reference,)) > 0
     if scorer == "number_match":
         value, gold = parse_number(pred), parse_number(item.reference)
         return (

@@ -14,7 +14,7 @@ from sparsectx.eval.scorers.base import (
     register_scorer,
     score_items,
 )
-from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number
+from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, vlmeval_accuracy
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
 from sparsectx.eval.scorers.ocrbench import ocr_contains
 from sparsectx.eval.scorers.pope import binary_metrics
@@ -43,6 +43,7 @@ __all__ = [
     "pope",
     "register_scorer",
     "score_items",
+    "vlmeval_accuracy",
     "vlmeval_choice",
     "vqa",
     "vqa_soft_accuracy",

@@ -4,6 +4,8 @@
 collapsing whitespace and dropping surrounding quotes and trailing periods.
 ``number_match``: prediction and reference each parse to one number (``parse_number``) and the
 numbers are equal. Scale: percent of items.
+``exact_match_vlmeval`` (GQA): VLMEvalKit's ``accuracy`` rule, which only strips and lower-cases
+(``vlmeval_accuracy``); the synthetic benchmarks keep ``exact_match``.
 """
 
 from __future__ import annotations
@@ -99,4 +101,42 @@ def score_number_match(items: Sequence[ScoredItem]) -> dict[str, float]:
         "n": float(len(items)),
         "missing": float(count_missing(items)),
         "unparsed": float(unparsed),
+    }
+
+
+VERSION_EXACT_VLMEVAL = 1
+
+
+def vlmeval_accuracy(prediction: str | None, golds: Sequence[str]) -> float:
+    """Returns VLMEvalKit's ``accuracy`` hit of one prediction: the share of golds it equals.
+
+    Rule (vlmeval/dataset/utils/vqa_eval.py ``process_line(method='accuracy')`` and
+    ``hit_calculate``'s default branch, which GQA takes): each gold matches when
+    ``gold.strip().lower() == prediction.strip().lower()``; the item's hit is the mean over its
+    golds (1.0 or 0.0 for GQA's single answer). Nothing else is normalised: no trailing-period,
+    quote or inner-space handling. ``None`` (a miss) gives 0.0.
+    """
+    if prediction is None:
+        return 0.0
+    pred = prediction.strip().lower()
+    return sum(gold.strip().lower() == pred for gold in golds) / len(golds)
+
+
+@register_scorer("exact_match_vlmeval", VERSION_EXACT_VLMEVAL)
+def score_exact_match_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
+    """Returns the GQA score in percent by VLMEvalKit's exact-match rule (``vlmeval_accuracy``).
+
+    Source: vlmeval/dataset/image_vqa.py ``ImageVQADataset.evaluate``, which scores GQA (and OCRVQA)
+    with ``process_line(method='accuracy')`` and reports ``Overall = mean(hit) * 100``. The golds are
+    ``answers`` when set (VLMEvalKit's list-valued ``answer``), else ``reference``. Keys: ``score``,
+    ``n``, ``missing``. Remaining differences: VLMEvalKit also reports per ``split`` when its file
+    has that column (ours do not carry it), and scores a missing prediction as the string ``"nan"``.
+    RealWorldQA is multiple choice in VLMEvalKit (``mcq_vlmeval``), not this rule.
+    """
+    check_items(items, "exact_match_vlmeval", needs=("reference",))
+    hits = sum(vlmeval_accuracy(item.prediction, item.answers or (item.reference,)) for item in items)
+    return {
+        "score": 100.0 * hits / len(items),
+        "n": float(len(items)),
+        "missing": float(count_missing(items)),
     }
