@@ -43,7 +43,7 @@ def test_vqa_soft_accuracy_leave_one_out_by_hand(matching, expected):
         ("1,000", "1000"),
         ("e-mail", "e mail"),
         ("3.5 m.", "3.5 m"),
-        ("couldntve", "couldn't've"),
+        ("couldnt've", "couldn't've"),  # a key of the scripts' table ("couldntve" is not)
         ("well", "well"),  # ordinary word, not a contraction
         ("line\nbreak", "line break"),
     ],

@@ -18,7 +18,7 @@ from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, v
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
 from sparsectx.eval.scorers.ocrbench import ocr_contains
 from sparsectx.eval.scorers.pope import binary_metrics
-from sparsectx.eval.scorers.vqa import normalize_vqa_answer, vqa_soft_accuracy
+from sparsectx.eval.scorers.vqa import normalize_evalai_answer, normalize_vqa_answer, vqa_soft_accuracy
 from sparsectx.eval.scorers.yes_no import parse_yes_no
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "mcq",
     "mmbench",
     "mme",
+    "normalize_evalai_answer",
     "normalize_short_answer",
     "normalize_vqa_answer",
     "ocr_contains",
