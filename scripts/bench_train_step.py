@@ -56,7 +56,7 @@ from sparsectx.models.loading import set_vision_attention  # noqa: E402
 from sparsectx.models.processor import load_processor  # noqa: E402
 from sparsectx.models.qwen_common import QwenVLAdapter  # noqa: E402
 from sparsectx.models.vision_mlp import align_vision_mlps  # noqa: E402
-from sparsectx.training import loop, prefetch, steps, update  # noqa: E402
+from sparsectx.training import contexts, loop, prefetch, steps, update  # noqa: E402
 from sparsectx.training.batches import TrainingSet, prompt_item  # noqa: E402
 from sparsectx.training.config import TrainConfig, load_train_config  # noqa: E402
 from sparsectx.training.loop import train_step  # noqa: E402
@@ -101,10 +101,10 @@ def instrumented(phases: Phases) -> Iterator[None]:
     step's own wait for it is the ``host inputs (wait)`` phase."""
     targets = [
         (update, "step_host_inputs", "host inputs (wait)"), (prefetch, "build_prompts", "  image decode"),
-        (prefetch, "processor_inputs", "  processor"), (steps, "micro_contexts", "encode"),
+        (prefetch, "processor_inputs", "  processor"), (contexts, "micro_contexts", "encode"),
         (QwenVLAdapter, "encode_images", "  vision tower"),
-        (encoding, "question_embeddings", "  question embeds"), (steps, "select_images", "  pruner"),
-        (steps, "step_prefixes", "rollout"), (steps, "teacher_logits", "teacher"),
+        (encoding, "question_embeddings", "  question embeds"), (contexts, "select_images", "  pruner"),
+        (contexts, "step_prefixes", "rollout"), (steps, "teacher_logits", "teacher"),
         (steps, "_probe_sensitivity", "probe"), (update, "micro_loss", "loss forwards (all)"),
         (update, "offloaded_teacher_logits", "teacher phase (offloaded)"),
         (steps, "response_logits", "  student/probe forward"), (Accelerator, "backward", "backward"),
@@ -227,12 +227,12 @@ def context_lengths(trainer: Trainer) -> tuple[int, int, int | None]:
     """Returns the (student, teacher, probe) prompt lengths of the first item at the current step's budget."""
     cfg = trainer.cfg
     budget = update.step_budget(trainer)
-    contexts = steps.micro_contexts(cfg, trainer.student, trainer.data.items[:1], [0], budget)
-    sample = contexts.encoded[0]
+    built = contexts.micro_contexts(cfg, trainer.student, trainer.data.items[:1], [0], budget)
+    sample = built.encoded[0]
     text = sample.prompt_ids.numel() - sum(image.num_tokens for image in sample.images)
     kept = lambda sel: text + sum(s.indices.numel() for s in sel)  # noqa: E731
-    probe = None if contexts.probe_selections is None else kept(contexts.probe_selections[0])
-    return kept(contexts.selections[0]), sample.prompt_ids.numel(), probe
+    probe = None if built.probe_selections is None else kept(built.probe_selections[0])
+    return kept(built.selections[0]), sample.prompt_ids.numel(), probe
 
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:

@@ -10,8 +10,9 @@ from sparsectx.budget import tokens_to_keep
 from sparsectx.context import build_context
 from sparsectx.generation import response_logits
 from sparsectx.training.config import load_train_config
+from sparsectx.training.contexts import prepare_step, select_images
 from sparsectx.training.loop import train_step
-from sparsectx.training.steps import StepCounts, micro_loss, prepare_step, select_images
+from sparsectx.training.steps import StepCounts, micro_loss
 from sparsectx.training.student import mode
 from sparsectx.training.update import step_budget, step_teacher_budget
 

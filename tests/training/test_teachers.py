@@ -16,8 +16,9 @@ from sparsectx.models import LoadedModel, adapter_for
 from sparsectx.prompting import PromptItem
 from sparsectx.training.batches import reencode_text
 from sparsectx.training.config import load_train_config
+from sparsectx.training.contexts import nested_union, prepare_step, select_images
 from sparsectx.training.method import MethodConfig
-from sparsectx.training.steps import StepCounts, micro_loss, nested_union, prepare_step, select_images
+from sparsectx.training.steps import StepCounts, micro_loss
 from sparsectx.training.student import Student, build_student
 from sparsectx.training.teachers import teacher_logits
 from sparsectx.visual import Selection

@@ -1,9 +1,10 @@
 """On-policy self-distillation training: pure numerical parts (divergences, reductions, position selectors,
-budget schedules, EMA) and the registries that map YAML names to them.
+budget schedules, EMA) and the registries that map YAML names to them; a step's inputs are built in
+``contexts`` (encode once, prune, one prefix call), its loss in ``steps``, its update in ``update``.
 
 Registries (keys equal the YAML file stems of their config group):
     DIVERGENCES: ``forward_kl`` (KL(teacher‖student)), ``reverse_kl`` (KL(student‖teacher)), ``jsd``.
-    POSITION_SELECTORS: ``all``, ``top_sensitivity``, ``bottom_sensitivity``, ``top_kl``, ``random``.
+    POSITION_SELECTORS: ``all``, ``top_sensitivity``, ``bottom_sensitivity``, ``top_kl``, ``random``, ``tip``.
     BUDGET_SCHEDULES: ``constant``, ``cosine_curriculum``, ``epic_progressive``.
 """
 

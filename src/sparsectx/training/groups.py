@@ -1,6 +1,6 @@
 """G rollouts per prompt, their rewards and advantages, and DAPO's dynamic sampling (``method.objective=rl``).
 
-``prepare_groups`` replaces ``steps.prepare_step`` for the policy-gradient methods. Per micro-batch it builds
+``prepare_groups`` replaces ``contexts.prepare_step`` for the policy-gradient methods. Per micro-batch it builds
 the contexts once (one vision-tower run, ONE pruner selection per prompt), then repeats each prompt's
 context G times, so the decode engine samples the G copies of every prompt of the step in one call.
 ``method.effective_batch_size`` and ``micro_batch_size`` count prompts; a micro-batch holds G× as many
@@ -30,11 +30,11 @@ import torch
 
 from sparsectx.data import Item
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.contexts import MicroBatch, MicroContexts, micro_contexts, step_prefixes
 from sparsectx.training.prefetch import Batch, HostInputs
 from sparsectx.training.rewards import REWARDS
 from sparsectx.training.rl import GroupBatch, group_advantages, informative_groups, overlong_penalty
 from sparsectx.training.rollout import Prefix
-from sparsectx.training.steps import MicroBatch, MicroContexts, micro_contexts, step_prefixes
 from sparsectx.training.student import Student
 
 Draw = Callable[[int, int], Batch]
@@ -191,7 +191,7 @@ def prepare_groups(
     cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
     hosts: list[HostInputs] | None = None, draw: Draw | None = None,
 ) -> list[MicroBatch]:  # fmt: skip
-    """Returns the step's micro-batches of G-rollout groups (``steps.prepare_step``'s policy-gradient twin).
+    """Returns the step's micro-batches of G-rollout groups (``contexts.prepare_step``'s policy-gradient twin).
 
     Args:
         batches: per micro-batch, its prompts (items) and their global sample positions.

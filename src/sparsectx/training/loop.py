@@ -46,9 +46,9 @@ from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
+from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
-from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
 from sparsectx.training.update import (
     Trainer,

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from sparsectx.training.config import MemoryConfig
-from sparsectx.training.steps import MicroBatch
+from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.student import Student
 from sparsectx.training.teachers import teacher_logits
 

@@ -27,9 +27,9 @@ from PIL import Image
 from sparsectx.context import keep_all
 from sparsectx.encoding import EncodedSample
 from sparsectx.engine import DecodeEngine, pruned_prompts
+from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.memory import on_device
 from sparsectx.training.rollout import is_correct
-from sparsectx.training.steps import MicroBatch
 from sparsectx.training.student import mode
 from sparsectx.training.teachers import TEACHERS
 from sparsectx.training.update import Trainer

@@ -1,43 +1,33 @@
-"""One micro-batch: build its contexts from one encoding, get the prefix, compute its share of the step loss.
+"""One micro-batch's share of the step loss, on the inputs ``sparsectx.training.contexts`` prepared.
 
-``prepare_step`` runs without gradients: per micro-batch, encode the prompts once (vision tower once), select
-the student's tokens at budget b (and b+δ for the sensitivity probe) and build the teacher's prompt; then one
-prefix call serves the whole step (all rollouts decode together).
-``micro_loss`` then runs the student forward with gradients, the teacher and probe forwards without, picks
+``micro_loss`` runs the student forward with gradients, the teacher and probe forwards without, picks
 the distilled positions and reduces the per-position loss with counts taken over the WHOLE optimizer step
 (``StepCounts``), so summing micro-batch losses gives the step loss and accumulation 1×N equals N×1.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from sparsectx.context import build_context
-from sparsectx.data import Item
-from sparsectx.data.synthetic import derive_seed
-from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.generation import response_logits
-from sparsectx.pruning import select_tokens
 from sparsectx.training import reduction
-from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.decode_copy import rollout_adapter, uses_copy
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import (
     POSITION_SELECTORS,
-    positions_per_sequence,
     tip_scores,
     visual_sensitivity,
 )
-from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
-from sparsectx.training.rl import GroupBatch, clipped_surrogate, k3_kl, rl_stats, token_logprobs
-from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs, is_correct
+from sparsectx.training.rl import clipped_surrogate, k3_kl, rl_stats, token_logprobs
+from sparsectx.training.rollout import is_correct
 from sparsectx.training.student import Student, mode
 from sparsectx.training.teachers import TEACHERS, teacher_logits, trust_region_logits
-from sparsectx.visual import Selection
 
 
 class NonFiniteLossError(RuntimeError):
@@ -52,209 +42,6 @@ class StepCounts:
     """Sequences with at least one distilled position."""
     tokens: int
     """Distilled positions."""
-
-
-@dataclass
-class MicroContexts:
-    """One micro-batch's no-grad inputs before its prefix.
-
-    Attributes:
-        items: the training items.
-        positions: their global sample positions.
-        encoded: the student's encoded prompts (one vision-tower run).
-        teacher_encoded: the teacher's prompts (same images; with the reference for SCOPD+GT).
-        selections: per sample, the student's per-image selection at budget b.
-        probe_selections: the same at b+δ for the sensitivity probe, else None.
-        teacher_selections: per sample, the teacher's per-image selection at its own milder budget
-            (``method.teacher.budget_gap``, EPIC), or None: the teacher keeps every visual token.
-    """
-
-    items: list[Item]
-    positions: list[int]
-    encoded: list[EncodedSample]
-    teacher_encoded: list[EncodedSample]
-    selections: list[list[Selection]]
-    probe_selections: list[list[Selection]] | None
-    teacher_selections: list[list[Selection]] | None = field(default=None, kw_only=True)
-
-
-@dataclass
-class MicroBatch(MicroContexts):
-    """One micro-batch after the no-grad phase: its contexts, prefix and the planned position counts.
-
-    Attributes:
-        prefix: the response prefixes.
-        ids: (B, T) int64 prefix ids, right-padded.
-        valid: (B, T) bool real prefix positions.
-        planned: (B,) int64 positions each sequence contributes (k_i).
-    """
-
-    prefix: Prefix
-    ids: torch.Tensor
-    valid: torch.Tensor
-    planned: torch.Tensor
-    group: GroupBatch | None = None
-    """Rewards and advantages of the G-rollout groups (objective ``rl``, ``training.groups``); else None."""
-    old_logp: torch.Tensor | None = None
-    """(B, T) fp32 log-probabilities of the policy that sampled the rollouts (objective ``rl``): None on the
-    generation step (``_policy_loss`` sets them to the detached current ones), kept when they are reused."""
-
-
-def nested_union(inner: Selection, outer: Selection) -> Selection:
-    """Returns the selection keeping every token of ``inner`` plus those of ``outer`` (inner's vectors win).
-
-    The b+δ probe context is then a superset of x_b (spec §3, "nested"), whatever the pruner does at b+δ.
-    """
-    indices = torch.cat([inner.indices, outer.indices])
-    unique, inverse = torch.unique(indices, sorted=True, return_inverse=True)
-    order = torch.arange(indices.numel(), device=indices.device)
-    first = torch.full((unique.numel(),), indices.numel(), dtype=torch.long, device=indices.device)
-    first = first.scatter_reduce(0, inverse, order, reduce="amin")  # inner entries come first in the concat
-    take = lambda a, b: torch.cat([a, b])[first]  # noqa: E731
-    deepstack = tuple(take(a, b) for a, b in zip(inner.deepstack, outer.deepstack, strict=True))
-    return Selection(indices=unique, embeds=take(inner.embeds, outer.embeds), deepstack=deepstack)
-
-
-def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, position: int) -> list[Selection]:
-    """Returns the pruner's selection of each image of ``sample`` at ``budget``, seeded per (position, image).
-
-    The same seed serves b and b+δ, so a pruner that draws a permutation (random) is nested by construction.
-    """
-    out = []
-    for index, image in enumerate(sample.images):
-        generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "prune", position, index))
-        out.append(
-            select_tokens(
-                cfg.pruner.name, image, sample.question_embeds, budget, generator, cfg.pruner.params
-            )
-        )
-    return out
-
-
-def probe_images(
-    cfg: TrainConfig, sample: EncodedSample, inner: list[Selection], budget: float, position: int
-):
-    """Returns the per-image selections of the b+δ probe (``method.positions.probe_nesting``)."""
-    outer = select_images(cfg, sample, min(1.0, budget + float(cfg.method.positions.delta)), position)
-    if cfg.method.positions.probe_nesting == "recompute":
-        return outer
-    return [nested_union(a, b) for a, b in zip(inner, outer, strict=True)]
-
-
-def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """Returns (B,) int64 k_i, the positions the selector will pick per sequence (known before forwards)."""
-    fraction = cfg.method.positions.fraction
-    if fraction is None:
-        return valid.sum(dim=-1)
-    return positions_per_sequence(valid, fraction)
-
-
-def micro_contexts(
-    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
-    host: HostInputs | None = None, teacher_budget: float | None = None,
-) -> MicroContexts:  # fmt: skip
-    """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
-
-    Args:
-        cfg: the run config.
-        student: the model.
-        items: the micro-batch's items.
-        positions: their global sample positions (seed the pruner and name the samples).
-        budget: the student's budget b this step.
-        host: the micro-batch's prompts and processor batch if already built (prefetched), else None.
-        teacher_budget: the teacher's own budget this step (``method.teacher.budget_gap``), or None for the
-            full visual context. The pruner re-selects at it from the student's prompt, with the student's
-            seed (EPIC re-runs its pruner at the milder ratio; not forced to nest, unlike the b+δ union).
-    """
-    method = cfg.method
-    if host is None:
-        host = host_inputs(cfg, student.processor, (items, positions), pin=False)
-    prompts = host.prompts
-    with torch.no_grad():
-        encoded = encode_samples(student.adapter, student.processor, prompts, host.batch)
-        selections = [select_images(cfg, s, budget, p) for s, p in zip(encoded, positions, strict=True)]
-        probe = None
-        if method.positions.needs_probe:
-            probe = [
-                probe_images(cfg, s, sel, budget, p)
-                for s, sel, p in zip(encoded, selections, positions, strict=True)
-            ]
-        teacher_encoded = encoded
-        if method.teacher.reference_in_prompt:
-            template = method.teacher.reference_template
-            teacher_encoded = [
-                reencode_text(student.adapter, student.processor, with_reference(pr, it, template), s)
-                for pr, it, s in zip(prompts, items, encoded, strict=True)
-            ]
-        teacher_selections = None
-        if teacher_budget is not None:
-            teacher_selections = [
-                select_images(cfg, s, teacher_budget, p) for s, p in zip(encoded, positions, strict=True)
-            ]
-    return MicroContexts(
-        items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections
-    )
-
-
-def step_prefixes(
-    cfg: TrainConfig, student: Student, contexts: list[MicroContexts], generator: torch.Generator
-) -> list[Prefix]:
-    """Returns each micro-batch's prefix from ONE prefix-source call over the whole step.
-
-    Rollouts of every micro-batch decode together (``rollout_batch_size`` at a time, default all), so the
-    engine's batch is the step, not the micro-batch; ``micro_batch_size`` only sizes the gradient passes.
-    """
-    joined = lambda field: [x for c in contexts for x in getattr(c, field)]  # noqa: E731
-    inputs = PrefixInputs(
-        student, joined("items"), joined("encoded"), joined("selections"),
-        cfg.method.rollout.sampling(cfg.max_new_tokens), generator, cfg.engine, cfg.rollout_batch_size,
-        cfg.rollout_weights,
-    )  # fmt: skip
-    prefix = PREFIX_SOURCES.get(cfg.method.prefix)(inputs)
-    out, start = [], 0
-    for c in contexts:
-        end = start + len(c.items)
-        out.append(Prefix(prefix.tokens[start:end], prefix.texts[start:end], prefix.stopped[start:end]))
-        start = end
-    return out
-
-
-def prepare_step(
-    cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
-    hosts: list[HostInputs] | None = None, teacher_budget: float | None = None,
-) -> list[MicroBatch]:  # fmt: skip
-    """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
-
-    Args:
-        batches: per micro-batch, its items and their global sample positions.
-        generator: the rollout sampler's generator (one stream for the step).
-        hosts: per micro-batch, its already-built host inputs (``training.prefetch``), or None.
-        teacher_budget: the teacher's own budget this step, or None for the full visual context.
-    """
-    hosts = hosts or [None] * len(batches)
-    contexts = [
-        micro_contexts(cfg, student, items, positions, budget, host, teacher_budget)
-        for (items, positions), host in zip(batches, hosts, strict=True)
-    ]
-    micro = []
-    for c, prefix in zip(contexts, step_prefixes(cfg, student, contexts, generator), strict=True):
-        ids, valid = prefix.padded()
-        micro.append(
-            MicroBatch(
-                c.items,
-                c.positions,
-                c.encoded,
-                c.teacher_encoded,
-                c.selections,
-                c.probe_selections,
-                prefix,
-                ids,
-                valid,
-                planned_counts(valid, cfg),
-                teacher_selections=c.teacher_selections,
-            )  # fmt: skip
-        )
-    return micro
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -22,12 +22,13 @@ from accelerate import Accelerator
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
+from sparsectx.training.contexts import MicroBatch, prepare_step
 from sparsectx.training.groups import Draw, prepare_groups, reused_groups, stored_rollouts
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.rl import rl_metrics
 from sparsectx.training.schedules import BUDGET_SCHEDULES, epic_teacher_budget
-from sparsectx.training.steps import MicroBatch, NonFiniteLossError, StepCounts, micro_loss, prepare_step
+from sparsectx.training.steps import NonFiniteLossError, StepCounts, micro_loss
 from sparsectx.training.student import Student, mode
 
 
