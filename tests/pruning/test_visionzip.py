@@ -134,8 +134,12 @@ def test_shipped_split_keeps_both_parts(n, budget, split, make_image, pruner_con
 @pytest.mark.parametrize("k", range(2, 40))
 def test_both_parts_at_every_k_of_shipped_config(k, make_image, pruner_confs):
     fraction = pruner_confs["visionzip"]["params"]["contextual_fraction"]
-    _, _, dominant = reference(make_image(80, seed=k), k, fraction)
-    assert 1 <= len(dominant) <= k - 1
+    image = make_image(80, seed=k)
+    keep, _, dominant = reference(image, k, fraction)
+    contextual = contextual_count(k, fraction)  # the operator's own split
+    assert 1 <= contextual <= k - 1 and len(dominant) == k - contextual
+    selection = select_visionzip(image, torch.zeros(1, 8), k, torch.Generator(), contextual_fraction=fraction)
+    assert selection.indices.tolist() == keep
 
 
 def test_old_contextual_share_key_fails_naming_it():

@@ -71,6 +71,17 @@ class MicroBatch(MicroContexts):
     """(B, T) fp32 log-probabilities of the policy that sampled the rollouts (objective ``rl``): None on the
     generation step (``_policy_loss`` sets them to the detached current ones), kept when they are reused."""
 
+    @classmethod
+    def of(
+        cls, c: MicroContexts, prefix: Prefix, ids: torch.Tensor, valid: torch.Tensor, planned: torch.Tensor,
+        **rl: object,
+    ) -> MicroBatch:  # fmt: skip
+        """Returns the micro-batch of contexts ``c`` with its prefix (``rl``: ``group`` and ``old_logp``)."""
+        return cls(
+            c.items, c.positions, c.encoded, c.teacher_encoded, c.selections, c.probe_selections, prefix, ids,
+            valid, planned, teacher_selections=c.teacher_selections, **rl,
+        )  # fmt: skip
+
 
 def nested_union(inner: Selection, outer: Selection) -> Selection:
     """Returns the selection keeping every token of ``inner`` plus those of ``outer`` (inner's vectors win).
@@ -211,19 +222,5 @@ def prepare_step(
     micro = []
     for c, prefix in zip(contexts, step_prefixes(cfg, student, contexts, generator), strict=True):
         ids, valid = prefix.padded()
-        micro.append(
-            MicroBatch(
-                c.items,
-                c.positions,
-                c.encoded,
-                c.teacher_encoded,
-                c.selections,
-                c.probe_selections,
-                prefix,
-                ids,
-                valid,
-                planned_counts(valid, cfg),
-                teacher_selections=c.teacher_selections,
-            )  # fmt: skip
-        )
+        micro.append(MicroBatch.of(c, prefix, ids, valid, planned_counts(valid, cfg)))
     return micro

@@ -171,11 +171,7 @@ def _micro_batch(cfg: TrainConfig, groups: list[Group], drawn: int) -> MicroBatc
         informative=sum(g.informative for g in groups), unscorable=sum(size for g in groups if g.rewards is None),
         drawn=drawn, dropped=sum(rl.dynamic_sampling and g.rewards is not None and not g.informative for g in groups),
     )  # fmt: skip
-    c = context
-    return MicroBatch(
-        c.items, c.positions, c.encoded, c.teacher_encoded, c.selections, c.probe_selections, prefix, ids,
-        valid, valid.sum(dim=-1), group=info,
-    )  # fmt: skip
+    return MicroBatch.of(context, prefix, ids, valid, valid.sum(dim=-1), group=info)
 
 
 def _join(contexts: list[MicroContexts]) -> MicroContexts:
@@ -276,20 +272,6 @@ def reused_groups(
             rewards=entry["rewards"], advantages=entry["advantages"].to(device), group_size=size,
             informative=entry["informative"], unscorable=entry["unscorable"], drawn=0, dropped=entry["dropped"],
         )  # fmt: skip
-        out.append(
-            MicroBatch(
-                c.items,
-                c.positions,
-                c.encoded,
-                c.teacher_encoded,
-                c.selections,
-                c.probe_selections,
-                prefix,
-                ids,
-                valid,
-                valid.sum(dim=-1),
-                group=info,
-                old_logp=entry["old_logp"].to(device),
-            )  # fmt: skip
-        )
+        old_logp = entry["old_logp"].to(device)
+        out.append(MicroBatch.of(c, prefix, ids, valid, valid.sum(dim=-1), group=info, old_logp=old_logp))
     return out

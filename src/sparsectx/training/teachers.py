@@ -55,21 +55,17 @@ def frozen_teacher(student: Student) -> Iterator[VLMAdapter]:
 @TEACHERS.register("ema")
 @contextmanager
 def ema_teacher(student: Student) -> Iterator[VLMAdapter]:
-    """Yields the student with the EMA of its trainable tensors swapped in (restored exactly on exit)."""
+    """Yields the student with its averaged tensors swapped in (restored exactly on exit): the EMA, or for
+    ``progressive`` the last hard copy (``PeriodicCopy``, an EMA with decay 0 every N-th update)."""
     if student.ema is None:
-        raise RuntimeError("teacher 'ema' needs the student's ParameterEMA; build_student did not make one")
+        raise RuntimeError(
+            "teacher 'ema'/'progressive' needs the student's ParameterEMA or PeriodicCopy; build_student made none"
+        )
     with student.ema.swapped(student.trainable):
         yield student.adapter
 
 
-@TEACHERS.register("progressive")
-@contextmanager
-def progressive_teacher(student: Student) -> Iterator[VLMAdapter]:
-    """Yields the student with its last hard copy (``PeriodicCopy``) swapped in (restored exactly on exit)."""
-    if student.ema is None:
-        raise RuntimeError("teacher 'progressive' needs the student's PeriodicCopy; build_student made none")
-    with student.ema.swapped(student.trainable):
-        yield student.adapter
+TEACHERS.register("progressive")(ema_teacher)
 
 
 TEACHERS.register("trust_region")(frozen_teacher)
