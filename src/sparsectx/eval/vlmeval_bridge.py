@@ -1,0 +1,333 @@
+"""Scores a results leaf through VLMEvalKit itself, in its own environment, beside the project's scorers.
+
+``python src/vlmeval_score.py result=<leaf>/<bench>.json`` (``conf/vlmeval_score.yaml``) turns the
+benchmark's predictions into VLMEvalKit's prediction file, runs the dataset's own ``evaluate`` with exact
+matching in the environment ``make vlmeval-env`` builds (``sparsectx.integrations.vlmeval_evaluate``, run
+by path with that environment's python, never imported here: ``import vlmeval`` imports torchvision and
+turns off HTTPS certificate checks for the whole process), and adds VLMEvalKit's figures to the result JSON
+under ``vlmeval``, atomically, beside the project's ``metrics``.
+
+The prediction file holds the benchmark TSV's rows (every column but ``image``, as VLMEvalKit's inference
+writes them) for the scored items, with ``prediction`` = the answer the project extracted (``answer`` of the
+predictions JSONL, what the project's scorer read; ``prediction=output`` passes the raw generation).
+Nothing is written unless every step succeeded: a TSV that lacks a column the dataset's ``evaluate``
+reads, a POPE category outside adversarial/popular/random, a benchmark file changed since the predictions
+were made, a missing or broken environment each raise naming the file, the column or the command.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparsectx.eval.protocol import file_digest
+from sparsectx.eval.results import write_json
+from sparsectx.eval.scorers.pope import SUBSETS
+from sparsectx.io import read_jsonl
+from sparsectx.paths import predictions_path
+
+ENV_COMMAND = "make vlmeval-env"
+SCRIPT = Path(__file__).resolve().parents[1] / "integrations" / "vlmeval_evaluate.py"
+BAD_INPUT, BROKEN_ENV = 2, 3
+"""Exit statuses of ``vlmeval_evaluate.py``."""
+PREDICTION_SOURCES = ("answer", "output")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How one project scorer's benchmark reads in VLMEvalKit: what ``evaluate`` needs and its headline."""
+
+    columns: tuple[str, ...]
+    """TSV columns the dataset's ``evaluate`` reads (besides ``index`` and ``prediction``)."""
+    headline: Callable[[dict[str, float]], float]
+    """VLMEvalKit's headline from its flattened figures, on the project score's scale."""
+    project_key: str
+    """The project metric it equals when both read the answers alike."""
+    describe: str
+
+
+def _one_split(metrics: dict[str, float]) -> float:
+    """Returns 100 x ``Overall`` of report_acc's only split row (its hits are fractions)."""
+    overall = [value for key, value in metrics.items() if key.endswith("/Overall")]
+    if len(overall) != 1:
+        raise ValueError(f"VLMEvalKit's accuracy table has {len(overall)} split rows; expected one")
+    return 100.0 * overall[0]
+
+
+_MEAN3 = lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3  # noqa: E731
+_MCQ = ("question", "A", "B", "answer")
+READINGS: dict[str, Reading] = {
+    "pope": Reading(
+        ("category", "answer"), lambda m: m["Overall/Overall"], "score", "POPE_rating Overall F1"
+    ),
+    "mme": Reading(
+        ("category", "image_path", "answer"),
+        lambda m: m["perception"] + m["reasoning"],
+        "score",
+        "MME_rating perception + reasoning",
+    ),
+    "hallusionbench": Reading(
+        ("category", "l2-category", "answer"), _MEAN3, "score", "Hallusion_rating mean of aAcc, fAcc, qAcc"
+    ),
+    "mcq_vlmeval": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100"),
+    "mmbench_circular": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100 (circular)"),
+    "ocrbench": Reading(("category", "answer"), lambda m: m["Final Score/sum"], "final_score", "Final Score"),
+}
+"""Project scorer -> its VLMEvalKit reading (the benchmarks whose figures the bridge compares)."""
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """``conf/vlmeval_score.yaml``: which result to score and with which environment."""
+
+    result: str
+    """A result JSON of ``evaluate.py`` (``<leaf>/<bench>.json``); its predictions JSONL sits beside it."""
+    env: str = ".vlmeval-env"
+    judge: str = "exact_matching"
+    dataset: str | None = None
+    """VLMEvalKit's dataset name; None = the benchmark config's ``dataset_name``."""
+    prediction: str = "answer"
+    timeout_s: int = 3600
+
+    def __post_init__(self) -> None:
+        if self.prediction not in PREDICTION_SOURCES:
+            raise ValueError(f"prediction={self.prediction!r}: choose one of {PREDICTION_SOURCES}")
+        if self.timeout_s < 1:
+            raise ValueError(f"timeout_s={self.timeout_s} must be >= 1")
+
+
+def env_python(env: str | Path) -> Path:
+    """Returns the python of the VLMEvalKit environment; raises naming the command that builds it."""
+    python = Path(env) / "bin" / "python"
+    if not python.is_file():
+        raise FileNotFoundError(
+            f"no VLMEvalKit environment at {Path(env).resolve()} ({python} is missing): build it with "
+            f"`{ENV_COMMAND}` (or set env= to one that has nvidia-vlmeval installed)"
+        )
+    return python
+
+
+def read_rows(path: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Returns the header and the rows by ``index`` of a benchmark TSV, every cell a string as written."""
+    csv.field_size_limit(2**31 - 1)
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        header = list(reader.fieldnames or [])
+        if "index" not in header:
+            raise ValueError(f"{path}: no 'index' column (header {header}); not a VLMEvalKit-layout TSV")
+        rows = {row["index"]: row for row in reader}
+    return header, rows
+
+
+def check_columns(path: Path, header: list[str], scorer: str, rows: dict[str, dict[str, str]]) -> None:
+    """Raises ``ValueError`` naming the file and column when ``evaluate`` could not read the benchmark.
+
+    A column of ``READINGS[scorer].columns`` missing, a POPE category (comma-joined ones split) outside
+    adversarial/popular/random, or a HallusionBench index without set/figure/question fields (3/4/5).
+    """
+    reading = READINGS.get(scorer)
+    if reading is None:
+        return
+    missing = [column for column in reading.columns if column not in header]
+    if missing:
+        raise ValueError(
+            f"{path}: no column {', '.join(repr(c) for c in missing)}, which VLMEvalKit's evaluate reads for "
+            f"scorer {scorer!r} (header: {header}); use VLMEvalKit's file for this benchmark"
+        )
+    for index, row in rows.items():
+        if scorer == "pope":
+            unknown = [c for c in row["category"].split(",") if c not in SUBSETS]
+            if unknown:
+                raise ValueError(
+                    f"{path}: row index {index} has category {row['category']!r} (column 'category'); POPE's "
+                    f"subsets are {', '.join(SUBSETS)}, comma-joined for a question shared by several"
+                )
+        if scorer == "hallusionbench" and len(index.split("_")) < 6:
+            raise ValueError(
+                f"{path}: index {index!r} (column 'index') lacks the '_'-separated set/figure/question ids "
+                "(fields 3/4/5) that VLMEvalKit's Hallusion_rating reads"
+            )
+
+
+def write_prediction_tsv(
+    out: Path, header: list[str], rows: dict[str, dict[str, str]], predictions: dict[str, str]
+) -> None:
+    """Writes VLMEvalKit's prediction table: the scored rows' columns but ``image``, then ``prediction``."""
+    columns = [c for c in header if c != "image"] + ["prediction"]
+    with open(out, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(columns)
+        for index, prediction in predictions.items():
+            writer.writerow([*(rows[index][c] for c in columns[:-1]), prediction])
+
+
+def flatten(result: dict[str, Any]) -> dict[str, float]:
+    """Returns ``evaluate``'s output as ``{name: number}``.
+
+    A table with a ``split`` column gives ``<split>/<column>``, a one-row table ``<column>``, other tables
+    ``<row>/<column>``; nested dicts join their keys with ``/``. Non-numeric values are left out.
+    """
+    out: dict[str, float] = {}
+
+    def put(key: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                put(f"{key}/{name}" if key else str(name), inner)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[key] = float(value)
+
+    if result["type"] == "dict":
+        put("", result["value"])
+        return out
+    columns, rows = result["columns"], result["rows"]
+    for number, row in enumerate(rows):
+        cells = dict(zip(columns, row, strict=True))
+        label = str(cells.pop("split")) if "split" in cells else ("" if len(rows) == 1 else str(number))
+        put(label, cells)
+    return out
+
+
+def run_evaluate(
+    python: Path, dataset: str, data: Path, predictions: Path, work: Path, judge: str, timeout_s: int
+) -> dict[str, Any]:
+    """Returns the JSON ``vlmeval_evaluate.py`` wrote after running it in the VLMEvalKit environment.
+
+    Raises:
+        RuntimeError: the environment's ``import vlmeval`` fails (names ``make vlmeval-env``), or the script
+            fails or times out (names the command and the end of its stderr).
+    """
+    out = work / "vlmeval_result.json"
+    command = [
+        str(python), str(SCRIPT), "--dataset", dataset, "--data", str(data), "--predictions", str(predictions),
+        "--work-dir", str(work / "vlmeval"), "--judge", judge, "--out", str(out),
+    ]  # fmt: skip
+    shown = " ".join(command)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"VLMEvalKit's evaluate ran past timeout_s={timeout_s}: {shown}") from err
+    except OSError as err:
+        raise RuntimeError(f"could not start {python} ({err}); rebuild it with `{ENV_COMMAND}`") from err
+    tail = done.stderr.strip()[-2000:]
+    if done.returncode == BROKEN_ENV:
+        raise RuntimeError(f"the VLMEvalKit environment is broken ({tail}); rebuild it with `{ENV_COMMAND}`")
+    if done.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"VLMEvalKit's evaluate failed (exit {done.returncode}): {shown}\n{tail}")
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _predictions(path: Path, rows: dict[str, dict[str, str]], n_scored: int, source: str) -> dict[str, str]:
+    """Returns index -> prediction text of a finished predictions JSONL (a miss becomes "")."""
+    records = read_jsonl(path)
+    if not records:
+        raise FileNotFoundError(f"no predictions at {path}; run evaluate.py for this benchmark first")
+    if len(records) != n_scored:
+        raise ValueError(
+            f"{path} holds {len(records)} rows, its result JSON scored {n_scored}; rerun evaluate.py"
+        )
+    out = {}
+    for record in records:
+        if record["id"] not in rows:
+            raise ValueError(f"{path}: prediction id {record['id']!r} is no index of the benchmark TSV")
+        out[record["id"]] = record.get(source) or ""
+    return out
+
+
+def _load_result(path: Path) -> dict[str, Any]:
+    """Returns a result JSON of ``evaluate.py``; raises naming the file when it is missing or not one."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no result JSON at {path}; run evaluate.py for this benchmark first")
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    needed = ("benchmark", "scorer", "metrics", "n_scored", "provenance")
+    if not isinstance(payload, dict) or any(key not in payload for key in needed):
+        raise ValueError(f"{path} is not a result JSON of evaluate.py (it needs the keys {needed})")
+    return payload
+
+
+def _benchmark_file(result: Path, payload: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    """Returns the benchmark's config and TSV, checked to be the file the predictions were made on."""
+    bench = payload["benchmark"]
+    spec = payload["provenance"]["config"]["bench"][bench]
+    data = Path(spec["path"])
+    if not data.is_file():
+        raise FileNotFoundError(
+            f"{result}: its benchmark file {data.resolve()} (bench.{bench}.path) is missing"
+        )
+    recorded = payload["provenance"].get("inputs", {}).get("bench_sha256")
+    if recorded is not None and file_digest(data) != recorded:
+        raise ValueError(
+            f"{data} changed since {result} was evaluated (its sha256 is not the recorded bench_sha256); "
+            "rerun evaluate.py on it first"
+        )
+    return spec, data
+
+
+def _compare(scorer: str, metrics: dict[str, float], project: dict[str, float]) -> dict[str, Any]:
+    """Returns VLMEvalKit's headline beside the project metric it should equal (None where none is known)."""
+    reading = READINGS.get(scorer)
+    if reading is None:
+        return {"score": None, "headline": None, "project_key": None, "project_score": None, "agrees": None}
+    try:
+        score = float(reading.headline(metrics))
+    except KeyError as err:
+        raise RuntimeError(
+            f"VLMEvalKit's result has no {err} for {reading.describe!r}; it reported {sorted(metrics)}"
+        ) from err
+    mine = project.get(reading.project_key)
+    agrees = None if mine is None else math.isclose(score, mine, rel_tol=1e-9, abs_tol=1e-6)
+    return {
+        "score": score, "headline": reading.describe, "project_key": reading.project_key,
+        "project_score": mine, "agrees": agrees,
+    }  # fmt: skip
+
+
+def score_with_vlmeval(cfg: BridgeConfig) -> dict[str, Any]:
+    """Returns the ``vlmeval`` block after adding it to the result JSON (atomically, only when all succeeded).
+
+    VLMEvalKit's side files (its ``.xlsx`` prediction file, ``_auxmatch``, ``_score``/``_acc`` tables) stay
+    in ``<leaf>/<bench>.vlmeval/``, emptied first: VLMEvalKit reuses a stale ``_auxmatch`` file it finds.
+    """
+    result = Path(cfg.result)
+    payload = _load_result(result)
+    bench, scorer = payload["benchmark"], payload["scorer"]
+    spec, data = _benchmark_file(result, payload)
+    python = env_python(cfg.env)
+    header, rows = read_rows(data)
+    check_columns(data, header, scorer, rows)
+    predictions = _predictions(
+        predictions_path(result.parent, bench), rows, payload["n_scored"], cfg.prediction
+    )
+    work = result.parent / f"{bench}.vlmeval"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    write_prediction_tsv(work / "predictions.tsv", header, rows, predictions)
+    dataset = cfg.dataset or spec["dataset_name"]
+    raw = run_evaluate(python, dataset, data, work / "predictions.tsv", work, cfg.judge, cfg.timeout_s)
+    metrics = flatten(raw["result"])
+    block = {
+        "dataset": dataset, "class": raw["class"], "judge": raw["judge"], "version": raw["vlmeval_version"],
+        "prediction": cfg.prediction, "n": len(predictions), "metrics": metrics,
+        **_compare(scorer, metrics, payload["metrics"]),
+    }  # fmt: skip
+    write_json(result, {**payload, "vlmeval": block})
+    return block
+
+
+def summary_line(result: str | Path, block: dict[str, Any]) -> str:
+    """Returns one line: the result file, VLMEvalKit's dataset and headline, the project's, whether equal."""
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    agrees = {True: "equal", False: "DIFFER", None: "-"}[block["agrees"]]
+    return (
+        f"{block['dataset']:<16} vlmeval {fmt(block['score']):>10}  sparsectx {fmt(block['project_score']):>10}"
+        f"  {agrees:<6} {result}"
+    )

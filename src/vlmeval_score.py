@@ -1,0 +1,27 @@
+"""Scores an evaluated benchmark with VLMEvalKit's own ``evaluate``, in VLMEvalKit's environment.
+
+    make vlmeval-env                       # once: builds .vlmeval-env/ (nvidia-vlmeval, a CUDA torch)
+    python src/vlmeval_score.py result=results/dev/tiny/base/visionzip/1/pope.json
+    python src/vlmeval_score.py result=<leaf>/mme.json env=/opt/vlmeval-env prediction=output
+
+Adds ``vlmeval`` (VLMEvalKit's figures, its headline and whether it equals the project's) to the result
+JSON and prints one summary line (``sparsectx.eval.vlmeval_bridge``). Tests call ``score_with_vlmeval``.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="vlmeval_score")
+def main(cfg: DictConfig) -> None:
+    """Returns None after scoring ``cfg.result`` through VLMEvalKit and printing the comparison line."""
+    from sparsectx.eval.vlmeval_bridge import BridgeConfig, score_with_vlmeval, summary_line
+
+    config = BridgeConfig(**OmegaConf.to_container(cfg, resolve=True))
+    print(summary_line(config.result, score_with_vlmeval(config)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Scoring a results leaf through VLMEvalKit itself (``sparsectx.eval.vlmeval_bridge``).
+
+In VLMEvalKit's environment (``make vlmeval-env``; skipped with that message when absent): VLMEvalKit's own
+``evaluate`` on the prediction file the bridge writes gives every figure the project's scorers gave the same
+predictions (POPE, MME, MMBench circular, OCRBench; hand-made files in VLMEvalKit's layouts, answers on the
+rules' edge cases). Without it: the bad inputs (a missing column, an unknown POPE category, a changed
+benchmark file, a missing or broken environment) raise naming the file, column or command, and leave the
+result JSON as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparsectx.eval.vlmeval_bridge import BridgeConfig, check_columns, flatten, read_rows, score_with_vlmeval
+
+from .vlmeval_cases import CASES, make_leaf, require_vlmeval_env, write_tsv
+
+
+def _leaf(tmp_path: Path, bench: str) -> Path:
+    rows, predictions = CASES[bench][-1]()
+    return make_leaf(tmp_path, bench, rows, predictions)
+
+
+# --- pure parts ------------------------------------------------------------------------------------------
+
+
+def test_flatten_reads_split_tables_one_row_tables_and_nested_dicts() -> None:
+    table = {
+        "type": "table",
+        "columns": ["split", "Overall", "acc"],
+        "rows": [["Overall", 50.0, 1], ["a", 2, 3]],
+    }
+    assert flatten(table) == {"Overall/Overall": 50.0, "Overall/acc": 1.0, "a/Overall": 2.0, "a/acc": 3.0}
+    one_row = {"type": "table", "columns": ["perception", "OCR"], "rows": [[700.5, 150]]}
+    assert flatten(one_row) == {"perception": 700.5, "OCR": 150.0}
+    nested = {
+        "type": "dict",
+        "value": {"Final Score": {"sum": 6, "count": 12}, "Norm": {"sum": 0.6, "count": None}},
+    }
+    assert flatten(nested) == {"Final Score/sum": 6.0, "Final Score/count": 12.0, "Norm/sum": 0.6}
+
+
+def test_missing_column_names_the_file_and_the_column(tmp_path: Path) -> None:
+    rows, _ = CASES["mme"][-1]()
+    data = write_tsv(
+        tmp_path / "MME.tsv", [{k: v for k, v in row.items() if k != "image_path"} for row in rows]
+    )
+    header, by_index = read_rows(data)
+    with pytest.raises(ValueError, match=r"MME\.tsv: no column 'image_path'.*scorer 'mme'"):
+        check_columns(data, header, "mme", by_index)
+
+
+def test_unknown_pope_category_names_the_row_and_the_column(tmp_path: Path) -> None:
+    rows, _ = CASES["pope"][-1]()
+    rows[3]["category"] = "popular,hard"
+    data = write_tsv(tmp_path / "POPE.tsv", rows)
+    header, by_index = read_rows(data)
+    with pytest.raises(
+        ValueError, match=r"POPE\.tsv: row index 3 has category 'popular,hard' \(column 'category'\)"
+    ):
+        check_columns(data, header, "pope", by_index)
+
+
+def test_hallusionbench_index_without_ids_is_refused(tmp_path: Path) -> None:
+    data = write_tsv(tmp_path / "HB.tsv", [{"index": "7", "question": "q", "answer": "Yes", "category": "VD",
+                                             "l2-category": "chart"}])  # fmt: skip
+    header, rows = read_rows(data)
+    with pytest.raises(ValueError, match=r"index '7' \(column 'index'\)"):
+        check_columns(data, header, "hallusionbench", rows)
+
+
+def test_missing_environment_names_the_make_target_and_writes_nothing(tmp_path: Path) -> None:
+    out = _leaf(tmp_path, "pope")
+    before = out.read_bytes()
+    with pytest.raises(FileNotFoundError, match="make vlmeval-env"):
+        score_with_vlmeval(BridgeConfig(result=str(out), env=str(tmp_path / "no-env")))
+    assert out.read_bytes() == before
+
+
+def test_broken_environment_names_the_make_target_and_writes_nothing(tmp_path: Path) -> None:
+    """An environment whose python cannot import vlmeval (here: the project's own, which lacks it)."""
+    if os.system(f"{sys.executable} -c 'import vlmeval' >/dev/null 2>&1") == 0:
+        pytest.skip("this python imports vlmeval; the broken-environment case needs one that does not")
+    out = _leaf(tmp_path, "pope")
+    env = tmp_path / "broken-env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    before = out.read_bytes()
+    with pytest.raises(
+        RuntimeError, match=r"environment is broken \(import vlmeval failed.*make vlmeval-env"
+    ):
+        score_with_vlmeval(BridgeConfig(result=str(out), env=str(env)))
+    assert out.read_bytes() == before
+
+
+def test_changed_benchmark_file_is_refused(tmp_path: Path) -> None:
+    out = _leaf(tmp_path, "pope")
+    data = tmp_path / "POPE.tsv"
+    data.write_text(data.read_text() + data.read_text().splitlines()[1].replace("0\t", "99\t", 1) + "\n")
+    with pytest.raises(ValueError, match=r"POPE\.tsv changed since .*rerun evaluate\.py"):
+        score_with_vlmeval(BridgeConfig(result=str(out), env=str(tmp_path)))
+
+
+def test_bad_config_values_are_refused() -> None:
+    with pytest.raises(ValueError, match="prediction='raw'"):
+        BridgeConfig(result="x.json", prediction="raw")
+
+
+# --- VLMEvalKit's own evaluate ---------------------------------------------------------------------------
+
+
+def _pairs(bench: str, vl: dict[str, float], mine: dict[str, float]) -> list[tuple[str, float, float]]:
+    """Returns (name, VLMEvalKit's figure, the project's) for every figure both report on ``bench``."""
+    if bench == "pope":
+        names = {"Overall": "f1", "acc": "acc", "precision": "precision", "recall": "recall"}
+        return [
+            (
+                f"{split}/{theirs}",
+                vl[f"{split}/{theirs}"],
+                mine[ours if split == "Overall" else f"{split}/{ours}"],
+            )
+            for split in ("Overall", "adversarial", "popular", "random")
+            for theirs, ours in names.items()
+        ]
+    if bench == "mme":
+        from .vlmeval_cases import MME_CATEGORIES
+
+        return [(name, vl[name], mine[name]) for name in ("perception", "reasoning", *MME_CATEGORIES)]
+    if bench == "mmbench_en":
+        cats = ("identity", "count", "color")
+        return [("dev/Overall", 100 * vl["dev/Overall"], mine["score"])] + [
+            (c, 100 * vl[f"dev/{c}"], mine[f"category/{c}"]) for c in cats
+        ]
+    from .vlmeval_cases import OCR_CATEGORIES
+
+    return [("Final Score", vl["Final Score/sum"], mine["final_score"])] + [
+        (c, vl[f"{c}/sum"], mine[f"category/{c}"]) for c in OCR_CATEGORIES
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bench", sorted(CASES))
+def test_vlmeval_evaluate_gives_the_project_scorers_figures(tmp_path: Path, bench: str) -> None:
+    env = require_vlmeval_env()
+    out = _leaf(tmp_path, bench)
+    project = json.loads(out.read_text())["metrics"]
+    block = score_with_vlmeval(BridgeConfig(result=str(out), env=str(env)))
+    assert (
+        block["agrees"] is True and block["dataset"] == CASES[bench][0] and block["judge"] == "exact_matching"
+    )
+    pairs = _pairs(bench, block["metrics"], project)
+    assert [p for p in pairs if abs(p[1] - p[2]) > 1e-9] == []
+    assert len({round(theirs, 6) for _, theirs, _ in pairs}) > 1  # the cases are not all one value
+    written = json.loads(out.read_text())
+    assert written["vlmeval"] == block and written["metrics"] == project  # beside, not instead
+    assert (out.parent / f"{bench}.vlmeval" / "vlmeval").is_dir()  # VLMEvalKit's own files, for inspection

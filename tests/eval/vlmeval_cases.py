@@ -1,0 +1,199 @@
+"""Hand-made benchmark files in VLMEvalKit's layouts, with predictions on the rules' edge cases, and a results
+leaf for them written as ``evaluate.py`` writes one (``<bench>.json`` scored by the project's scorer through
+the runner's own functions, ``<bench>.predictions.jsonl``).
+
+Used by the VLMEvalKit bridge tests: VLMEvalKit's own ``evaluate`` must give these files the figures the
+project's scorers gave them.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
+from sparsectx.eval.scorers import score_items
+from sparsectx.paths import predictions_path, result_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def vlmeval_env() -> Path:
+    """Returns the VLMEvalKit environment the tests use: ``$SPARSECTX_VLMEVAL_ENV`` or ``.vlmeval-env``."""
+    return Path(os.environ.get("SPARSECTX_VLMEVAL_ENV", REPO / ".vlmeval-env"))
+
+
+def require_vlmeval_env() -> Path:
+    """Returns the environment's directory, or skips naming the command that builds it."""
+    env = vlmeval_env()
+    if not (env / "bin" / "python").is_file():
+        pytest.skip(f"no VLMEvalKit environment at {env}: build it with `make vlmeval-env`")
+    return env
+
+
+def png_b64(shade: int) -> str:
+    """Returns base64 of a 4x4 PNG of one grey shade (distinct images per shade)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), (shade, shade, shade)).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def write_tsv(path: Path, rows: list[dict[str, str]]) -> Path:
+    """Writes ``rows`` as a TSV with the union of their keys as header, ``image`` filled per row."""
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([row.get(column, "") for column in header])
+    return path
+
+
+YN_PREDICTIONS = [
+    "Yes", "no", "**Yes**", "Yes, there is one.", "yes and no", "There is no dog.", "", None, "Yes.",
+    "NO", "I cannot tell", "Yes\n", "no,", "Not at all", "yes!", "(no)",
+]  # fmt: skip
+"""Yes/no answers for the rules' edge cases: markup, both words, punctuation, empty, extraction miss."""
+
+
+def pope_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns POPE.tsv-like rows (comma-joined categories included) and their predictions."""
+    categories = [
+        "adversarial",
+        "popular",
+        "random",
+        "adversarial,popular,random",
+        "popular,random",
+        "random",
+    ]
+    rows = [
+        {
+            "index": str(i), "image": png_b64(i), "question": f"Is there a thing {i} in the image?",
+            "answer": "Yes" if i % 3 else "No", "category": categories[i % len(categories)],
+            "image_source": f"COCO_{i}",
+        }
+        for i in range(len(YN_PREDICTIONS))
+    ]  # fmt: skip
+    return rows, list(YN_PREDICTIONS)
+
+
+MME_CATEGORIES = (
+    "OCR", "artwork", "celebrity", "color", "count", "existence", "landmark", "position", "posters", "scene",
+    "code_reasoning", "commonsense_reasoning", "numerical_calculation", "text_translation",
+)  # fmt: skip
+
+
+def mme_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns MME.tsv-like rows (two questions per (category, image_path), one image in two categories)."""
+    rows, preds = [], []
+    for c, category in enumerate(MME_CATEGORIES):
+        images = [f"{category}/{c}.jpg"] + (["shared/0.jpg"] if c < 2 else [])
+        for image_path in images:
+            for answer in ("Yes", "No"):
+                i = len(rows)
+                rows.append(
+                    {
+                        "index": str(i), "image": png_b64(i), "question": f"Is it {category} {i}?",
+                        "answer": answer, "category": category, "image_path": image_path,
+                    }
+                )  # fmt: skip
+                preds.append(YN_PREDICTIONS[(i * 5) % len(YN_PREDICTIONS)])
+    return rows, preds
+
+
+MCQ_PREDICTIONS = [
+    "A", "The answer is B.", "I think C or D", "D. cat", "a", "Sorry, I cannot answer.", "cat", "(D) dog",
+    "The picture shows a bird", "B", None, "D",
+]  # fmt: skip
+
+
+def mmbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns MMBench_DEV_EN.tsv-like rows: 3 questions x 4 circular rotations (index q + k x 1e6)."""
+    texts = ["cat", "dog", "bird", "fish"]
+    rows = []
+    for k in range(4):
+        for q in range(3):
+            rotated = texts[k:] + texts[:k]
+            gold = "ABCD"[rotated.index(texts[q])]
+            rows.append(
+                {
+                    "index": str(q + k * 1_000_000), "image": png_b64(q), "question": f"Which animal {q}?",
+                    "hint": "", **dict(zip("ABCD", rotated, strict=True)), "answer": gold,
+                    "category": ["identity", "count", "color"][q], "l2-category": "perception", "split": "dev",
+                }
+            )  # fmt: skip
+    return rows, list(MCQ_PREDICTIONS)  # row i is question i % 3 in rotation i // 3: question 0 passes
+
+
+OCR_CATEGORIES = (
+    "Regular Text Recognition", "Handwriting Recognition", "Scene Text-centric VQA", "Doc-oriented VQA",
+    "Key Information Extraction", "Handwritten Mathematical Expression Recognition",
+)  # fmt: skip
+
+
+def ocrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns OCRBench.tsv-like rows (answer lists) with case, newline, tab and space edge cases."""
+    cases = [
+        ("['Hello World']", "it says hello world"), ("['STOP', 'stop sign']", "Stop"),
+        ("['12 5']", "125"), ("['a\\nb']", "A B"), ("['Total']", "to tal"), ("['x^2 + 1']", "x^2+1"),
+        ("['x^{2}']", "x ^ { 2 }"), ("['\\\\frac{a}{b}']", "\\frac{a}\t{b}"), ("['Cafe']", ""),
+        ("['Open']", None), ("['ok']", "OK\n"), ("['2024']", "in 2024."),
+    ]  # fmt: skip
+    rows = [
+        {
+            "index": str(i), "image": png_b64(i), "question": f"What is written {i}?", "answer": answer,
+            "category": OCR_CATEGORIES[i % len(OCR_CATEGORIES)],
+        }
+        for i, (answer, _) in enumerate(cases)
+    ]  # fmt: skip
+    return rows, [pred for _, pred in cases]
+
+
+CASES = {
+    "pope": ("POPE", "pope", "plain", "none", "category", pope_rows),
+    "mme": ("MME", "mme", "plain", "image", "none", mme_rows),
+    "mmbench_en": ("MMBench_DEV_EN", "mmbench_circular", "plain", "circular", "none", mmbench_rows),
+    "ocrbench": ("OCRBench", "ocrbench", "list", "none", "none", ocrbench_rows),
+}
+"""bench name -> (VLMEvalKit dataset, project scorer, answer_format, group_by, subset_field, rows)."""
+
+
+def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: list[str | None]) -> Path:
+    """Returns ``<leaf>/<bench>.json`` after writing the TSV, the predictions JSONL and the result JSON.
+
+    The result is scored as ``runner._result`` scores it: ``load_bench_items``, ``scored_item`` and
+    ``score_items`` of the benchmark's scorer on the extracted answers.
+    """
+    dataset, scorer, answer_format, group_by, subset_field, _ = CASES[bench]
+    data = write_tsv(root / f"{dataset}.tsv", rows)
+    spec = BenchSpec(bench, dataset, str(data), scorer, 16, answer_format, group_by, subset_field)
+    items, skipped = load_bench_items(spec, 0.0)
+    assert not skipped and len(items) == len(predictions)
+    leaf = root / "leaf"
+    answers = dict(zip((sample_id(item) for item in items), predictions, strict=True))
+    report = score_items(scorer, [scored_item(item, spec, answers[sample_id(item)]) for item in items])
+    preds = predictions_path(leaf, bench)
+    preds.parent.mkdir(parents=True, exist_ok=True)
+    preds.write_text(
+        "".join(
+            json.dumps({"id": i, "answer": a, "output": f"<answer>{a}</answer>"}) + "\n"
+            for i, a in answers.items()
+        )
+    )
+    payload = {
+        "benchmark": bench, "scorer": scorer, "score": report.metrics["score"], "metrics": report.metrics,
+        "n_scored": len(items), "n_rows": len(items),
+        "provenance": {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_digest(data)}},
+    }  # fmt: skip
+    out = result_path(leaf, bench)
+    out.write_text(json.dumps(payload, indent=2))
+    return out
