@@ -23,6 +23,11 @@ class ImageTokens:
             block (mean over heads, sum over queries, mean over its merge unit).
         keys: (N, d_head) fp32 keys of that block, averaged over the merge unit and over heads.
         deepstack: per DeepStack level a (N, D) tensor (Qwen3-VL); empty for other families.
+        object_attention: (N,) fp32 attention each token receives in the family's object block (a middle
+            vision block, HiPrune's anchors), measured like ``attention_received``; None unless the pruner
+            declared it (``VisionSignals.object_attention``).
+        merger_sensitivity: (N,) fp32 zeroth-order sensitivity of the merger output to its input (ZOO-Prune);
+            None unless the pruner declared it (``VisionSignals.merger_probe``).
     """
 
     embeds: torch.Tensor
@@ -30,11 +35,44 @@ class ImageTokens:
     attention_received: torch.Tensor
     keys: torch.Tensor
     deepstack: tuple[torch.Tensor, ...] = field(default_factory=tuple)
+    object_attention: torch.Tensor | None = None
+    merger_sensitivity: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
         """Returns N, the number of post-merger tokens of this image."""
         return self.embeds.shape[0]
+
+
+@dataclass(frozen=True)
+class MergerProbe:
+    """How the merger's zeroth-order sensitivity is estimated (ZOO-Prune, Kim et al., CVPR 2026).
+
+    Attributes:
+        probes: m, random unit directions averaged over.
+        step: h, the central-difference step along each direction.
+        seed: seeds the directions (one CPU draw, shared by every merged token of every image).
+    """
+
+    probes: int
+    step: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class VisionSignals:
+    """Which signals beyond the always-recorded last-block ones the encode path adds to ``ImageTokens``.
+
+    A pruner declares what it needs (``sparsectx.pruning.declared_signals``); the adapter records exactly
+    that in the one tower pass, so operators that need nothing extra pay nothing extra.
+
+    Attributes:
+        object_attention: record attention received at the family's object block too.
+        merger_probe: estimate the merger's zeroth-order sensitivity this way; None = not at all.
+    """
+
+    object_attention: bool = False
+    merger_probe: MergerProbe | None = None
 
 
 @dataclass

@@ -17,15 +17,19 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "pruner"
 def random_image(
     n: int, d: int = 8, d_head: int = 4, levels: int = 2, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> ImageTokens:
-    """Returns an image of n tokens with Gaussian embeds/keys/DeepStack levels and uniform attention."""
+    """Returns an image of n tokens with Gaussian embeds/keys/DeepStack levels, uniform attention (last and
+    object block) and uniform merger sensitivity."""
     g = torch.Generator().manual_seed(seed)
-    return ImageTokens(
+    image = ImageTokens(
         embeds=torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype),
         grid=(1, 1, n),
         attention_received=torch.rand(n, generator=g, dtype=torch.float64).float(),
         keys=torch.randn(n, d_head, generator=g, dtype=torch.float64).float(),
         deepstack=tuple(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype) for _ in range(levels)),
     )
+    image.object_attention = torch.rand(n, generator=g, dtype=torch.float64).float()
+    image.merger_sensitivity = torch.rand(n, generator=g, dtype=torch.float64).float()
+    return image
 
 
 @pytest.fixture

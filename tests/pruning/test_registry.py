@@ -21,7 +21,7 @@ def keyword_only(name: str) -> list[inspect.Parameter]:
 
 def test_registered_names_equal_config_stems(pruner_confs):
     assert PRUNERS.names() == sorted(pruner_confs)
-    assert PRUNERS.names() == ["cdpruner", "divprune", "random", "visionzip"]
+    assert PRUNERS.names() == ["cdpruner", "divprune", "hiprune", "random", "visionzip", "zoo_prune"]
 
 
 @pytest.mark.parametrize("name", PRUNERS.names())
@@ -40,7 +40,7 @@ def test_unknown_name_lists_available_and_close_match(make_image):
         select_tokens("divprun", make_image(10), torch.zeros(1, 8), 0.5, torch.Generator(), {})
     message = str(err.value)
     assert "Did you mean 'divprune'" in message
-    assert "Available: cdpruner, divprune, random, visionzip" in message
+    assert "Available: cdpruner, divprune, hiprune, random, visionzip, zoo_prune" in message
 
 
 @pytest.mark.parametrize("budget", [0.0, -0.1, 1.5, 2])

@@ -54,6 +54,7 @@ from sparsectx.generation import SamplingConfig
 from sparsectx.io import append_jsonl
 from sparsectx.models import LoadedModel, resolve_model_path
 from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
+from sparsectx.pruning import declared_signals
 from sparsectx.tracking import Tracker, cell_tags, start_run
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class EvalJob:
         """Returns the loaded model and its provenance, loading it on first use (finished runs never load)."""
         if self._model is None:
             self._model = load_eval_model(self.cfg.model, self.cfg.checkpoint, self.cfg.seed)
+            pruner, adapter = self.cfg.pruner, self._model[0].adapter
+            adapter.vision_signals = declared_signals(pruner.name, pruner.params, self.cfg.seed)
         return self._model
 
     def tracker(self) -> Tracker:

@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedModel
 
-from sparsectx.visual import ImageTokens
+from sparsectx.visual import ImageTokens, VisionSignals
 
 
 @dataclass
@@ -42,6 +42,8 @@ class VLMAdapter(Protocol):
     family: str
     model: PreTrainedModel
     image_token_id: int
+    vision_signals: VisionSignals
+    """The extra pruner signals ``encode_images`` records (``sparsectx.pruning.declared_signals``)."""
 
     def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
         """Returns one ``ImageTokens`` per image: vision tower + merger run once, plus pruner signals."""

@@ -13,7 +13,16 @@ def _signal_block(visual: nn.Module) -> nn.Module:
     return visual.blocks[max(visual.fullatt_block_indexes)].attn
 
 
+def _object_block(visual: nn.Module) -> nn.Module:
+    """Block depth // 2 - 1: HiPrune's Qwen2.5-VL object layer 16 of 32 (1-indexed), a full-attention block
+    in every released checkpoint (fullatt_block_indexes [7, 15, 23, 31]); a windowed one in smaller towers,
+    where its attention stays inside each window."""
+    return visual.blocks[len(visual.blocks) // 2 - 1].attn
+
+
 def _to_raster(visual: nn.Module, grid_thw: torch.Tensor) -> torch.Tensor:
+    # Every block (windowed or full) and the merger run in window order: the tower permutes once before
+    # block 0 and un-permutes only the merger output, so one permutation serves every recorded block.
     window_index, _ = get_vision_window_index(
         grid_thw,
         spatial_merge_size=visual.spatial_merge_size,
@@ -23,4 +32,6 @@ def _to_raster(visual: nn.Module, grid_thw: torch.Tensor) -> torch.Tensor:
     return torch.argsort(window_index.to(grid_thw.device))
 
 
-LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False)
+LAYOUT = VisionLayout(
+    signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block
+)

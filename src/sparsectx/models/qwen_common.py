@@ -15,8 +15,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sparsectx.models.adapter import LLMInputs
-from sparsectx.models.vision_signals import block_signals, merge_signals
-from sparsectx.visual import ImageTokens
+from sparsectx.models.vision_signals import merge_signals, merger_sensitivity, several_block_signals
+from sparsectx.visual import ImageTokens, VisionSignals
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,17 @@ class VisionLayout:
 
     Attributes:
         signal_block: returns the attention module of the last full-attention block.
-        to_raster: returns the (M,) permutation from that block's merged-token order to raster order,
-            or None when the block already runs in raster order.
+        to_raster: returns the (M,) permutation from the blocks' merged-token order to raster order (every
+            block and the merger input share one order), or None when they already run in raster order.
         has_deepstack: whether merged DeepStack features accompany the main tokens.
+        object_block: returns the attention module of the object block, a middle vision block whose
+            attention marks objects (HiPrune's anchors).
     """
 
     signal_block: Callable[[nn.Module], nn.Module]
     to_raster: Callable[[nn.Module, torch.Tensor], torch.Tensor | None]
     has_deepstack: bool
+    object_block: Callable[[nn.Module], nn.Module]
 
 
 class QwenVLAdapter:
@@ -46,6 +49,8 @@ class QwenVLAdapter:
         self.image_token_id = int(model.config.image_token_id)
         self.merge_unit = int(model.config.vision_config.spatial_merge_size) ** 2
         self.vision_calls = 0
+        self.vision_signals = VisionSignals()
+        """The extra signals ``encode_images`` records: what the job's pruner declared."""
 
     @property
     def visual(self) -> nn.Module:
@@ -60,17 +65,32 @@ class QwenVLAdapter:
     def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
         """Returns one ``ImageTokens`` per image; the vision tower runs exactly once for the whole batch.
 
-        The pruner signals come from the signal block's own attention call when the tower runs the grouped
-        attention (``model.vision_attention: grouped``), else from a recompute of that block.
+        The pruner signals (the last full-attention block's, plus what ``self.vision_signals`` asks for) come
+        from the blocks' own attention calls when the tower runs the grouped attention
+        (``model.vision_attention: grouped``), else from a recompute of those blocks.
         """
-        visual = self.visual
-        with block_signals(self.layout.signal_block(visual), self.signal_chunk) as record:
+        visual, wanted = self.visual, self.vision_signals
+        blocks = [self.layout.signal_block(visual)]
+        if wanted.object_attention:
+            blocks.append(self.layout.object_block(visual))
+        with several_block_signals(blocks, self.signal_chunk) as records:
             out = visual(pixel_values.to(visual.dtype), grid_thw=grid_thw)
         self.vision_calls += 1
-        received, keys = merge_signals(
-            record.received, record.keys, self.merge_unit, self.layout.to_raster(visual, grid_thw)
-        )
+        to_raster = self.layout.to_raster(visual, grid_thw)
+        received, keys = merge_signals(records[0].received, records[0].keys, self.merge_unit, to_raster)
         sizes = (grid_thw.prod(-1) // self.merge_unit).tolist()
+        extra: dict[str, tuple[torch.Tensor, ...]] = {}
+        if wanted.object_attention:
+            extra["object_attention"] = torch.split(
+                merge_signals(records[1].received, records[1].keys, self.merge_unit, to_raster)[0], sizes
+            )
+        if wanted.merger_probe is not None:
+            sensitivity = merger_sensitivity(
+                visual.merger, out.last_hidden_state, self.merge_unit, wanted.merger_probe, self.signal_chunk
+            )
+            extra["merger_sensitivity"] = torch.split(
+                sensitivity if to_raster is None else sensitivity[to_raster], sizes
+            )
         embeds = torch.split(out.pooler_output, sizes)
         levels = [torch.split(f, sizes) for f in out.deepstack_features] if self.layout.has_deepstack else []
         merge = int(self.merge_unit**0.5)
@@ -83,6 +103,7 @@ class QwenVLAdapter:
                     attention_received=torch.split(received, sizes)[i],
                     keys=torch.split(keys, sizes)[i],
                     deepstack=tuple(level[i] for level in levels),
+                    **{name: parts[i] for name, parts in extra.items()},
                 )
             )
         return images

@@ -1,18 +1,20 @@
-"""Pruner signals from one vision attention block: attention received and merged keys.
+"""Pruner signals from vision attention blocks (attention received, merged keys) and from the merger.
 
-Two ways to get them, behind :func:`block_signals`. A vision tower routed through the grouped attention
+Two ways to get a block's signals, behind :func:`block_signals` (:func:`several_block_signals` records
+several blocks of one tower pass). A vision tower routed through the grouped attention
 (``model.vision_attention: grouped``) computes them inside the block's own attention call, from the same
 softmax that gives the block output (``sparsectx.models.vision_attention``). HF's sdpa/flash attention
 return no attention weights, so otherwise the block's input is captured with a forward hook and its
 queries/keys are recomputed here, per image segment, in query chunks (never a full heads x T x T
 tensor); :func:`recomputed_signals` is that recompute, also the tests' oracle for the in-pass signals.
-Recipe: ``shared/specs/pruning_operators.md`` §1.5.
+Recipe: ``shared/specs/pruning_operators.md`` §1.5. :func:`merger_sensitivity` is ZOO-Prune's signal: the
+merger's response to small random perturbations of its input, run on the tower's output after the pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from sparsectx.models.vision_attention import SignalRecord, record_signals, uses_grouped_attention
+from sparsectx.visual import MergerProbe
 
 
 @dataclass
@@ -142,3 +145,64 @@ def block_signals(attn: nn.Module, chunk: int) -> Iterator[SignalRecord]:
         yield record
     with torch.no_grad():
         record.received, record.keys = recomputed_signals(attn, captured[-1], chunk)
+
+
+@contextmanager
+def several_block_signals(attns: Sequence[nn.Module], chunk: int) -> Iterator[list[SignalRecord]]:
+    """Yields one ``SignalRecord`` per module of ``attns`` (filled on exit), all from the same forward pass.
+
+    A module named twice is recorded once and its record shared, so the object block may coincide with the
+    last full-attention block (tiny towers).
+    """
+    unique = list(dict.fromkeys(attns))
+    with ExitStack() as stack:
+        records = {attn: stack.enter_context(block_signals(attn, chunk)) for attn in unique}
+        yield [records[attn] for attn in attns]
+
+
+def probe_directions(probe: MergerProbe, width: int) -> torch.Tensor:
+    """Returns (m, width) fp32 unit directions drawn from a CPU generator seeded with ``probe.seed``.
+
+    The same m directions perturb every merged token of every image (as the authors' code shares u_j over
+    tokens), and a token's directions never depend on the batch it is encoded in.
+    """
+    gen = torch.Generator().manual_seed(probe.seed)
+    u = torch.randn(probe.probes, width, generator=gen, dtype=torch.float64)
+    return (u / u.norm(dim=-1, keepdim=True)).float()
+
+
+def merger_sensitivity(
+    merger: nn.Module, patches: torch.Tensor, unit: int, probe: MergerProbe, chunk: int
+) -> torch.Tensor:
+    """Returns (M,) fp32 s_i = mean_j ||f(x_i + h u_j) - f(x_i - h u_j)|| / (2h) per merged token.
+
+    ZOO-Prune's zeroth-order sensitivity (Kim et al., CVPR 2026, AIM-SKKU/ZOO-Prune llava_arch.py): x_i is
+    the merger's input for merged token i, its ``unit`` patches concatenated (unit * C values), u_j the
+    directions of :func:`probe_directions` and f the merger, run in fp32 on upcast weights (the step h is
+    far below bf16 resolution). Order follows ``patches``.
+
+    Args:
+        merger: the tower's patch merger, mapping (M * unit, C) patches to (M, D) tokens.
+        patches: (M * unit, C) merger input (the tower's last hidden state).
+        unit: patches per merged token.
+        probe: m directions, step h and their seed.
+        chunk: merged-token rows per merger call (at least one probe's M rows), bounding memory.
+    """
+    width = unit * patches.shape[1]
+    x = patches.detach().float().reshape(-1, width)
+    u = probe_directions(probe, width).to(x.device)
+    weights = {name: t.float() for name, t in (*merger.named_parameters(), *merger.named_buffers())}
+    per_call = max(1, chunk // x.shape[0])
+    total = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+    with torch.no_grad():
+        for j0 in range(0, probe.probes, per_call):
+            shift = probe.step * u[j0 : j0 + per_call, None, :]  # (c, 1, width)
+            outs = [
+                torch.func.functional_call(
+                    merger, weights, ((x + sign * shift).reshape(-1, patches.shape[1]),)
+                )
+                for sign in (1.0, -1.0)
+            ]
+            delta = (outs[0] - outs[1]).reshape(shift.shape[0], x.shape[0], -1)
+            total += (delta.norm(dim=-1) / (2.0 * probe.step)).sum(dim=0)
+    return total / probe.probes

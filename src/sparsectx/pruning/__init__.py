@@ -4,7 +4,9 @@ Each operator lives in its own module and registers itself in ``PRUNERS`` under 
 file ``conf/pruner/<name>.yaml``; the YAML's ``params`` are the operator's keyword-only arguments and the
 only place their defaults live. Callers go through ``select_tokens``, which turns the budget into the exact
 per-image count k (spec 1.2) and checks what the operator returned: ports that silently never pruned have
-been seen in the field (spec 3, item 12).
+been seen in the field (spec 3, item 12). An operator may also register a range check of its params in
+``PARAM_CHECKS`` (run by ``check_params``, so by the config) and the extra vision signals it reads in
+``SIGNALS`` (``declared_signals``; a job sets them on its adapter before encoding).
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from collections.abc import Mapping
 import torch
 
 from sparsectx.budget import tokens_to_keep
-from sparsectx.pruning.base import SelectTokens
+from sparsectx.pruning.base import CheckParams, DeclareSignals, SelectTokens
 from sparsectx.registry import Registry
-from sparsectx.visual import ImageTokens, Selection
+from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 PRUNERS = Registry[SelectTokens]("pruner")
+PARAM_CHECKS = Registry[CheckParams]("pruner parameter check")
+SIGNALS = Registry[DeclareSignals]("pruner signal declaration")
 
 # Explicit imports (convention 11): importing a module registers its operator in PRUNERS.
 from sparsectx.pruning import cdpruner, divprune, random, visionzip  # noqa: E402, F401, I001
+from sparsectx.pruning import hiprune, zoo_prune  # noqa: E402, F401, I001
 
 
 def select_tokens(
@@ -73,6 +78,18 @@ def check_params(name: str, operator: SelectTokens, params: Mapping[str, object]
             f"pruner {name!r}: {'; '.join(problems)}. Its params are exactly {expected}; "
             f"set them in conf/pruner/{name}.yaml"
         )
+    if name in PARAM_CHECKS:
+        PARAM_CHECKS.get(name)(params)
+
+
+def declared_signals(name: str, params: Mapping[str, object], seed: int) -> VisionSignals:
+    """Returns the extra vision signals pruner ``name`` reads (none unless it registered in ``SIGNALS``).
+
+    A job assigns this to its adapter's ``vision_signals`` once, before encoding, so the one tower pass
+    records what the operator needs and nothing more.
+    """
+    PRUNERS.get(name)
+    return SIGNALS.get(name)(params, seed) if name in SIGNALS else VisionSignals()
 
 
 def _check_selection(name: str, selection: Selection, image: ImageTokens, k: int) -> None:

@@ -7,15 +7,20 @@ rollout's selection can be reused in its training forward.
 
 In-LLM operators (FastV, DART) will declare ``stage="llm"`` and a layer K; the context builder then
 keeps every token for layers < K and applies their selection as a hook between layers K-1 and K.
+
+An operator that needs vision signals beyond the last block's (HiPrune: an object block's attention;
+ZOO-Prune: the merger's sensitivity) declares them with a ``DeclareSignals`` function, and one whose
+parameters have ranges checks them with a ``CheckParams`` function, run when the config is built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
 
-from sparsectx.visual import ImageTokens, Selection
+from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 
 class SelectTokens(Protocol):
@@ -37,4 +42,25 @@ class SelectTokens(Protocol):
             k: tokens to keep, 1 <= k <= N (see ``sparsectx.budget.tokens_to_keep``).
             generator: the only source of randomness the operator may use.
         """
+        ...
+
+
+class DeclareSignals(Protocol):
+    """Says which extra vision signals an operator reads, for its params and the run's seed."""
+
+    def __call__(self, params: Mapping[str, object], seed: int) -> VisionSignals:
+        """Returns the signals the encode path must add to every ``ImageTokens`` for this operator.
+
+        Args:
+            params: the operator's keyword arguments (the YAML's ``params``).
+            seed: the run's ``seed``; any random signal derives its own seed from it.
+        """
+        ...
+
+
+class CheckParams(Protocol):
+    """Checks an operator's parameter values before any model loads."""
+
+    def __call__(self, params: Mapping[str, object]) -> None:
+        """Raises ValueError naming ``pruner.params.<key>``, the value and the valid range when one is off."""
         ...

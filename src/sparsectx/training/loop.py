@@ -42,6 +42,7 @@ from sparsectx.io import atomic_write_text, git_commit
 from sparsectx.models import load_model
 from sparsectx.models.loading import check_device
 from sparsectx.paths import budget_tag, run_dir
+from sparsectx.pruning import declared_signals
 from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
@@ -215,6 +216,7 @@ def setup(
     torch.manual_seed(derive_seed(tc.seed, "init"))  # LoRA's A initialisation; overwritten on resume
     model_cfg = dataclasses.replace(tc.model, device=str(accelerator.device))
     student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
+    student.adapter.vision_signals = declared_signals(tc.pruner.name, tc.pruner.params, tc.seed)
     apply_memory(student, tc.memory)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
