@@ -67,8 +67,10 @@ def _text_ids(tok: PreTrainedTokenizerFast) -> dict[str, int]:
     return {"bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
 
 
-def tiny_qwen2_5_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen2_5_VLForConditionalGeneration:
-    """Returns a random-weight Qwen2.5-VL with 2 vision blocks (one windowed, one full) and a 2-layer LLM."""
+def tiny_qwen2_5_vl(
+    tok: PreTrainedTokenizerFast, seed: int, layers: int = 2
+) -> Qwen2_5_VLForConditionalGeneration:
+    """Returns a random-weight Qwen2.5-VL: 2 vision blocks (one windowed, one full), a ``layers``-layer LLM."""
     torch.manual_seed(seed)
     config = Qwen2_5_VLConfig(
         vision_config={
@@ -77,7 +79,7 @@ def tiny_qwen2_5_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen2_5_VLForCon
             "fullatt_block_indexes": [1],
         },
         text_config={
-            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, **_text_ids(tok),
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
         },
@@ -87,8 +89,8 @@ def tiny_qwen2_5_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen2_5_VLForCon
     return Qwen2_5_VLForConditionalGeneration(config).eval()
 
 
-def tiny_qwen3_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen3VLForConditionalGeneration:
-    """Returns a random-weight Qwen3-VL with 3 vision blocks, DeepStack at blocks 0 and 1, and a 2-layer LLM."""
+def tiny_qwen3_vl(tok: PreTrainedTokenizerFast, seed: int, layers: int = 2) -> Qwen3VLForConditionalGeneration:
+    """Returns a random-weight Qwen3-VL: 3 vision blocks, DeepStack at blocks 0 and 1, a ``layers``-layer LLM."""
     torch.manual_seed(seed)
     config = Qwen3VLConfig(
         vision_config={
@@ -97,7 +99,7 @@ def tiny_qwen3_vl(tok: PreTrainedTokenizerFast, seed: int) -> Qwen3VLForConditio
             "deepstack_visual_indexes": [0, 1],
         },
         text_config={
-            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
             **_text_ids(tok),
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],

@@ -46,10 +46,10 @@ def _prompt(patch: int) -> PromptItem:
 @pytest.mark.parametrize("budget", [1.0, 0.25])
 def test_analytic_prefill_flops_match_the_counted_tally(tiny, budget):
     samples = encode_samples(tiny.adapter, tiny.processor, [_prompt(PATCH[tiny.adapter.family])])
-    ctx = build_context(tiny.adapter, samples, select_visual(samples, RANDOM, budget, 0, "t"))
+    ctx = build_context(tiny.adapter, samples, select_visual(tiny.adapter, samples, RANDOM, budget, 0, "t"))
     counted = counted_flops(lambda: tiny.adapter.logits(tiny.adapter.run_llm(ctx.inputs, None)))
     text = tiny.adapter.model.config.get_text_config()
-    assert prefill_flops(text, ctx.inputs.embeds.shape[1])["total"] == pytest.approx(counted, rel=0.02)
+    assert prefill_flops(text, ctx.inputs.embeds.shape[1], None)["total"] == pytest.approx(counted, rel=0.02)
 
 
 @torch.no_grad()
@@ -65,12 +65,12 @@ def test_analytic_vision_flops_match_the_counted_tally(tiny):
 @torch.no_grad()
 def test_kv_cache_bytes_equal_the_real_cache(tiny):
     samples = encode_samples(tiny.adapter, tiny.processor, [_prompt(PATCH[tiny.adapter.family])])
-    ctx = build_context(tiny.adapter, samples, select_visual(samples, RANDOM, 0.25, 0, "t"))
+    ctx = build_context(tiny.adapter, samples, select_visual(tiny.adapter, samples, RANDOM, 0.25, 0, "t"))
     cache = DynamicCache(config=tiny.adapter.model.config.get_text_config())
     tiny.adapter.run_llm(ctx.inputs, cache)
     real = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     text = tiny.adapter.model.config.get_text_config()
-    assert kv_cache_bytes(text, ctx.inputs.embeds.shape[1], 4) == real
+    assert kv_cache_bytes(text, ctx.inputs.embeds.shape[1], 4, None) == real
 
 
 def test_prefill_flops_count_a_multiply_accumulate_as_two():
@@ -78,7 +78,7 @@ def test_prefill_flops_count_a_multiply_accumulate_as_two():
         hidden_size, num_attention_heads, num_key_value_heads, head_dim = 8, 2, 1, 4
         intermediate_size, num_hidden_layers, vocab_size = 16, 1, 10
 
-    parts = prefill_flops(Text(), 3)
+    parts = prefill_flops(Text(), 3, None)
     assert parts["lm_head"] == 2 * 3 * 8 * 10
     assert parts["mlp"] == 3 * 2 * 3 * 8 * 16
     assert parts["attention_proj"] == 2 * 3 * 8 * (2 * 4) + 2 * 2 * 3 * 8 * 4 + 2 * 3 * (2 * 4) * 8

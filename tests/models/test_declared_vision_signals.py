@@ -4,6 +4,7 @@ one tower pass, equal an eager run's attention weights and a float64 finite-diff
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 
 import pytest
@@ -188,3 +189,14 @@ def test_declared_pruners_run_on_encoded_samples(family, pruner, params):
     bare = encode_samples(_adapter(model, "hf", VisionSignals()), processor, items[:1])
     with pytest.raises(ValueError, match=rf"declared_signals\('{pruner}'"):
         select_tokens(pruner, bare[0].images[0], bare[0].question_embeds, 0.5, torch.Generator(), params)
+
+
+@pytest.mark.parametrize("vision_attention", ["hf", "grouped"])
+@torch.no_grad()
+def test_an_object_block_equal_to_the_last_block_is_recorded_once(family, vision_attention):
+    """A tower whose object block is its last full-attention block (possible in tiny towers) shares one record."""
+    _, model, _, pixels, grid, _ = family
+    adapter = _adapter(model, vision_attention, VisionSignals(object_attention=True))
+    adapter.layout = dataclasses.replace(adapter.layout, object_block=adapter.layout.signal_block)
+    for image in adapter.encode_images(pixels, grid):
+        assert torch.equal(image.object_attention, image.attention_received)

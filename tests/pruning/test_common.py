@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from sparsectx.budget import tokens_to_keep
-from sparsectx.pruning import PRUNERS, select_tokens
+from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, select_tokens
 
 BUDGETS = [0.05, 0.1, 0.2, 0.5, 1.0]
 SIZES = [1, 2, 7, 33, 100]
+PRE_LLM = [name for name in PRUNERS.names() if name not in IN_LLM_PRUNERS]  # in-LLM: tests/engine/test_in_llm
 
 
 def run(name, image, params, budget, seed=0, question=None):
@@ -22,7 +23,7 @@ def run(name, image, params, budget, seed=0, question=None):
     return select_tokens(name, image, question, budget, torch.Generator().manual_seed(seed), params)
 
 
-@pytest.mark.parametrize("name", PRUNERS.names())
+@pytest.mark.parametrize("name", PRE_LLM)
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("n", SIZES)
 def test_exactly_k_sorted_tokens(name, budget, n, make_image, pruner_confs):
@@ -38,7 +39,7 @@ def test_exactly_k_sorted_tokens(name, budget, n, make_image, pruner_confs):
         torch.testing.assert_close(selection.embeds, image.embeds, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", PRUNERS.names())
+@pytest.mark.parametrize("name", PRE_LLM)
 def test_same_seed_same_selection(name, make_image, pruner_confs):
     image = make_image(60, seed=3)
     first = run(name, image, pruner_confs[name]["params"], 0.2, seed=7)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sparsectx.pruning as pruning
-from sparsectx.pruning import PRUNERS, select_tokens
+from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, select_tokens
 from sparsectx.registry import Registry
 from sparsectx.visual import Selection
 
@@ -21,15 +21,18 @@ def keyword_only(name: str) -> list[inspect.Parameter]:
 
 def test_registered_names_equal_config_stems(pruner_confs):
     assert PRUNERS.names() == sorted(pruner_confs)
-    assert PRUNERS.names() == ["cdpruner", "divprune", "hiprune", "random", "visionzip", "zoo_prune"]
+    assert PRUNERS.names() == [
+        "cdpruner", "dart", "divprune", "fastv", "hiprune", "random", "visionzip", "zoo_prune",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", PRUNERS.names())
 def test_config_matches_operator_signature(name, pruner_confs):
     conf = pruner_confs[name]
-    assert set(conf) == {"name", "stage", "params"}
+    in_llm = name in IN_LLM_PRUNERS
+    assert set(conf) == ({"name", "stage", "layer", "params"} if in_llm else {"name", "stage", "params"})
     assert conf["name"] == name
-    assert conf["stage"] == "pre_llm"
+    assert conf["stage"] == ("llm" if in_llm else "pre_llm")
     assert sorted(conf["params"]) == sorted(p.name for p in keyword_only(name))
     # Defaults live only in the YAML: the operator's own keyword-only arguments have none.
     assert all(p.default is inspect.Parameter.empty for p in keyword_only(name))
@@ -40,7 +43,7 @@ def test_unknown_name_lists_available_and_close_match(make_image):
         select_tokens("divprun", make_image(10), torch.zeros(1, 8), 0.5, torch.Generator(), {})
     message = str(err.value)
     assert "Did you mean 'divprune'" in message
-    assert "Available: cdpruner, divprune, hiprune, random, visionzip, zoo_prune" in message
+    assert "Available: cdpruner, dart, divprune, fastv, hiprune, random, visionzip, zoo_prune" in message
 
 
 @pytest.mark.parametrize("budget", [0.0, -0.1, 1.5, 2])

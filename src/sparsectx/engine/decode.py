@@ -4,7 +4,8 @@ Rollouts, greedy evaluation, Pass@K sampling and the efficiency mode's latency a
 gets prompts (``sparsectx.engine.prompts``), sorts them by context length, and fills ``slots`` slots with
 the longest first; each prompt is prefilled with the model's own forward (its pruned tokens at their
 unpruned M-RoPE positions, design invariant 3; prompts that share a context, ``Prompts.shared``, once per
-refill) and its keys/values are copied into its slot; every decode
+refill) and its keys/values are copied into its slot, each layer with its own valid keys (after in-LLM
+pruning layers >= K cache only the kept tokens); every decode
 step then advances all slots at once at each slot's own next unpruned position. Tokens, counts and the
 ``done`` mask stay on the device; every ``engine.sync_every`` steps the host reads them once, confirms the
 ends (``sparsectx.engine.stops``), hands back finished generations and prefills the free slots with the
@@ -29,6 +30,7 @@ from sparsectx.engine.step import DecodeStep, weights_key
 from sparsectx.engine.stops import StopCriteria
 from sparsectx.generation import Generation, SamplingConfig, choose_next
 from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.in_llm import layer_masks
 
 OnFinish = Callable[[int, Generation], None]
 
@@ -183,7 +185,8 @@ class _Run:
             self.step = engine.step_for(self.slots, self.length, prefill)
         src = None if len(unique) == len(taken) else torch.tensor(source, device=engine.device)
         pick = (lambda t: t) if src is None else (lambda t: t.index_select(0, src))  # noqa: E731
-        self.step.cache.load(free, prefill, ctx.inputs.attention_mask, src)
+        masks = layer_masks(ctx.inputs, len(self.step.cache.keys))
+        self.step.cache.load(free, prefill, masks, src)
         rows = torch.tensor(free, dtype=torch.long, device=engine.device)
         self.step.logits[rows] = pick(logits).to(self.step.logits.dtype)
         self.step.positions[rows] = pick(ctx.next_position.to(engine.device))

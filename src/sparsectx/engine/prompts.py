@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sparsectx.context import ContextBatch, build_context
 from sparsectx.encoding import EncodedSample
+from sparsectx.layer_selection import LayerSelection
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.visual import Selection
 
@@ -40,9 +41,14 @@ class Prompts:
 
 
 def context_length(sample: EncodedSample, selections: Sequence[Selection]) -> int:
-    """Returns the length of ``sample``'s context when each image keeps its selection."""
+    """Returns the length of ``sample``'s context when each image keeps its selection.
+
+    An in-LLM selection (``LayerSelection``) drops nothing before the LLM: its layers < K cache every token.
+    """
     dropped = sum(
-        image.num_tokens - s.indices.numel() for image, s in zip(sample.images, selections, strict=True)
+        image.num_tokens - s.indices.numel()
+        for image, s in zip(sample.images, selections, strict=True)
+        if not isinstance(s, LayerSelection)
     )
     return sample.prompt_ids.numel() - dropped
 

@@ -1,8 +1,10 @@
 """The static KV cache of the decode engine: B slots x S positions per layer, written at a per-slot index.
 
 A slot holds one sequence at a time: its (left-padded) prompt from a prefill at positions ``[0, W)``, then
-one generated token per decode step at ``write_index``. ``valid`` marks the key positions a slot attends to
-(padding and stale rows of a previous occupant are False), so slots of different lengths, refilled at
+one generated token per decode step at ``write_index``. ``valid`` marks, per layer, the key positions a slot
+attends to (padding and stale rows of a previous occupant are False; after in-LLM pruning, layers >= K hold
+only the kept tokens, so their prefill rows are fewer than those of layers < K and the rest of
+``[0, write_index)`` is False there), so slots of different lengths, refilled at
 different times, share one fixed-shape decode step that a CUDA graph can replay. The HF decoder layers
 call ``update`` like any transformers cache; during a decode step the text model's attention is switched
 to ``slot_attention``, which attends each slot's single query to its valid keys with grouped KV heads and
@@ -34,10 +36,13 @@ def slot_attention(
     Args:
         query: (B, H, 1, d) rotated queries.
         key, value: (B, KV, S, d) the whole slot cache of this layer (H a multiple of KV).
-        attention_mask: (B, 1, 1, S) bool, True at keys the slot attends to.
+        attention_mask: (B, 1, 1, S) bool, True at keys the slot attends to; or (B, layers, 1, S), one mask
+            per decoder layer, of which ``module.layer_idx``'s row is used.
         scaling: softmax scale (d ** -0.5 when None).
     """
     batch, heads, _, dim = query.shape
+    if attention_mask.shape[1] > 1:
+        attention_mask = attention_mask[:, module.layer_idx, None]
     groups = heads // key.shape[1]
     scale = dim**-0.5 if scaling is None else scaling
     q = query.reshape(batch, key.shape[1], groups, dim)  # head h reads KV head h // groups
@@ -63,7 +68,7 @@ def decode_attention(text_config: PretrainedConfig) -> Iterator[None]:
 
 
 class SlotCache:
-    """Per-layer (B, KV, S, d) key/value buffers, the per-slot write index and the (B, S) valid-key mask."""
+    """Per-layer (B, KV, S, d) key/value buffers, the per-slot write index and (B, layers, S) valid-key masks."""
 
     def __init__(self, prefill: DynamicCache, slots: int, length: int) -> None:
         """Allocates ``slots`` x ``length`` rows shaped like the layers of a prefill cache."""
@@ -76,7 +81,7 @@ class SlotCache:
         device = self.keys[0].device
         self.slots, self.length = slots, length
         self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
-        self.valid = torch.zeros(slots, length, dtype=torch.bool, device=device)
+        self.valid = torch.zeros(slots, len(self.keys), length, dtype=torch.bool, device=device)
         self.clear()
 
     def clear(self) -> None:
@@ -86,7 +91,7 @@ class SlotCache:
         """
         self.write_index.zero_()
         self.valid.zero_()
-        self.valid[:, 0] = True
+        self.valid[:, :, 0] = True
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: object, **__: object
@@ -99,24 +104,37 @@ class SlotCache:
 
     def mark_written(self) -> None:
         """Marks each slot's write position as a valid key (called before the step's layers run)."""
-        self.valid.scatter_(1, self.write_index[:, None], True)
+        index = self.write_index.view(-1, 1, 1).expand(-1, self.valid.shape[1], 1)
+        self.valid.scatter_(2, index, True)
+
+    def attention_mask(self) -> torch.Tensor:
+        """Returns the (B, layers, 1, S) bool valid-key masks that ``slot_attention`` reads per layer."""
+        return self.valid[:, :, None, :]
 
     def load(
-        self, slots: list[int], prefill: DynamicCache, mask: torch.Tensor, source: torch.Tensor | None = None
+        self,
+        slots: list[int],
+        prefill: DynamicCache,
+        masks: list[torch.Tensor],
+        source: torch.Tensor | None = None,
     ) -> None:
-        """Places a prefill's rows into ``slots``: keys/values at ``[0, W)``, valid where ``mask`` (B_new, W) is 1.
+        """Places a prefill's rows into ``slots``: layer l's keys/values at ``[0, W_l)``, valid at ``masks[l]``.
 
-        ``source`` (len(slots),) int64 picks the prefill row of each slot (several slots may share one row);
-        None = row i for slot i. The next decode step of each slot writes at W.
+        ``masks`` holds per decoder layer the (B_new, W_l) mask of the keys that layer cached (W_l < W after
+        in-LLM pruning for layers >= K; ``sparsectx.models.in_llm.layer_masks``). ``source`` (len(slots),)
+        int64 picks the prefill row of each slot (several slots may share one row); None = row i for slot i.
+        The next decode step of each slot writes at W = the widest layer's width in every layer.
         """
-        width = mask.shape[1]
+        width = max(mask.shape[1] for mask in masks)
         if width >= self.length:
             raise ValueError(f"a prompt of {width} tokens does not fit a cache of {self.length} positions")
         rows = torch.tensor(slots, dtype=torch.long, device=self.write_index.device)
         pick = (lambda t: t) if source is None else (lambda t: t.index_select(0, source))  # noqa: E731
-        for layer, keys, values in zip(prefill.layers, self.keys, self.values, strict=True):
-            keys[rows, :, :width] = pick(layer.keys).to(keys.dtype)
-            values[rows, :, :width] = pick(layer.values).to(values.dtype)
         self.valid[rows] = False
-        self.valid[rows, :width] = pick(mask).bool()
+        layers = zip(prefill.layers, self.keys, self.values, masks, strict=True)
+        for index, (layer, keys, values, mask) in enumerate(layers):
+            own = mask.shape[1]
+            keys[rows, :, :own] = pick(layer.keys).to(keys.dtype)
+            values[rows, :, :own] = pick(layer.values).to(values.dtype)
+            self.valid[rows, index, :own] = pick(mask).bool()
         self.write_index[rows] = width

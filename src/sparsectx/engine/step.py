@@ -44,7 +44,7 @@ class DecodeStep:
         cache.mark_written()
         embeds = adapter.embed_ids(self.tokens[:, None])
         positions = self.positions.view(1, -1, 1).expand(3, -1, 1)
-        inputs = LLMInputs(embeds, cache.valid[:, None, None, :], positions, self._visual, ())
+        inputs = LLMInputs(embeds, cache.attention_mask(), positions, self._visual, ())
         with decode_attention(adapter.model.config.get_text_config()):
             hidden = adapter.run_llm(inputs, cache)
         logits = adapter.logits(hidden[:, -1])

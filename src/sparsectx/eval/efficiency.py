@@ -13,11 +13,18 @@ FLOPs (LT-OPD App. E: one multiply-accumulate = 2 FLOPs), from the model config 
 
 KV cache: ``2 (K and V) x layers x KV heads x d_h x L x bytes per element`` at the end of prefill.
 
+In-LLM pruners (FastV, DART before layer K): layers < K run on all L prompt tokens and layers >= K on the L'
+kept ones, in prefill FLOPs, in decode attention and in the KV cache; the LM head runs on the L' positions.
+Our selection runs layers 0..K-1 once more over the L tokens before the prefill (plus the one recomputed
+attention row and the keys of layer K-1); those FLOPs are the ``selection`` entry, kept out of ``prefill``
+(a fused implementation scores during its prefill) and counted in ``total``.
+
 Latency per stage, batch size 1, each stage between synchronisations (``torch.cuda.synchronize`` on GPU),
 median over ``repetitions`` after ``warmup`` untimed ones, then averaged over items: vision = tower + merger +
-pruner signals (``adapter.encode_images``); selection = the pruner; prefill = building the pruned context and
-the decode engine's prefill (``DecodeEngine.time_stages``); decode = ``decode_tokens`` greedy engine steps
-(stops ignored), CUDA graphs included where ``engine.cuda_graphs`` turns them on.
+pruner signals (``adapter.encode_images``); selection = the pruner (an in-LLM one runs layers 0..K-1 there);
+prefill = building the pruned context and the decode engine's prefill (``DecodeEngine.time_stages``);
+decode = ``decode_tokens`` greedy engine steps (stops ignored), CUDA graphs included where
+``engine.cuda_graphs`` turns them on.
 
 Output: ``<results_root>/<experiment>/<model>/<method>/<pruner>/efficiency.json``, one row per budget.
 """
@@ -63,34 +70,57 @@ def _dims(text: PretrainedConfig) -> tuple[int, int, int, int, int, int, int]:
     )  # fmt: skip
 
 
-def prefill_flops(text: PretrainedConfig, seq_len: int) -> dict[str, float]:
+Late = tuple[int, int] | None
+"""(K, L') of an in-LLM pruner: layers >= K hold L' tokens; None = every layer holds all of them."""
+
+
+def layer_lengths(text: PretrainedConfig, seq_len: int, late: Late) -> list[int]:
+    """Returns the number of tokens each decoder layer processes in a prefill of ``seq_len`` tokens."""
+    layers = _dims(text)[5]
+    if late is None:
+        return [seq_len] * layers
+    layer, kept = late
+    return [seq_len if index < layer else kept for index in range(layers)]
+
+
+def prefill_flops(text: PretrainedConfig, seq_len: int, late: Late) -> dict[str, float]:
     """Returns the prefill FLOPs on ``seq_len`` tokens, batch size 1, by part and their ``total``.
 
-    Parts: ``attention_proj``, ``attention_scores``, ``mlp``, ``lm_head`` (formulas in the module docstring).
+    Parts: ``attention_proj``, ``attention_scores``, ``mlp``, ``lm_head`` (formulas in the module docstring),
+    each summed over the layers at their own lengths (``layer_lengths``).
     """
-    d, h, kv, hd, inter, layers, vocab = _dims(text)
-    length = float(seq_len)
+    d, h, kv, hd, inter, _, vocab = _dims(text)
+    lengths = [float(n) for n in layer_lengths(text, seq_len, late)]
     parts = {
-        "attention_proj": layers * (2 * length * d * (h + 2 * kv) * hd + 2 * length * h * hd * d),
-        "attention_scores": layers * 4 * h * length * length * hd,
-        "mlp": layers * 6 * length * d * inter,
-        "lm_head": 2 * length * d * vocab,
+        "attention_proj": sum(2 * n * d * (h + 2 * kv) * hd + 2 * n * h * hd * d for n in lengths),
+        "attention_scores": sum(4 * h * n * n * hd for n in lengths),
+        "mlp": sum(6 * n * d * inter for n in lengths),
+        "lm_head": 2 * lengths[-1] * d * vocab,
     }
     return {**parts, "total": sum(parts.values())}
 
 
-def decode_flops(text: PretrainedConfig, prompt_len: int, steps: int) -> float:
+def selection_flops(text: PretrainedConfig, seq_len: int, layer: int) -> float:
+    """Returns the FLOPs of an in-LLM selection pass: layers 0..K-1 on ``seq_len`` tokens, layer K-1's keys
+    recomputed (``2 L D KV d_h``), one query row (``2 D H d_h``) and its scores (``2 H L d_h``)."""
+    d, h, kv, hd, _, _, _ = _dims(text)
+    layers = prefill_flops(text, seq_len, (layer, 0))
+    body = sum(layers[part] for part in ("attention_proj", "attention_scores", "mlp"))
+    return body + 2 * seq_len * d * kv * hd + 2 * d * h * hd + 2 * h * seq_len * hd
+
+
+def decode_flops(text: PretrainedConfig, prompt_len: int, steps: int, late: Late) -> float:
     """Returns the FLOPs of ``steps`` single-token decode steps after a ``prompt_len``-token prefill."""
     d, h, kv, hd, inter, layers, vocab = _dims(text)
     per_token = layers * (2 * d * (h + 2 * kv) * hd + 2 * h * hd * d + 6 * d * inter) + 2 * d * vocab
-    keys = sum(prompt_len + t + 1 for t in range(steps))
-    return float(steps * per_token + layers * 4 * h * hd * keys)
+    keys = sum(n + t + 1 for n in layer_lengths(text, prompt_len, late) for t in range(steps))
+    return float(steps * per_token + 4 * h * hd * keys)
 
 
-def kv_cache_bytes(text: PretrainedConfig, seq_len: int, bytes_per_element: int) -> int:
-    """Returns the KV-cache size in bytes after prefilling ``seq_len`` tokens."""
-    _, _, kv, hd, _, layers, _ = _dims(text)
-    return 2 * layers * kv * hd * seq_len * bytes_per_element
+def kv_cache_bytes(text: PretrainedConfig, seq_len: int, bytes_per_element: int, late: Late) -> int:
+    """Returns the KV-cache size in bytes after prefilling ``seq_len`` tokens (layers >= K: L' with ``late``)."""
+    _, _, kv, hd, _, _, _ = _dims(text)
+    return 2 * kv * hd * sum(layer_lengths(text, seq_len, late)) * bytes_per_element
 
 
 def _segments(vision: PretrainedConfig, grid: tuple[int, int, int], windowed: bool) -> list[int]:
@@ -186,7 +216,7 @@ def measure_item(
         t0 = _sync(device)
         fresh = replace(sample, images=loaded.adapter.encode_images(*vision_inputs))
         t1 = _sync(device)
-        selection = select_visual([fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
+        selection = select_visual(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
         t2 = _sync(device)
         prefill, decode = engine.time_stages(pruned_prompts(loaded.adapter, [fresh], selection), steps)
         if rep >= cfg.efficiency.warmup:
@@ -194,15 +224,19 @@ def measure_item(
             for stage, seconds in zip(STAGES, spans, strict=True):
                 times[stage].append(1000.0 * seconds)
     ctx = build_context(loaded.adapter, [fresh], selection)
+    drop = ctx.inputs.late
     out = {
         "latency_ms": {stage: statistics.median(values) for stage, values in times.items()},
         "prefill_len": int(ctx.inputs.embeds.shape[1]),
         "kept_visual": int(ctx.kept_visual.sum()),
+        "late": None if drop is None else [drop.layer, int(drop.keep.sum())],
     }
     out["latency_ms"]["total"] = sum(out["latency_ms"].values())
     if cfg.efficiency.count_flops:
+        # The LM head on the positions the last layer holds (all of them, or the L' kept from layer K on).
+        held = ctx.inputs.attention_mask.bool() if drop is None else drop.keep
         out["counted_prefill_flops"] = counted_flops(
-            lambda: loaded.adapter.logits(loaded.adapter.run_llm(ctx.inputs, None))
+            lambda: loaded.adapter.logits(loaded.adapter.run_llm(ctx.inputs, None)[held])
         )
     return out
 
@@ -227,21 +261,28 @@ def budget_row(
     config = loaded.adapter.model.config
     text, family = config.get_text_config(), loaded.adapter.family
     lengths = [m["prefill_len"] for m in measures]
-    prefill = [prefill_flops(text, length) for length in lengths]
+    late = [None if m["late"] is None else tuple(m["late"]) for m in measures]
+    prefill = [prefill_flops(text, n, drop) for n, drop in zip(lengths, late, strict=True)]
     flops = {
         "vision": _mean([vision_flops(config.vision_config, family, g) for g in grids]),
+        "selection": _mean(
+            [0.0 if d is None else selection_flops(text, n, d[0]) for n, d in zip(lengths, late, strict=True)]
+        ),
         "prefill": _mean([p["total"] for p in prefill]),
         "prefill_parts": {part: _mean([p[part] for p in prefill]) for part in prefill[0] if part != "total"},
-        "decode": _mean([decode_flops(text, length, steps) for length in lengths]),
+        "decode": _mean([decode_flops(text, n, steps, d) for n, d in zip(lengths, late, strict=True)]),
     }
-    flops["total"] = flops["vision"] + flops["prefill"] + flops["decode"]
+    flops["total"] = flops["vision"] + flops["selection"] + flops["prefill"] + flops["decode"]
     row = {
         "budget": budget,
         "kept_visual": _mean([m["kept_visual"] for m in measures]),
         "prefill_len": _mean(lengths),
         "flops": flops,
         "kv_cache_bytes": _mean(
-            [kv_cache_bytes(text, n, loaded.adapter.model.dtype.itemsize) for n in lengths]
+            [
+                kv_cache_bytes(text, n, loaded.adapter.model.dtype.itemsize, d)
+                for n, d in zip(lengths, late, strict=True)
+            ]
         ),
         "latency_ms": {k: _mean([m["latency_ms"][k] for m in measures]) for k in measures[0]["latency_ms"]},
     }

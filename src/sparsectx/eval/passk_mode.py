@@ -133,7 +133,7 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
         loaded.adapter, loaded.processor, [prompt_item(item, cfg.prompt, condition == "sparse")]
     )[0]
     if condition == "sparse":
-        selection = select_visual([sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
+        selection = select_visual(loaded.adapter, [sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
         context = lambda m: build_context(loaded.adapter, [sample] * m, [selection] * m)  # noqa: E731
         kept = [s.indices.tolist() for s in selection]
         length = context_length(sample, selection)

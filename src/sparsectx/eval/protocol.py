@@ -45,11 +45,13 @@ from sparsectx.models import (
     resolve_model_path,
     route_vision_tower,
 )
+from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.loading import DTYPES, check_device
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
+from sparsectx.pruning.layer import select_in_llm
 from sparsectx.training.checkpoint import verify_checkpoint
 from sparsectx.visual import Selection
 
@@ -218,11 +220,22 @@ def pruner_seed(seed: int, bench: str, sid: str) -> int:
 
 
 def select_visual(
-    samples: list[EncodedSample], pruner: PrunerConfig, budget: float, seed: int, bench: str
+    adapter: VLMAdapter,
+    samples: list[EncodedSample],
+    pruner: PrunerConfig,
+    budget: float,
+    seed: int,
+    bench: str,
 ) -> list[list[Selection]]:
-    """Returns per sample one ``Selection`` per image: every token at budget 1.0, else the pruner's choice."""
+    """Returns per sample one ``Selection`` per image: every token at budget 1.0, else the pruner's choice.
+
+    An in-LLM pruner (``pruner.stage: llm``) scores the batch's prompts at its layer K - 1 with ``adapter``
+    and returns ``LayerSelection``s (tokens dropped before layer K).
+    """
     if budget == 1.0:
         return [keep_all(sample) for sample in samples]
+    if pruner.stage == "llm":
+        return select_in_llm(adapter, samples, pruner.name, budget, pruner.params, pruner.layer)
     out = []
     for sample in samples:
         # A CPU generator: the same mask on every device.
@@ -285,7 +298,7 @@ def generate_rows(
     prompts = build_prompts(build, items, loaded.processor.image_workers)
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)
-        selections = select_visual(samples, pruner, budget, seed, spec.name)
+        selections = select_visual(loaded.adapter, samples, pruner, budget, seed, spec.name)
         tokenizer = loaded.processor.tokenizer
         outs = engine_for(loaded.adapter, tokenizer, engine).generate(
             pruned_prompts(loaded.adapter, samples, selections), sampling, None, slots=batch_size
@@ -337,6 +350,16 @@ def checkpoint_id(directory: Path) -> str:
         with open(path, "rb") as handle:
             digest.update(handle.read(1 << 20))
     return digest.hexdigest()[:16]
+
+
+def check_pruner_layer(pruner: PrunerConfig, model: ModelConfig, checkpoint: str | None) -> None:
+    """Raises ValueError naming ``pruner.layer`` when an in-LLM K is not below the LLM's layer count.
+
+    Reads only the model's ``config.json`` (no weights), so a bad K fails before any model loads.
+    """
+    if pruner.layer is not None:
+        source = resolve_model_path(checkpoint if checkpoint is not None else model.path)
+        pruner.check_layer(AutoConfig.from_pretrained(source).get_text_config().num_hidden_layers)
 
 
 def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tuple[LoadedModel, dict]:

@@ -29,6 +29,7 @@ from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
     bench_file,
+    check_pruner_layer,
     checkpoint_id,
     file_digest,
     generate_rows,
@@ -135,6 +136,7 @@ def run(cfg: DictConfig) -> list[Path]:
     for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
         if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
             bench_file(spec)
+    check_pruner_layer(eval_cfg.pruner, eval_cfg.model, eval_cfg.checkpoint)
     job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg))
     try:
         if eval_cfg.mode == "efficiency":

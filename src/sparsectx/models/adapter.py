@@ -8,12 +8,15 @@ Everything outside ``sparsectx.models`` talks to a VLM through ``VLMAdapter``: e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers import PreTrainedModel
 
 from sparsectx.visual import ImageTokens, VisionSignals
+
+if TYPE_CHECKING:
+    from sparsectx.models.in_llm import LateDrop, LayerSignals
 
 
 @dataclass
@@ -27,6 +30,8 @@ class LLMInputs:
         positions: (3, B, L) M-RoPE (t, h, w) positions, taken from the unpruned sequence.
         visual_mask: (B, L) bool, True at visual-token slots (DeepStack needs it).
         deepstack: per DeepStack level a (n_visual, D) tensor in slot order; empty if the family has none.
+        late: visual slots an in-LLM pruner drops before its layer K (``sparsectx.models.in_llm``); None =
+            every slot runs through every layer.
     """
 
     embeds: torch.Tensor
@@ -34,6 +39,7 @@ class LLMInputs:
     positions: torch.Tensor
     visual_mask: torch.Tensor
     deepstack: tuple[torch.Tensor, ...] = ()
+    late: LateDrop | None = None
 
 
 class VLMAdapter(Protocol):
@@ -54,7 +60,14 @@ class VLMAdapter(Protocol):
         ...
 
     def run_llm(self, inputs: LLMInputs, cache: object | None) -> torch.Tensor:
-        """Returns (B, L, D) final-norm hidden states; appends to ``cache`` (a transformers Cache) if given."""
+        """Returns (B, L, D) final-norm hidden states; appends to ``cache`` (a transformers Cache) if given.
+
+        With ``inputs.late`` set, its dropped slots leave before its layer K and their output rows are zero.
+        """
+        ...
+
+    def llm_signals(self, inputs: LLMInputs, layer: int, query_index: torch.Tensor) -> LayerSignals:
+        """Returns the signals of decoder layer ``layer`` - 1 that in-LLM pruners score (prompts only)."""
         ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

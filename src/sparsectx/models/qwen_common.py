@@ -15,6 +15,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sparsectx.models.adapter import LLMInputs
+from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.vision_signals import merge_signals, merger_sensitivity, several_block_signals
 from sparsectx.visual import ImageTokens, VisionSignals
 
@@ -113,7 +114,12 @@ class QwenVLAdapter:
         return self.language_model.embed_tokens(ids)
 
     def run_llm(self, inputs: LLMInputs, cache: object | None) -> torch.Tensor:
-        """Returns (B, L, D) final-norm hidden states of the text model on prepared inputs."""
+        """Returns (B, L, D) final-norm hidden states of the text model on prepared inputs.
+
+        With ``inputs.late`` the in-LLM hook runs instead (``sparsectx.models.in_llm.run_with_drop``).
+        """
+        if inputs.late is not None:
+            return run_with_drop(self.language_model, inputs, cache, self.layout.has_deepstack)
         extra = {}
         if self.layout.has_deepstack and inputs.deepstack:
             extra = {
@@ -129,6 +135,10 @@ class QwenVLAdapter:
             **extra,
         )
         return out.last_hidden_state
+
+    def llm_signals(self, inputs: LLMInputs, layer: int, query_index: torch.Tensor) -> LayerSignals:
+        """Returns layer ``layer`` - 1's pruner signals on full prompt contexts (``in_llm.layer_signals``)."""
+        return layer_signals(self.language_model, inputs, layer, query_index, self.layout.has_deepstack)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns logits of ``hidden`` through the LM head."""

@@ -23,11 +23,14 @@ from sparsectx.registry import Registry
 from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 PRUNERS = Registry[SelectTokens]("pruner")
+IN_LLM_PRUNERS = ("dart", "fastv")
+"""Keys of the operators that prune before a decoder layer K (``stage: llm``): they register with the in-LLM
+signature of ``sparsectx.pruning.layer`` and select through its ``select_in_llm``, never ``select_tokens``."""
 PARAM_CHECKS = Registry[CheckParams]("pruner parameter check")
 SIGNALS = Registry[DeclareSignals]("pruner signal declaration")
 
 # Explicit imports (convention 11): importing a module registers its operator in PRUNERS.
-from sparsectx.pruning import cdpruner, divprune, random, visionzip  # noqa: E402, F401, I001
+from sparsectx.pruning import cdpruner, dart, divprune, fastv, random, visionzip  # noqa: E402, F401, I001
 from sparsectx.pruning import hiprune, zoo_prune  # noqa: E402, F401, I001
 
 
@@ -57,6 +60,10 @@ def select_tokens(
     """
     k = tokens_to_keep(budget, image.num_tokens)
     operator = PRUNERS.get(name)
+    if name in IN_LLM_PRUNERS:
+        raise ValueError(
+            f"pruner {name!r} prunes inside the LLM; select with sparsectx.pruning.layer.select_in_llm"
+        )
     check_params(name, operator, params)
     selection = operator(image, question_embeds, k, generator, **dict(params))
     _check_selection(name, selection, image, k)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparsectx.pruning import PRUNERS, check_params
+from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, check_params
+
+STAGES = ("pre_llm", "llm")
 
 
 @dataclass
@@ -15,15 +17,47 @@ class PrunerConfig:
     name: str
     """Registry key in ``sparsectx.pruning.PRUNERS``; equals the YAML stem."""
     stage: str
-    """``pre_llm``: selection after the merger, before the LLM (the only stage implemented)."""
+    """``pre_llm``: selection after the merger, before the LLM; ``llm``: before decoder layer ``layer``
+    (FastV, DART: ``sparsectx.pruning.IN_LLM_PRUNERS``)."""
     params: dict[str, Any]
     """The operator's keyword-only arguments, exactly."""
+    layer: int | None = None
+    """K for ``stage: llm``: layers 0..K-1 see every token, layers >= K the kept ones (1 <= K < the LLM's
+    layer count, checked against the model config by ``check_layer``); None for ``pre_llm``."""
 
     def __post_init__(self) -> None:
         try:
             operator = PRUNERS.get(self.name)
         except KeyError as err:
             raise KeyError(f"pruner.name={self.name!r}: {err.args[0]}") from None
-        if self.stage != "pre_llm":
-            raise ValueError(f"pruner.stage={self.stage!r}: only pre_llm operators are implemented")
+        expected = "llm" if self.name in IN_LLM_PRUNERS else "pre_llm"
+        if self.stage != expected:
+            raise ValueError(
+                f"pruner.stage={self.stage!r}: pruner {self.name!r} runs at stage {expected!r} "
+                f"(one of {STAGES}); set pruner.stage={expected}"
+            )
+        if expected == "llm" and (
+            isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1
+        ):
+            raise ValueError(
+                f"pruner.layer={self.layer!r}: an in-LLM pruner needs the decoder layer K it prunes before, an "
+                "integer >= 1 (layers 0..K-1 see every token), e.g. pruner.layer=2"
+            )
+        if expected == "pre_llm" and self.layer is not None:
+            raise ValueError(
+                f"pruner.layer={self.layer!r}: pre-LLM pruner {self.name!r} takes no layer; remove it"
+            )
         check_params(self.name, operator, self.params)
+        if self.name == "dart" and (self.params["pivot_image"] < 1 or self.params["pivot_text"] < 0):
+            raise ValueError(
+                f"pruner.params.pivot_image={self.params['pivot_image']} must be >= 1 and "
+                f"pruner.params.pivot_text={self.params['pivot_text']} >= 0"
+            )
+
+    def check_layer(self, num_layers: int) -> None:
+        """Raises ValueError naming ``pruner.layer`` unless K lies in [1, num_layers - 1] (before weights load)."""
+        if self.layer is not None and not 1 <= self.layer < num_layers:
+            raise ValueError(
+                f"pruner.layer={self.layer} is outside [1, {num_layers - 1}]: the model's LLM has {num_layers} "
+                f"decoder layers and K must leave at least one layer after the drop; set pruner.layer lower"
+            )
