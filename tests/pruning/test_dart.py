@@ -80,7 +80,7 @@ def test_shipped_config_builds():
     assert (cfg.stage, cfg.layer, cfg.params) == ("llm", 2, {"pivot_image": 4, "pivot_text": 4})
 
 
-@pytest.mark.parametrize(("key", "value"), [("pivot_image", 0), ("pivot_text", -1)])
+@pytest.mark.parametrize(("key", "value"), [("pivot_image", 0), ("pivot_text", -1), ("pivot_image", 1.5)])
 def test_pivot_counts_out_of_range_name_the_key(key, value):
     with pytest.raises(ValueError, match=rf"pruner.params.{key}={value}"):
         _conf(**{key: value})

@@ -48,11 +48,6 @@ class PrunerConfig:
                 f"pruner.layer={self.layer!r}: pre-LLM pruner {self.name!r} takes no layer; remove it"
             )
         check_params(self.name, operator, self.params)
-        if self.name == "dart" and (self.params["pivot_image"] < 1 or self.params["pivot_text"] < 0):
-            raise ValueError(
-                f"pruner.params.pivot_image={self.params['pivot_image']} must be >= 1 and "
-                f"pruner.params.pivot_text={self.params['pivot_text']} >= 0"
-            )
 
     def check_layer(self, num_layers: int) -> None:
         """Raises ValueError naming ``pruner.layer`` unless K lies in [1, num_layers - 1] (before weights load)."""

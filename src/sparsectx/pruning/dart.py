@@ -18,12 +18,13 @@ with several images from the text after this image up to the end of the prompt, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 
 from sparsectx.layer_selection import ImageSignals
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning import PARAM_CHECKS, PRUNERS
 
 
 def _top_norm(keys: torch.Tensor, count: int) -> torch.Tensor:
@@ -62,3 +63,15 @@ def select_dart(signals: ImageSignals, k: int, *, pivot_image: int, pivot_text: 
         kept[picks] = True
         needed -= take
     return torch.nonzero(kept).flatten()
+
+
+@PARAM_CHECKS.register("dart")
+def check_dart_params(params: Mapping[str, object]) -> None:
+    """Raises ValueError unless ``pruner.params.pivot_image`` is an integer >= 1 and ``pivot_text`` one >= 0."""
+    for key, low in (("pivot_image", 1), ("pivot_text", 0)):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(
+                f"pruner.params.{key}={value!r} must be an integer >= {low} (DART's reference uses 4 image and "
+                "4 text pivots)"
+            )
