@@ -352,16 +352,6 @@ def checkpoint_id(directory: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def check_pruner_layer(pruner: PrunerConfig, model: ModelConfig, checkpoint: str | None) -> None:
-    """Raises ValueError naming ``pruner.layer`` when an in-LLM K is not below the LLM's layer count.
-
-    Reads only the model's ``config.json`` (no weights), so a bad K fails before any model loads.
-    """
-    if pruner.layer is not None:
-        source = resolve_model_path(checkpoint if checkpoint is not None else model.path)
-        pruner.check_layer(AutoConfig.from_pretrained(source).get_text_config().num_hidden_layers)
-
-
 def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tuple[LoadedModel, dict]:
     """Returns the model to evaluate and its provenance (name, path, checkpoint, fingerprint, random weights).
 

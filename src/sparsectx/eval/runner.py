@@ -29,7 +29,6 @@ from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
     bench_file,
-    check_pruner_layer,
     checkpoint_id,
     file_digest,
     generate_rows,
@@ -136,7 +135,8 @@ def run(cfg: DictConfig) -> list[Path]:
     for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
         if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
             bench_file(spec)
-    check_pruner_layer(eval_cfg.pruner, eval_cfg.model, eval_cfg.checkpoint)
+    weights = eval_cfg.checkpoint if eval_cfg.checkpoint is not None else eval_cfg.model.path
+    eval_cfg.pruner.check_model(weights)  # an in-LLM K against the LLM's depth, from config.json alone
     job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg))
     try:
         if eval_cfg.mode == "efficiency":

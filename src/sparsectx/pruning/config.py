@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from transformers import AutoConfig
+
+from sparsectx.models.loading import resolve_model_path
 from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, check_params
 
 STAGES = ("pre_llm", "llm")
@@ -40,8 +43,8 @@ class PrunerConfig:
             isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1
         ):
             raise ValueError(
-                f"pruner.layer={self.layer!r}: an in-LLM pruner needs the decoder layer K it prunes before, an "
-                "integer >= 1 (layers 0..K-1 see every token), e.g. pruner.layer=2"
+                f"pruner.layer={self.layer!r}: an in-LLM pruner needs the decoder layer K it prunes "
+                "before, an integer >= 1 (layers 0..K-1 see every token), e.g. pruner.layer=2"
             )
         if expected == "pre_llm" and self.layer is not None:
             raise ValueError(
@@ -50,9 +53,19 @@ class PrunerConfig:
         check_params(self.name, operator, self.params)
 
     def check_layer(self, num_layers: int) -> None:
-        """Raises ValueError naming ``pruner.layer`` unless K lies in [1, num_layers - 1] (before weights load)."""
+        """Raises ValueError naming ``pruner.layer`` unless K lies in [1, num_layers - 1]."""
         if self.layer is not None and not 1 <= self.layer < num_layers:
             raise ValueError(
-                f"pruner.layer={self.layer} is outside [1, {num_layers - 1}]: the model's LLM has {num_layers} "
-                f"decoder layers and K must leave at least one layer after the drop; set pruner.layer lower"
+                f"pruner.layer={self.layer} is outside [1, {num_layers - 1}]: the model's LLM has "
+                f"{num_layers} decoder layers and K must leave at least one layer after the drop; "
+                "set pruner.layer lower"
             )
+
+    def check_model(self, model_path: str) -> None:
+        """Raises ValueError naming ``pruner.layer`` when K is not below the depth of ``model_path``'s LLM.
+
+        Reads only its ``config.json`` (no weights), so a bad K fails before any model loads.
+        """
+        if self.layer is not None:
+            config = AutoConfig.from_pretrained(resolve_model_path(model_path))
+            self.check_layer(config.get_text_config().num_hidden_layers)

@@ -15,7 +15,9 @@ import torch
 from sparsectx.data import Item
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
+from sparsectx.layer_selection import LayerSelection
 from sparsectx.pruning import select_tokens
+from sparsectx.pruning.layer import select_in_llm
 from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.positions import positions_per_sequence
@@ -95,7 +97,10 @@ def nested_union(inner: Selection, outer: Selection) -> Selection:
     first = first.scatter_reduce(0, inverse, order, reduce="amin")  # inner entries come first in the concat
     take = lambda a, b: torch.cat([a, b])[first]  # noqa: E731
     deepstack = tuple(take(a, b) for a, b in zip(inner.deepstack, outer.deepstack, strict=True))
-    return Selection(indices=unique, embeds=take(inner.embeds, outer.embeds), deepstack=deepstack)
+    embeds = take(inner.embeds, outer.embeds)
+    if isinstance(inner, LayerSelection):  # an in-LLM probe drops before the same layer K
+        return LayerSelection(unique, embeds, deepstack, layer=inner.layer)
+    return Selection(indices=unique, embeds=embeds, deepstack=deepstack)
 
 
 def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, position: int) -> list[Selection]:
@@ -114,14 +119,35 @@ def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, positi
     return out
 
 
-def probe_images(
-    cfg: TrainConfig, sample: EncodedSample, inner: list[Selection], budget: float, position: int
-):
-    """Returns the per-image selections of the b+δ probe (``method.positions.probe_nesting``)."""
-    outer = select_images(cfg, sample, min(1.0, budget + float(cfg.method.positions.delta)), position)
+def select_batch(
+    cfg: TrainConfig, student: Student, samples: list[EncodedSample], budget: float, positions: list[int]
+) -> list[list[Selection]]:
+    """Returns per sample its per-image selections at ``budget``: ``select_images`` for a pre-LLM pruner,
+    ``select_in_llm`` over the micro-batch's prompts (the current weights' layer K-1) for an in-LLM one."""
+    pruner = cfg.pruner
+    if pruner.stage == "llm":
+        return select_in_llm(student.adapter, samples, pruner.name, budget, pruner.params, pruner.layer)
+    return [select_images(cfg, s, budget, p) for s, p in zip(samples, positions, strict=True)]
+
+
+def probe_batch(
+    cfg: TrainConfig,
+    student: Student,
+    samples: list[EncodedSample],
+    inner: list[list[Selection]],
+    budget: float,
+    positions: list[int],
+) -> list[list[Selection]]:
+    """Returns per sample the per-image selections of the b+δ probe (``method.positions.probe_nesting``)."""
+    outer = select_batch(
+        cfg, student, samples, min(1.0, budget + float(cfg.method.positions.delta)), positions
+    )
     if cfg.method.positions.probe_nesting == "recompute":
         return outer
-    return [nested_union(a, b) for a, b in zip(inner, outer, strict=True)]
+    return [
+        [nested_union(a, b) for a, b in zip(ins, outs, strict=True)]
+        for ins, outs in zip(inner, outer, strict=True)
+    ]
 
 
 def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -155,13 +181,10 @@ def micro_contexts(
     prompts = host.prompts
     with torch.no_grad():
         encoded = encode_samples(student.adapter, student.processor, prompts, host.batch)
-        selections = [select_images(cfg, s, budget, p) for s, p in zip(encoded, positions, strict=True)]
+        selections = select_batch(cfg, student, encoded, budget, positions)
         probe = None
         if method.positions.needs_probe:
-            probe = [
-                probe_images(cfg, s, sel, budget, p)
-                for s, sel, p in zip(encoded, selections, positions, strict=True)
-            ]
+            probe = probe_batch(cfg, student, encoded, selections, budget, positions)
         teacher_encoded = encoded
         if method.teacher.reference_in_prompt:
             template = method.teacher.reference_template
@@ -171,9 +194,7 @@ def micro_contexts(
             ]
         teacher_selections = None
         if teacher_budget is not None:
-            teacher_selections = [
-                select_images(cfg, s, teacher_budget, p) for s, p in zip(encoded, positions, strict=True)
-            ]
+            teacher_selections = select_batch(cfg, student, encoded, teacher_budget, positions)
     return MicroContexts(
         items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections
     )

@@ -91,6 +91,7 @@ def run(cfg: DictConfig) -> RunResult:
     """
     tc = load_train_config(cfg)
     require_training_file(tc.train_data)  # before anything is loaded or written
+    tc.pruner.check_model(tc.model.path)  # an in-LLM K against the LLM's depth, from config.json alone
     check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")

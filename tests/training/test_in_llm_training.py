@@ -1,0 +1,134 @@
+"""Training with an in-LLM pruner (issue 16 item 3; EPIC trains with DART/FastV at an early layer): the
+selections are in-LLM ones at every budget the step uses, the rollout's selection is its training forward's,
+the student's gradient through the drop equals the key-masking oracle's, and K is checked before loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsectx.training.loop as loop
+from sparsectx.budget import tokens_to_keep
+from sparsectx.context import build_context, keep_all
+from sparsectx.generation import response_logprobs
+from sparsectx.layer_selection import LayerSelection
+from sparsectx.pruning.layer import select_in_llm
+from sparsectx.training.config import load_train_config
+from sparsectx.training.contexts import prepare_step
+from sparsectx.training.loop import train_step
+
+from .test_loop_support import (
+    TinyEnv,
+    compose_train,
+    make_trainer,
+    shared_env,
+    train_overrides,
+    training_items,
+)
+from .test_teachers import fresh_student
+
+IN_LLM = {"fastv": ["pruner=fastv", "pruner.layer=1"], "dart": ["pruner=dart", "pruner.layer=1"]}
+
+
+@pytest.fixture(scope="session")
+def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
+    """Returns the session's tiny (2-layer LLM) model directory and training TSV."""
+    return shared_env(tmp_path_factory)
+
+
+@pytest.mark.parametrize("name", sorted(IN_LLM))
+def test_epic_student_and_teacher_select_in_the_llm(name, tiny_env, tmp_path) -> None:  # noqa: ANN001
+    overrides = [*train_overrides(tiny_env, tmp_path), "method=epic", *IN_LLM[name]]
+    cfg = load_train_config(compose_train(overrides))
+    student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
+    generator = torch.Generator().manual_seed(0)
+    (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], 0.3, generator, teacher_budget=0.7)
+    for budget, chosen in ((0.3, mb.selections), (0.7, mb.teacher_selections)):
+        again = select_in_llm(student.adapter, mb.encoded, name, budget, cfg.pruner.params, 1)
+        for sample, sel, ref in zip(mb.encoded, chosen, again, strict=True):
+            for image, s, r in zip(sample.images, sel, ref, strict=True):
+                assert isinstance(s, LayerSelection) and s.layer == 1
+                assert s.indices.numel() == tokens_to_keep(budget, image.num_tokens)
+                assert torch.equal(s.indices, r.indices)
+
+
+@pytest.mark.parametrize("name", sorted(IN_LLM))
+def test_a_training_step_prunes_in_the_llm_and_updates_the_student(name, tiny_env, tmp_path) -> None:  # noqa: ANN001
+    trainer = make_trainer(tiny_env, tmp_path, "method=scopd", *IN_LLM[name])
+    before = {k: p.detach().clone() for k, p in trainer.student.trainable.items()}
+    metrics, micro, budget = train_step(trainer)
+    assert 0 < metrics["train/kept_visual_fraction"] < 1
+    for mb in micro:
+        for sample, sel in zip(mb.encoded, mb.selections, strict=True):
+            for image, s in zip(sample.images, sel, strict=True):
+                assert isinstance(s, LayerSelection) and s.indices.numel() == tokens_to_keep(
+                    budget, image.num_tokens
+                )
+    assert torch.isfinite(torch.tensor(metrics["train/loss"]))
+    assert any(not torch.equal(before[k], p.detach()) for k, p in trainer.student.trainable.items())
+
+
+def _key_masked(adapter, samples, selections, responses, layer):  # noqa: ANN001, ANN202
+    """Returns response log-probs of the full context with the dropped tokens masked as keys in layers >= K."""
+    full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
+    valid = full.inputs.attention_mask.bool()
+    late = valid & ~full.inputs.visual_mask
+    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
+        start = valid.shape[1] - int(valid[b].sum())
+        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
+        offset = 0
+        for image, s in zip(sample.images, sel, strict=True):
+            late[b, slots[offset + s.indices]] = True
+            offset += image.num_tokens
+    width = valid.shape[1]
+    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
+    allowed = (causal[None] & late[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
+    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+    hooks = [
+        block.register_forward_pre_hook(lambda m, a, k: (a, {**k, "attention_mask": bias}), with_kwargs=True)
+        for block in adapter.language_model.layers[layer:]
+    ]
+    try:
+        return response_logprobs(adapter, full, responses)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@pytest.mark.parametrize("name", sorted(IN_LLM))
+def test_student_gradient_through_the_drop_equals_the_key_masking_oracle(name, tiny_env, tmp_path) -> None:  # noqa: ANN001
+    cfg = load_train_config(
+        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]])
+    )
+    student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in student.trainable.values():
+            p.copy_(0.3 * torch.randn(p.shape, generator=generator))
+    (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], 0.3, torch.Generator().manual_seed(0))
+    responses = [t for t in mb.prefix.tokens]
+    grads = []
+    for forward in ("pruned", "masked"):
+        student.model.zero_grad()
+        if forward == "pruned":
+            batch = build_context(student.adapter, mb.encoded, mb.selections, responses)
+            logp, mask = response_logprobs(student.adapter, batch, responses)
+        else:
+            logp, mask = _key_masked(student.adapter, mb.encoded, mb.selections, responses, 1)
+        logp[mask].sum().backward()
+        grads.append({k: p.grad.detach().clone() for k, p in student.trainable.items()})
+    for key in grads[0]:
+        torch.testing.assert_close(grads[0][key], grads[1][key], atol=1e-4, rtol=1e-3)
+    assert any(g.abs().max() > 0 for g in grads[0].values())
+
+
+def test_layer_at_the_llm_depth_fails_before_the_model_loads(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    def no_load(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the model was loaded before the config error")
+
+    monkeypatch.setattr(loop, "load_model", no_load)
+    cfg = compose_train(
+        [*train_overrides(tiny_env, tmp_path), "method=scopd", "pruner=fastv", "pruner.layer=2"]
+    )
+    with pytest.raises(ValueError, match=r"pruner.layer=2 is outside \[1, 1\]"):
+        loop.run(cfg)
