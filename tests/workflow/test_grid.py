@@ -97,8 +97,12 @@ def test_tiny_missing_cells_name_block_and_reason() -> None:
 def test_ltopd_reports_every_unsupported_part_of_a_cell() -> None:
     missing = wf.missing_cells("ltopd_qwen3_5_4b")
     by_cell = {(m.block, m.cell): m.reason for m in missing}
-    reason = by_cell[("main", wf.Cell("qwen3_5_4b", "base", "fastv", 0.05, "mme"))]
-    assert reason.startswith("model qwen3_5_4b: no Qwen3.5 adapter") and "; pruner fastv: FastV" in reason
+    reason = by_cell[("main", wf.Cell("qwen3_5_4b", "llava_mini", "cdpruner", 0.05, "mme"))]
+    assert reason.startswith("model qwen3_5_4b: no Qwen3.5 adapter")
+    assert "; method llava_mini: LLaVA-Mini" in reason
+    fastv = by_cell[("main", wf.Cell("qwen3_5_4b", "base", "fastv", 0.05, "mme"))]
+    assert fastv.startswith("model qwen3_5_4b") and "pruner" not in fastv  # FastV/DART are real cells
+    assert wf.Cell("qwen3_vl_4b", "base", "dart", 0.05, "mme") in set(wf.load_grid("ltopd_qwen3_5_4b").cells())
     assert all(m.cell.model != "qwen3_vl_4b" or m.reason for m in missing)
     grid = wf.load_grid("ltopd_qwen3_5_4b")
     assert {c.model for c in grid.cells()} == {"qwen3_vl_4b"}  # the stand-in; no Qwen3.5 job is scheduled
