@@ -5,11 +5,12 @@ the tokens receiving the most attention at the object block (a middle vision blo
 up/left/right/down neighbours of each anchor in the merged grid of its own frame; registers, the tokens
 receiving the most attention at the last full-attention block, filling the rest of k.
 
-Two faults of the reference code (Danielement321/HiPrune, Qwen2_5_VL/qwen2_5_vl_HiPrune.py) are fixed: its
-+-1 neighbours of a token at a row end wrap into the next/previous row, and it keeps anchors out of the
-registers by subtracting 1 from scores that are sums over queries (up to N), so an anchor can be picked
-again and fewer than k distinct tokens survive. Here neighbours never leave their row or frame, every
-chosen token is masked with -inf, and the result has exactly k distinct tokens.
+Spec 2.6 reports two faults of the reference code (Danielement321/HiPrune, Qwen2_5_VL/qwen2_5_vl_HiPrune.py,
+not re-read here), fixed: its +-1 neighbours of a token at a row end wrap into the next/previous row, and it
+keeps anchors out of the registers by subtracting 1 from scores that are sums over queries (up to N), so an
+anchor can be picked again and fewer than k distinct tokens survive. Here neighbours never leave their row
+or frame, every chosen token is masked with -inf, and the result has exactly k distinct tokens. Each image
+uses its own grid and its own attention segment (the reference takes the first image's width for all).
 """
 
 from __future__ import annotations
