@@ -17,6 +17,7 @@ from sparsectx.encoding import encode_samples
 from sparsectx.eval.efficiency import counted_flops, kv_cache_bytes, prefill_flops
 from sparsectx.eval.protocol import select_visual
 from sparsectx.eval.runner import run
+from sparsectx.io import append_jsonl
 from sparsectx.models import adapter_for
 from sparsectx.prompting import PromptItem
 from sparsectx.pruning.config import PrunerConfig
@@ -124,3 +125,24 @@ def test_layer_not_below_the_llm_depth_fails_before_loading(tmp_path: Path, laye
     overrides = ["pruner=fastv", f"pruner.layer={layer}", "bench=syn_ocr", "budget=0.25"]
     with pytest.raises(ValueError, match=rf"pruner.layer={layer} is outside \[1, 1\]"):
         run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))
+
+
+@pytest.mark.parametrize("name", sorted(PRUNERS))
+def test_passk_draws_from_one_in_llm_context(tmp_path: Path, name):
+    model_dir = _four_layer_dir(tmp_path, "qwen2_5_vl", weights=True)
+    bench = {"syn_count": write_bench(tmp_path / "syn_count.tsv", "syn_count", 2, SIDE)}
+    overrides = [
+        f"pruner={name}", "bench=syn_count", "mode=passk", "budget=0.25", "passk.n=3", "passk.sample_batch=2",
+        "passk.max_new_tokens=3", "passk.hit_m=[1]",
+    ]  # fmt: skip
+    full_leaf = tmp_path / "full"  # the full-context model "solved" both items: both are in the cohort
+    append_jsonl(
+        full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(2)]
+    )
+    overrides.append(f"passk.full_context_leaf={full_leaf}")
+    out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
+    draws = [
+        json.loads(line) for line in out.with_name("syn_count.passk.samples.jsonl").read_text().splitlines()
+    ]
+    sparse = [d for d in draws if d["condition"] == "sparse"]
+    assert len(sparse) == 2 and all(len(d["samples"]) == 3 and len(d["kept_indices"][0]) == 4 for d in sparse)

@@ -1,4 +1,4 @@
-"""Pre-LLM visual-token pruning operators and the one entry point that runs them.
+"""Visual-token pruning operators and the entry point that runs the pre-LLM ones (in-LLM: ``pruning.layer``).
 
 Each operator lives in its own module and registers itself in ``PRUNERS`` under the stem of its config
 file ``conf/pruner/<name>.yaml``; the YAML's ``params`` are the operator's keyword-only arguments and the

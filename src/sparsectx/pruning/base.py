@@ -5,8 +5,9 @@ embeddings, the exact number of tokens to keep and a seeded generator, and retur
 It runs after the merger and before the LLM, and sees the prompt only (never a response), so a
 rollout's selection can be reused in its training forward.
 
-In-LLM operators (FastV, DART) will declare ``stage="llm"`` and a layer K; the context builder then
-keeps every token for layers < K and applies their selection as a hook between layers K-1 and K.
+In-LLM operators (FastV, DART; ``IN_LLM_PRUNERS``) declare ``stage: llm`` and a layer K and take
+``(signals: ImageSignals, k, **params)`` instead (``sparsectx.pruning.layer``); the context builder then
+keeps every token for layers < K and the hook ``sparsectx.models.in_llm`` drops the rest before layer K.
 
 An operator that needs vision signals beyond the last block's (HiPrune: an object block's attention;
 ZOO-Prune: the merger's sensitivity) declares them with a ``DeclareSignals`` function, and one whose
