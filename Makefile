@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean-results vlmeval-env
+.PHONY: demo test lint clean-results vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,26 @@ $(VLMEVAL_STAMP): pyproject.toml
 	touch $(VLMEVAL_STAMP)
 
 vlmeval-env: $(VLMEVAL_STAMP)
+
+# lmms-eval's environment (docs/harnesses.md), with the project's CPU torch. lmms-eval 0.7.3 pins wandb==0.25.0,
+# which the project's wandb-workspaces (wandb>=0.28.2) excludes: it goes in without its own dependencies, then
+# those bar wandb and torchvision, held to torch 2.13.0; PyPI's torchvision (CUDA only) breaks beside a CPU torch,
+# so any that a dependency pulls in is removed.
+LMMS_ENV ?= .lmms-env
+LMMS_STAMP := $(LMMS_ENV)/.installed
+
+$(LMMS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(LMMS_ENV)
+	$(LMMS_ENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LMMS_ENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(LMMS_ENV)/bin/python -m pip install --quiet -e .
+	$(LMMS_ENV)/bin/python -m pip install --quiet --no-deps lmms-eval==0.7.3
+	$(LMMS_ENV)/bin/python -c "from importlib.metadata import requires; print('\n'.join(r for r in requires('lmms-eval') \
+		if 'extra ==' not in r and not r.startswith(('wandb', 'torchvision'))))" > $(LMMS_ENV)/lmms-requirements.txt
+	echo torch==2.13.0 > $(LMMS_ENV)/constraints.txt
+	$(LMMS_ENV)/bin/python -m pip install --quiet -r $(LMMS_ENV)/lmms-requirements.txt "filelock<4.3" -c $(LMMS_ENV)/constraints.txt
+	$(LMMS_ENV)/bin/python -m pip uninstall --quiet -y torchvision
+	$(LMMS_ENV)/bin/python -c "import lmms_eval.models, sparsectx"
+	touch $(LMMS_STAMP)
+
+lmms-env: $(LMMS_STAMP)

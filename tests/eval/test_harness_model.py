@@ -13,15 +13,28 @@ import json
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
-from sparsectx.data import read_tsv
+from sparsectx.data import read_tsv, write_tsv
+from sparsectx.data.build import load_build_config
+from sparsectx.data.synthetic import generate_bench
 from sparsectx.eval.harness import HarnessModel, formatted, image_bytes_of, item_from_row
 from sparsectx.eval.runner import run
 
-from .test_runner_support import compose_eval, write_bench
+from .test_runner_support import CONF, compose_eval
+
+
+def mcq_tsv(path: Path, n: int) -> Path:
+    """Returns ``path`` holding the first ``n`` rows of a synthetic multiple-choice benchmark (varied items)."""
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        cfg = compose("build_data", overrides=[f"data.out_dir={path.parent}", "processor.write=false"])
+    items, _ = generate_bench(load_build_config(cfg).data, "syn_mcq")
+    write_tsv(path, items[:n])
+    return path
+
 
 OVERRIDES = [
-    "model=tiny", "pruner=random", "budget=0.25", "bench=syn_mcq", "bench.syn_mcq.max_new_tokens=24",
+    "model=tiny", "pruner=random", "budget=0.1", "bench=syn_mcq", "bench.syn_mcq.max_new_tokens=24",
     "bench.syn_mcq.scorer=mcq_vlmeval", "batch_size=4",
 ]  # fmt: skip
 
@@ -30,7 +43,7 @@ OVERRIDES = [
 def leaf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Returns (benchmark TSV, predictions JSONL) of an ``evaluate.py`` run on 6 multiple-choice rows."""
     root = tmp_path_factory.mktemp("harness")
-    tsv = write_bench(root / "mcq.tsv", "syn_mcq", 6, 112)
+    tsv = mcq_tsv(root / "mcq.tsv", 8)
     cfg = compose_eval([*OVERRIDES, f"bench.syn_mcq.path={tsv}", "logger=none", f"results_root={root}"])
     (result,) = run(cfg)
     return tsv, result.parent / "syn_mcq.predictions.jsonl"

@@ -19,8 +19,8 @@ import pytest
 from sparsectx.eval.runner import run
 from sparsectx.paths import predictions_path
 
-from .test_harness_model import OVERRIDES
-from .test_runner_support import compose_eval, write_bench
+from .test_harness_model import OVERRIDES, mcq_tsv
+from .test_runner_support import compose_eval
 from .vlmeval_cases import REPO, require_vlmeval_env
 
 READ_XLSX = (
@@ -33,7 +33,7 @@ def test_vlmeval_run_py_scores_the_tiny_model_as_evaluate_does(tmp_path: Path) -
     env = require_vlmeval_env()
     lmu = tmp_path / "LMUData"
     lmu.mkdir()
-    tsv = write_bench(lmu / "TinyMCQ.tsv", "syn_mcq", 6, 112)
+    tsv = mcq_tsv(lmu / "TinyMCQ.tsv", 8)
     (result,) = run(
         compose_eval(
             [*OVERRIDES, f"bench.syn_mcq.path={tsv}", "logger=none", f"results_root={tmp_path / 'res'}"]
@@ -61,6 +61,7 @@ def test_vlmeval_run_py_scores_the_tiny_model_as_evaluate_does(tmp_path: Path) -
     with open(scores, encoding="utf-8") as handle:
         (row,) = list(csv.DictReader(handle))
     assert 100 * float(row["Overall"]) == pytest.approx(mine["score"], abs=1e-9)
+    assert 0 < mine["score"] < 100  # the items are not all answered alike
     preds = work / "sparsectx_tiny" / "sparsectx_tiny_TinyMCQ.xlsx"
     table = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", READ_XLSX, str(preds)], cwd=REPO,
                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
