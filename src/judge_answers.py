@@ -1,0 +1,32 @@
+"""Judges the answers of an evaluated benchmark that the exact-matching rules leave undecided (optional).
+
+    python src/judge_answers.py result=<leaf>/<bench>.json judge=hf_local judge.model=<chat model dir>
+    python src/judge_answers.py result=<leaf>/<bench>.json judge=openai judge.model=<id> judge.base_url=<url>
+
+Writes ``<leaf>/<bench>.judge.jsonl`` and ``judged`` in the result JSON (``sparsectx.eval.judge``); the
+exact-matching ``score`` stays the headline. Tests call ``judge_result``.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="judge_answers")
+def main(cfg: DictConfig) -> None:
+    """Returns None after judging ``cfg.result`` and printing how many items the judge decided."""
+    from sparsectx.eval.judge import JudgeAnswersConfig, judge_result
+
+    if cfg.get("judge") is None:
+        raise SystemExit("choose a judge: judge=hf_local judge.model=<dir> or judge=openai (conf/judge/)")
+    merged = OmegaConf.merge(OmegaConf.structured(JudgeAnswersConfig), cfg)
+    block = judge_result(OmegaConf.to_object(merged))
+    print(
+        f"{cfg.result}: {block['n_decided_by_judge']} of {block['n_undecided']} undecided answers decided by the "
+        f"judge; judged score {block['score']:.4f} (records: {block['records']})"
+    )
+
+
+if __name__ == "__main__":
+    main()
