@@ -23,7 +23,7 @@ from sparsectx.models import adapter_for
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.in_llm import layer_masks
 from sparsectx.prompting import PromptItem, processor_inputs
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning import PRUNERS, select_tokens
 from sparsectx.pruning.layer import image_signals, select_in_llm
 
 LAYERS = 4
@@ -275,3 +275,33 @@ def test_signals_and_selections_match_hf_reference(tiny, layer):
             keys[image_slots], hidden[image_slots], keys[text_slots], hidden[text_slots], k, 2, 3
         )
         assert dart.indices.tolist() == expected
+
+
+@torch.no_grad()
+def test_text_only_prompts_mix_with_in_llm_contexts(tiny):
+    """A prompt without images gets no selection; its batch mates still drop theirs, decoding as re-forwards."""
+    adapter, processor, patch = tiny
+    items = [*_items(patch)[:2], PromptItem("text", [], "no image here, just words", "sys", "think")]
+    samples = encode_samples(adapter, processor, items)
+    selections = select_in_llm(adapter, samples, "dart", 0.3, PRUNERS_UNDER_TEST["dart"], 2)
+    assert selections[2] == [] and all(len(sel) == 1 for sel in selections[:2])
+    sampling = SamplingConfig(4, False, 1.0, 1.0, 0, [], honour_stops=False)
+    engine = DecodeEngine(adapter, processor.tokenizer, default_engine())
+    cached = engine.generate(pruned_prompts(adapter, samples, selections), sampling, slots=3)
+    produced = [torch.zeros(0, dtype=torch.long) for _ in samples]
+    for _ in range(4):
+        ctx = build_context(adapter, samples, selections, produced)
+        nxt = adapter.logits(adapter.run_llm(ctx.inputs, None)[:, -1]).argmax(-1)
+        produced = [torch.cat([p, n[None]]) for p, n in zip(produced, nxt, strict=True)]
+    assert [g.token_ids.tolist() for g in cached] == [p.tolist() for p in produced]
+
+
+def test_each_entry_point_refuses_the_other_stage(tiny):
+    adapter, processor, patch = tiny
+    sample = encode_samples(adapter, processor, _items(patch)[1:2])[0]
+    with pytest.raises(ValueError, match="pruner 'fastv' prunes inside the LLM"):
+        select_tokens("fastv", sample.images[0], sample.question_embeds, 0.5, torch.Generator(), {})
+    with pytest.raises(ValueError, match="pruner 'random' is a pre-LLM operator"):
+        select_in_llm(adapter, [sample], "random", 0.5, {}, 2)
+    with pytest.raises(ValueError, match=r"pruner.layer=4 must lie in \[1, 3\]"):
+        select_in_llm(adapter, [sample], "fastv", 0.5, {}, 4)
