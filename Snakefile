@@ -25,6 +25,7 @@ include: "workflow/rules/sweep.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/harness.smk"
 
 
 rule all_tables:

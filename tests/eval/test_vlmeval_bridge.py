@@ -67,6 +67,16 @@ def test_unknown_pope_category_names_the_row_and_the_column(tmp_path: Path) -> N
         check_columns(data, header, "pope", by_index)
 
 
+def test_lower_case_yes_no_answers_are_refused(tmp_path: Path) -> None:
+    """The synthetic files spell yes/no in lower case: VLMEvalKit would read every such row as wrong."""
+    rows, _ = CASES["pope"][-1]()
+    rows[2]["answer"] = "yes"
+    data = write_tsv(tmp_path / "POPE.tsv", rows)
+    header, by_index = read_rows(data)
+    with pytest.raises(ValueError, match=r"row index 2 has answer 'yes' \(column 'answer'\)"):
+        check_columns(data, header, "pope", by_index)
+
+
 def test_hallusionbench_index_without_ids_is_refused(tmp_path: Path) -> None:
     data = write_tsv(tmp_path / "HB.tsv", [{"index": "7", "question": "q", "answer": "Yes", "category": "VD",
                                              "l2-category": "chart"}])  # fmt: skip

@@ -129,7 +129,8 @@ def read_rows(path: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
 def check_columns(path: Path, header: list[str], scorer: str, rows: dict[str, dict[str, str]]) -> None:
     """Raises ``ValueError`` naming the file and column when ``evaluate`` could not read the benchmark.
 
-    A column of ``READINGS[scorer].columns`` missing, a POPE category (comma-joined ones split) outside
+    A column of ``READINGS[scorer].columns`` missing, a yes/no answer not spelt ``Yes``/``No`` (the synthetic
+    files' lower case would all read wrong), a POPE category (comma-joined ones split) outside
     adversarial/popular/random, or a HallusionBench index without set/figure/question fields (3/4/5).
     """
     reading = READINGS.get(scorer)
@@ -142,6 +143,11 @@ def check_columns(path: Path, header: list[str], scorer: str, rows: dict[str, di
             f"scorer {scorer!r} (header: {header}); use VLMEvalKit's file for this benchmark"
         )
     for index, row in rows.items():
+        if scorer in ("pope", "mme", "hallusionbench") and row["answer"] not in ("Yes", "No"):
+            raise ValueError(
+                f"{path}: row index {index} has answer {row['answer']!r} (column 'answer'); VLMEvalKit compares "
+                "it with its reading case-sensitively, so its files spell Yes / No"
+            )
         if scorer == "pope":
             unknown = [c for c in row["category"].split(",") if c not in SUBSETS]
             if unknown:
