@@ -82,7 +82,7 @@ def test_bad_rows_are_skipped_counted_and_reported_with_their_index(tmp_path: Pa
         _line("2", truncated, "q2", "a", "c"),
         _line("3", not_image, "q3", "a", "c"),
         _line("4", good, "q4"),  # too few fields
-        _line("x5", good, "q5", "a", "c"),  # index not an integer
+        _line(" ", good, "q5", "a", "c"),  # empty index
         _line("0", good, "q6", "a", "c"),  # repeated index
         _line("7", good, "q7", "", "c"),  # empty answer
         _line("8", "0", "q8 shares row 0's image", "a", "c"),  # VLMEvalKit image reference
@@ -99,11 +99,30 @@ def test_bad_rows_are_skipped_counted_and_reported_with_their_index(tmp_path: Pa
     assert "not valid base64" in reasons["1"]
     assert "does not decode" in reasons["2"] and "does not decode" in reasons["3"]
     assert "3 fields, header has 5" in reasons["4"]
-    assert "not an integer" in reasons["x5"]
+    assert "empty index" in reasons["line 7"]
     assert "repeats" in reasons["0"]
     assert "empty answer" in reasons["7"]
     assert "refers to row 3" in reasons["9"]
     assert all(reason.startswith("line ") for _, reason in skips)
+
+
+def test_string_indexes_and_their_image_references_read_as_vlmevalkit_reads_them(tmp_path: Path) -> None:
+    """HallusionBench's ids are strings; a short image cell naming another row's index shares its image
+    (vlmeval/dataset/image_base.py ImageBaseDataset.__init__: every cell of at most 64 characters)."""
+    good = base64.b64encode(_png((4, 5, 6))).decode()
+    rows = [
+        _line("VD_chart_0_1_0_0", good, "q0", "Yes", "VD"),
+        _line("VD_chart_0_1_1_0", "VD_chart_0_1_0_0", "q1", "No", "VD"),
+        _line("12", good, "q2", "Yes", "VS"),
+        _line("VS_map_3_0_0_1", "12", "q3", "No", "VS"),
+        _line("VS_map_3_0_0_2", "VS_nowhere_0", "q4", "No", "VS"),
+    ]
+    path = tmp_path / "hb.tsv"
+    path.write_text(_line("index", "image", "question", "answer", "category") + "".join(rows))
+    items, skips = read_tsv(path)
+    assert [item.index for item in items] == ["VD_chart_0_1_0_0", "VD_chart_0_1_1_0", 12, "VS_map_3_0_0_1"]
+    assert items[1].image_bytes == items[0].image_bytes == items[3].image_bytes
+    assert [s.index for s in skips] == ["VS_map_3_0_0_2"] and "not valid base64" in skips[0].reason
 
 
 def test_unterminated_quote_is_reported_with_the_lines_it_swallowed(tmp_path: Path) -> None:

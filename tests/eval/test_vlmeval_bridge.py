@@ -1,11 +1,11 @@
 """Scoring a results leaf through VLMEvalKit itself (``sparsectx.eval.vlmeval_bridge``).
 
 In VLMEvalKit's environment (``make vlmeval-env``; skipped with that message when absent): VLMEvalKit's own
-``evaluate`` on the prediction file the bridge writes gives every figure the project's scorers gave the same
-predictions (POPE, MME, MMBench circular, OCRBench; hand-made files in VLMEvalKit's layouts, answers on the
-rules' edge cases). Without it: the bad inputs (a missing column, an unknown POPE category, a changed
-benchmark file, a missing or broken environment) raise naming the file, column or command, and leave the
-result JSON as it was.
+``evaluate`` on the prediction file the bridge writes gives every figure the project's scorers gave the
+same predictions (POPE, MME, HallusionBench, MMBench circular, OCRBench; hand-made files in VLMEvalKit's
+layouts, answers on the rules' edge cases). Without it: the bad inputs (a missing column, an unknown POPE
+category, a changed benchmark file, a missing or broken environment) raise naming the file, column or
+command, and leave the result JSON as it was.
 """
 
 from __future__ import annotations
@@ -137,6 +137,12 @@ def _pairs(bench: str, vl: dict[str, float], mine: dict[str, float]) -> list[tup
             )
             for split in ("Overall", "adversarial", "popular", "random")
             for theirs, ours in names.items()
+        ]
+    if bench == "hallusionbench":
+        return [
+            (f"{split}/{m}", vl[f"{split}/{m}"], mine[m if split == "Overall" else f"{split}/{m}"])
+            for split in ("Overall", "VD", "VS", "chart", "map")
+            for m in ("aAcc", "fAcc", "qAcc")
         ]
     if bench == "mme":
         from .vlmeval_cases import MME_CATEGORIES

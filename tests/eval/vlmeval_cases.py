@@ -110,6 +110,29 @@ def mme_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     return rows, preds
 
 
+def hallusionbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns HallusionBench.tsv-like rows: string indexes whose fields 3/4/5 are set, figure, question ids,
+    figures shared between questions through image references to another row's index."""
+    rows, preds = [], []
+    for category in ("VD", "VS"):
+        for l2 in ("chart", "map"):
+            for s in range(2):
+                for f in range(2):
+                    for q in range(2):
+                        i = len(rows)
+                        index = f"{category}_{l2}_{i % 3}_{s}_{f}_{q}"
+                        image = png_b64(i) if q == 0 else rows[-1]["index"]  # question 1 shares question 0's
+                        rows.append(
+                            {
+                                "index": index, "image": image, "question": f"Is it so {i}?",
+                                "answer": "Yes" if (s + f + q + i // 8) % 2 else "No", "category": category,
+                                "l2-category": l2,
+                            }
+                        )  # fmt: skip
+                        preds.append(YN_PREDICTIONS[(i * 3 + 1) % len(YN_PREDICTIONS)] if i % 4 else "Yes")
+    return rows, preds
+
+
 MCQ_PREDICTIONS = [
     "A", "The answer is B.", "I think C or D", "D. cat", "a", "Sorry, I cannot answer.", "cat", "(D) dog",
     "The picture shows a bird", "B", None, "D",
@@ -161,6 +184,14 @@ def ocrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
 CASES = {
     "pope": ("POPE", "pope", "plain", "none", "category", pope_rows),
     "mme": ("MME", "mme", "plain", "image", "none", mme_rows),
+    "hallusionbench": (
+        "HallusionBench",
+        "hallusionbench",
+        "plain",
+        "none",
+        "l2-category",
+        hallusionbench_rows,
+    ),
     "mmbench_en": ("MMBench_DEV_EN", "mmbench_circular", "plain", "circular", "none", mmbench_rows),
     "ocrbench": ("OCRBench", "ocrbench", "list", "none", "none", ocrbench_rows),
 }

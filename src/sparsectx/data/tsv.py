@@ -1,7 +1,8 @@
 """Benchmark files in VLMEvalKit's TSV layout: one reader for synthetic and real files, one atomic writer.
 
-Columns: ``index``, ``image`` (base64 of the encoded image, or for real files the index of an earlier row
-whose image it shares), ``question``, option columns ``A``…``D`` where a file has multiple choice,
+Columns: ``index`` (an integer, or for files such as VLMEvalKit's HallusionBench a string, kept as
+written), ``image`` (base64 of the encoded image, or for real files the index of the row whose image it
+shares), ``question``, option columns ``A``…``D`` where a file has multiple choice,
 ``answer``, ``category``, then ours: ``family``, ``subset`` (POPE's random/popular/adversarial),
 ``trace`` (reference ``<think>…</think><answer>…</answer>``) and ``scene`` (JSON of what was drawn).
 Other columns of real files (``hint``, ``l2-category``, …) are kept in ``Item.extra``.
@@ -31,7 +32,8 @@ from sparsectx.io import atomic_write_bytes
 REQUIRED_COLUMNS = ("index", "image", "question", "answer")
 OPTION_COLUMNS = ("A", "B", "C", "D")
 OUR_COLUMNS = ("family", "subset", "trace", "scene")
-# VLMEvalKit writes a shared image as the (short, all-digit) index of the row that holds it.
+# VLMEvalKit writes a shared image as the index of the row that holds it: a cell of at most 64 characters
+# (ImageBaseDataset.__init__ reads every such cell as a reference).
 _MAX_REFERENCE_LENGTH = 64
 
 
@@ -40,7 +42,8 @@ class Item:
     """One benchmark or training row.
 
     Attributes:
-        index: the row's ``index`` (unique within a file).
+        index: the row's ``index`` (unique within a file): an int when the cell is an integer, else the string
+            as written (VLMEvalKit's HallusionBench ids, ``<category>_<l2>_..._<set>_<figure>_<question>``).
         image_bytes: the encoded image (PNG for synthetic files), already checked to decode.
         question: the question without its options.
         options: option letter -> text, only the non-empty option columns; empty for open questions.
@@ -53,7 +56,7 @@ class Item:
         extra: every other column of the file, by name.
     """
 
-    index: int
+    index: int | str
     image_bytes: bytes
     question: str
     options: dict[str, str]
@@ -151,7 +154,7 @@ def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[
             yield span, row
 
 
-def _item(cells: dict[str, str], index: int, image: bytes, letters: list[str]) -> Item:
+def _item(cells: dict[str, str], index: int | str, image: bytes, letters: list[str]) -> Item:
     known = {*REQUIRED_COLUMNS, *letters, "category", *OUR_COLUMNS}
     return Item(
         index=index,
@@ -171,9 +174,9 @@ def _item(cells: dict[str, str], index: int, image: bytes, letters: list[str]) -
 def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
     """Returns the usable items of a VLMEvalKit-layout TSV and a ``Skip`` for every row left out.
 
-    A row is skipped (never fatal) when it cannot be parsed, has the wrong number of fields, a
-    non-integer or repeated index, an empty question or answer, an image that is not valid base64 or
-    does not decode, or a reference to a row whose image is missing.
+    A row is skipped (never fatal) when it cannot be parsed, has the wrong number of fields, an empty or
+    repeated index, an empty question or answer, an image that is not valid base64 or does not decode,
+    or a reference to a row whose image is missing.
 
     Raises:
         ValueError: the header lacks a required column (the whole file is unusable).
@@ -187,7 +190,7 @@ def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
             raise ValueError(f"{path}: header lacks columns {missing_columns(header or [])}; found {header}")
         letters = [c for c in header if len(c) == 1 and c in string.ascii_uppercase]
         parsed: list[tuple[str, dict[str, str]]] = []
-        seen: set[int] = set()
+        seen: set[int | str] = set()
         for line, row in rows:
             label = row[0] if row[0].strip() else line
             if len(row) != len(header):
@@ -198,7 +201,7 @@ def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
             if reason:
                 skips.append(Skip(label, f"{line}: {reason}"))
                 continue
-            seen.add(int(cells["index"]))
+            seen.add(parse_index(cells["index"]))
             parsed.append((line, cells))
     return _resolve_images(parsed, letters, skips), skips
 
@@ -208,11 +211,20 @@ def missing_columns(header: list[str]) -> list[str]:
     return [column for column in REQUIRED_COLUMNS if column not in header]
 
 
-def _row_problem(cells: dict[str, str], seen: set[int]) -> str:
+def parse_index(cell: str) -> int | str:
+    """Returns a row's index: an int when the cell is an integer (VLMEvalKit's files mostly), else the
+    stripped string (HallusionBench's ``_``-separated ids), as VLMEvalKit keeps a non-integer index."""
+    text = cell.strip()
     try:
-        index = int(cells["index"])
+        return int(text)
     except ValueError:
-        return f"index {cells['index']!r} is not an integer"
+        return text
+
+
+def _row_problem(cells: dict[str, str], seen: set[int | str]) -> str:
+    index = parse_index(cells["index"])
+    if index == "":
+        return "empty index"
     if index in seen:
         return f"index {index} repeats an earlier row"
     for column in ("question", "answer"):
@@ -224,12 +236,13 @@ def _row_problem(cells: dict[str, str], seen: set[int]) -> str:
 def _resolve_images(
     parsed: list[tuple[str, dict[str, str]]], letters: list[str], skips: list[Skip]
 ) -> list[Item]:
-    images: dict[int, bytes] = {}
+    images: dict[int | str, bytes] = {}
     references: list[tuple[str, dict[str, str]]] = []
-    items: dict[int, Item] = {}
+    items: dict[int | str, Item] = {}
+    indexes = {parse_index(cells["index"]) for _, cells in parsed}
     for line, cells in parsed:
-        index, text = int(cells["index"]), cells["image"].strip()
-        if text.isdigit() and len(text) <= _MAX_REFERENCE_LENGTH:
+        index, text = parse_index(cells["index"]), cells["image"].strip()
+        if len(text) <= _MAX_REFERENCE_LENGTH and (text.isdigit() or text in indexes):
             references.append((line, cells))
             continue
         data, problem = _decode_image(text)
@@ -239,10 +252,10 @@ def _resolve_images(
         images[index] = data
         items[index] = _item(cells, index, data, letters)
     for line, cells in references:
-        index, target = int(cells["index"]), int(cells["image"])
+        index, target = parse_index(cells["index"]), parse_index(cells["image"])
         if target not in images:
             skips.append(Skip(str(index), f"{line}: image refers to row {target}, which has no usable image"))
             continue
         items[index] = _item(cells, index, images[target], letters)
-    order = [int(cells["index"]) for _, cells in parsed]
+    order = [parse_index(cells["index"]) for _, cells in parsed]
     return [items[i] for i in order if i in items]
