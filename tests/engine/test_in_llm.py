@@ -24,7 +24,7 @@ from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.in_llm import layer_masks
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.pruning import PRUNERS, select_tokens
-from sparsectx.pruning.layer import image_signals, select_in_llm
+from sparsectx.pruning.layer import fused_prompts, image_signals, select_in_llm
 
 LAYERS = 4
 PRUNERS_UNDER_TEST = {"fastv": {}, "dart": {"pivot_image": 2, "pivot_text": 3}}
@@ -305,3 +305,32 @@ def test_each_entry_point_refuses_the_other_stage(tiny):
         select_in_llm(adapter, [sample], "random", 0.5, {}, 2)
     with pytest.raises(ValueError, match=r"pruner.layer=4 must lie in \[1, 3\]"):
         select_in_llm(adapter, [sample], "fastv", 0.5, {}, 4)
+
+
+@pytest.mark.parametrize("name", sorted(PRUNERS_UNDER_TEST))
+@torch.no_grad()
+def test_fused_prefill_selection_equals_the_separate_pass(tiny, name):
+    """Choosing on the prefill's way through layer K-1 keeps what ``select_in_llm`` keeps, with the same logits
+    and the same greedy decoding (slots refilled, a text-only prompt in the batch)."""
+    adapter, processor, patch = tiny
+    items = [*_items(patch), PromptItem("text", [], "no image here, just words", "sys", "think")]
+    samples = encode_samples(adapter, processor, items)
+    params = PRUNERS_UNDER_TEST[name]
+    selections = select_in_llm(adapter, samples, name, 0.3, params, 2)
+    fused = fused_prompts(adapter, samples, name, 0.3, params, 2)
+    ctx = fused.build(range(len(samples)))
+    assert ctx.inputs.late.keep is None
+    hidden = adapter.run_llm(ctx.inputs, None)
+    separate = build_context(adapter, samples, selections)
+    assert torch.equal(ctx.inputs.late.keep, separate.inputs.late.keep)
+    assert ctx.kept_visual.tolist() == separate.kept_visual.tolist()
+    real = separate.inputs.late.keep
+    reference = adapter.run_llm(separate.inputs, None)
+    torch.testing.assert_close(
+        adapter.logits(hidden[real]), adapter.logits(reference[real]), atol=1e-5, rtol=0
+    )
+    sampling = SamplingConfig(6, False, 1.0, 1.0, 0, [], honour_stops=False)
+    engine = DecodeEngine(adapter, processor.tokenizer, default_engine())
+    one_pass = engine.generate(fused_prompts(adapter, samples, name, 0.3, params, 2), sampling, slots=2)
+    two_pass = engine.generate(pruned_prompts(adapter, samples, selections), sampling, slots=2)
+    assert [g.token_ids.tolist() for g in one_pass] == [g.token_ids.tolist() for g in two_pass]

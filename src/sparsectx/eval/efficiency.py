@@ -15,13 +15,13 @@ KV cache: ``2 (K and V) x layers x KV heads x d_h x L x bytes per element`` at t
 
 In-LLM pruners (FastV, DART before layer K): layers < K run on all L prompt tokens and layers >= K on the L'
 kept ones, in prefill FLOPs, in decode attention and in the KV cache; the LM head runs on the L' positions.
-Our selection runs layers 0..K-1 once more over the L tokens before the prefill (plus the one recomputed
-attention row and the keys of layer K-1); those FLOPs are the ``selection`` entry, kept out of ``prefill``
-(a fused implementation scores during its prefill) and counted in ``total``.
+They choose inside the prefill (``sparsectx.pruning.layer.fused_prompts``: layers < K run once); the
+``selection`` entry counts what that adds, layer K-1's keys recomputed for all L tokens, its one query row
+and the row's scores, and is part of ``total``.
 
 Latency per stage, batch size 1, each stage between synchronisations (``torch.cuda.synchronize`` on GPU),
 median over ``repetitions`` after ``warmup`` untimed ones, then averaged over items: vision = tower + merger +
-pruner signals (``adapter.encode_images``); selection = the pruner (an in-LLM one runs layers 0..K-1 there);
+pruner signals (``adapter.encode_images``); selection = the pruner (an in-LLM one chooses in the prefill);
 prefill = building the pruned context and the decode engine's prefill (``DecodeEngine.time_stages``);
 decode = ``decode_tokens`` greedy engine steps (stops ignored), CUDA graphs included where
 ``engine.cuda_graphs`` turns them on.
@@ -46,8 +46,8 @@ from transformers import PretrainedConfig
 
 from sparsectx.context import build_context
 from sparsectx.encoding import EncodedSample, encode_samples
-from sparsectx.engine import engine_for, pruned_prompts
-from sparsectx.eval.protocol import load_bench_items, prompt_item, select_visual
+from sparsectx.engine import engine_for
+from sparsectx.eval.protocol import eval_prompts, load_bench_items, prompt_item, select_visual
 from sparsectx.eval.results import finished, provenance, write_json
 from sparsectx.models import LoadedModel
 from sparsectx.prompting import processor_inputs
@@ -100,13 +100,11 @@ def prefill_flops(text: PretrainedConfig, seq_len: int, late: Late) -> dict[str,
     return {**parts, "total": sum(parts.values())}
 
 
-def selection_flops(text: PretrainedConfig, seq_len: int, layer: int) -> float:
-    """Returns the FLOPs of an in-LLM selection pass: layers 0..K-1 on ``seq_len`` tokens, layer K-1's keys
-    recomputed (``2 L D KV d_h``), one query row (``2 D H d_h``) and its scores (``2 H L d_h``)."""
+def selection_flops(text: PretrainedConfig, seq_len: int) -> float:
+    """Returns the FLOPs an in-LLM selection adds to the prefill: layer K-1's keys recomputed on ``seq_len``
+    tokens (``2 L D KV d_h``), one query row (``2 D H d_h``) and its scores (``2 H L d_h``)."""
     d, h, kv, hd, _, _, _ = _dims(text)
-    layers = prefill_flops(text, seq_len, (layer, 0))
-    body = sum(layers[part] for part in ("attention_proj", "attention_scores", "mlp"))
-    return body + 2 * seq_len * d * kv * hd + 2 * d * h * hd + 2 * h * seq_len * hd
+    return 2 * seq_len * d * kv * hd + 2 * d * h * hd + 2 * h * seq_len * hd
 
 
 def decode_flops(text: PretrainedConfig, prompt_len: int, steps: int, late: Late) -> float:
@@ -216,13 +214,15 @@ def measure_item(
         t0 = _sync(device)
         fresh = replace(sample, images=loaded.adapter.encode_images(*vision_inputs))
         t1 = _sync(device)
-        selection = select_visual(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
+        prompts, _ = eval_prompts(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
         t2 = _sync(device)
-        prefill, decode = engine.time_stages(pruned_prompts(loaded.adapter, [fresh], selection), steps)
+        prefill, decode = engine.time_stages(prompts, steps)
         if rep >= cfg.efficiency.warmup:
             spans = (t1 - t0, t2 - t1, prefill, decode)
             for stage, seconds in zip(STAGES, spans, strict=True):
                 times[stage].append(1000.0 * seconds)
+    # The counted context: the same choice, made first (an in-LLM one in its own pass over layers < K).
+    selection = select_visual(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
     ctx = build_context(loaded.adapter, [fresh], selection)
     drop = ctx.inputs.late
     out = {
@@ -266,7 +266,7 @@ def budget_row(
     flops = {
         "vision": _mean([vision_flops(config.vision_config, family, g) for g in grids]),
         "selection": _mean(
-            [0.0 if d is None else selection_flops(text, n, d[0]) for n, d in zip(lengths, late, strict=True)]
+            [0.0 if d is None else selection_flops(text, n) for n, d in zip(lengths, late, strict=True)]
         ),
         "prefill": _mean([p["total"] for p in prefill]),
         "prefill_parts": {part: _mean([p[part] for p in prefill]) for part in prefill[0] if part != "total"},

@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from sparsectx.budget import tokens_to_keep
 from sparsectx.context import keep_all
 from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
 from sparsectx.data.config import PromptConfig
 from sparsectx.encoding import EncodedSample, encode_samples
-from sparsectx.engine import EngineConfig, engine_for, pruned_prompts
+from sparsectx.engine import EngineConfig, Prompts, engine_for, pruned_prompts
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
@@ -51,7 +52,7 @@ from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
-from sparsectx.pruning.layer import select_in_llm
+from sparsectx.pruning.layer import fused_prompts, select_in_llm
 from sparsectx.training.checkpoint import verify_checkpoint
 from sparsectx.visual import Selection
 
@@ -247,6 +248,27 @@ def select_visual(
     return out
 
 
+def eval_prompts(
+    adapter: VLMAdapter,
+    samples: list[EncodedSample],
+    pruner: PrunerConfig,
+    budget: float,
+    seed: int,
+    bench: str,
+) -> tuple[Prompts, list[int]]:
+    """Returns the engine prompts of ``samples`` at ``budget`` and each one's kept visual-token count.
+
+    An in-LLM pruner below budget 1.0 chooses in the engine's own prefill (``fused_prompts``: layers < K
+    run once); every other choice is made first (``select_visual``).
+    """
+    if pruner.stage == "llm" and budget < 1.0:
+        kept = [sum(tokens_to_keep(budget, image.num_tokens) for image in s.images) for s in samples]
+        return fused_prompts(adapter, samples, pruner.name, budget, pruner.params, pruner.layer), kept
+    selections = select_visual(adapter, samples, pruner, budget, seed, bench)
+    kept = [sum(s.indices.numel() for s in chosen) for chosen in selections]
+    return pruned_prompts(adapter, samples, selections), kept
+
+
 @dataclass
 class GenerationRow:
     """One generated answer before it is written: what the predictions file stores for an item."""
@@ -298,10 +320,10 @@ def generate_rows(
     prompts = build_prompts(build, items, loaded.processor.image_workers)
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)
-        selections = select_visual(loaded.adapter, samples, pruner, budget, seed, spec.name)
+        engine_prompts, kept = eval_prompts(loaded.adapter, samples, pruner, budget, seed, spec.name)
         tokenizer = loaded.processor.tokenizer
         outs = engine_for(loaded.adapter, tokenizer, engine).generate(
-            pruned_prompts(loaded.adapter, samples, selections), sampling, None, slots=batch_size
+            engine_prompts, sampling, None, slots=batch_size
         )
     except RuntimeError as err:
         return [
@@ -311,7 +333,7 @@ def generate_rows(
             for it, p in zip(items, prompts, strict=True)
         ]
     rows = []
-    for item, p, out, chosen in zip(items, prompts, outs, selections, strict=True):
+    for item, p, out, kept_visual in zip(items, prompts, outs, kept, strict=True):
         ext = extract_answer(out.text)
         correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
         rows.append(
@@ -323,7 +345,7 @@ def generate_rows(
                 ext.strict,
                 ext.status,
                 correct,
-                sum(s.indices.numel() for s in chosen),
+                kept_visual,
                 out.stopped,
                 int(out.token_ids.numel()),
                 "",

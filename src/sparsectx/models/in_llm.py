@@ -6,14 +6,17 @@ from the mask, and layers K.. run on the rest. With a cache, layers < K store ev
 only the kept ones; ``layer_masks`` gives each layer's valid-key mask so the engine attends each layer group
 to its own keys. Qwen3-VL's DeepStack additions after layers >= K use only the kept rows (spec 3, item 6).
 
-``layer_signals`` runs layers 0..K-1 once more and returns what FastV and DART score with: the attention row
-of the last prompt token at layer K-1, recomputed for that one row from the layer's own q/k projections
-(spec 1.6; the LLM is never switched to eager attention), the layer's post-RoPE keys and the hidden states
-entering layer K through the model's final norm (spec 2.5).
+``layer_signals`` runs layers 0..K-1 and returns what FastV and DART score with: the attention row of the
+last prompt token at layer K-1, recomputed for that one row from the layer's own q/k projections (spec 1.6;
+the LLM is never switched to eager attention), the layer's post-RoPE keys and the hidden states entering
+layer K through the model's final norm (spec 2.5). A ``LateDrop`` without ``keep`` but with ``select`` has
+the prefill compute the same signals on its way through layer K-1 and choose there (one pass, as a fused
+implementation runs; ``sparsectx.pruning.layer.fused_prompts``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,11 +34,14 @@ class LateDrop:
     Attributes:
         layer: K, 1 <= K < number of decoder layers; layers < K see every slot.
         keep: (B, L) bool over the context's slots: True = the slot continues into layers >= K (text, kept
-            visual tokens); False for dropped visual tokens and padding.
+            visual tokens); False for dropped visual tokens and padding. None = chosen in the forward by
+            ``select`` and stored here (prompt-only contexts: each row's query is its last slot).
+        select: maps layer K-1's ``LayerSignals`` of the batch to ``keep``; used only when ``keep`` is None.
     """
 
     layer: int
-    keep: torch.Tensor
+    keep: torch.Tensor | None
+    select: Callable[[LayerSignals], torch.Tensor] | None = None
 
 
 @dataclass
@@ -67,7 +73,10 @@ def compact(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def layer_masks(inputs: LLMInputs, num_layers: int) -> list[torch.Tensor]:
-    """Returns per decoder layer the (B, W_l) valid-key mask of the keys a prefill of ``inputs`` caches."""
+    """Returns per decoder layer the (B, W_l) valid-key mask of the keys a prefill of ``inputs`` cached.
+
+    Called after the prefill: a fused selection (``LateDrop.select``) has filled ``keep`` by then.
+    """
     full = inputs.attention_mask
     if inputs.late is None:
         return [full] * num_layers
@@ -130,8 +139,14 @@ def run_with_drop(
     _check_layers(text_model, drop.layer)
     rotary, mask, deepstack = _start(text_model, inputs, cache, deepstack_on)
     hidden, visual = inputs.embeds, inputs.visual_mask
-    for i in range(drop.layer):
+    for i in range(drop.layer - 1):
         hidden = _run_layer(text_model, i, hidden, mask, rotary, cache, visual, deepstack)
+    last = torch.full((hidden.shape[0],), hidden.shape[1] - 1, device=hidden.device)
+    probe = _probe(text_model, drop.layer, hidden, rotary, last, inputs) if drop.keep is None else None
+    hidden = _run_layer(text_model, drop.layer - 1, hidden, mask, rotary, cache, visual, deepstack)
+    if probe is not None:
+        with torch.no_grad():
+            drop.keep = drop.select(LayerSignals(*probe, text_model.norm(hidden).float()))
     index, late_mask = compact(drop.keep)
     take = lambda t: t.gather(1, index[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
     full_shape = hidden.shape
@@ -175,6 +190,22 @@ def _query_row(
 
 
 @torch.no_grad()
+def _probe(
+    text_model: nn.Module,
+    layer: int,
+    hidden: torch.Tensor,
+    rotary: tuple[torch.Tensor, torch.Tensor],
+    query_index: torch.Tensor,
+    inputs: LLMInputs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns layer K-1's (B, L) query-row attention and (B, L, KV * d) fp32 keys from its input ``hidden``."""
+    block = text_model.layers[layer - 1]
+    query, key = _project(block.self_attn, block.input_layernorm(hidden), rotary)
+    attention = _query_row(query, key, block.self_attn.scaling, query_index, inputs.attention_mask)
+    return attention, key.transpose(1, 2).reshape(*key.shape[:1], key.shape[2], -1).float()
+
+
+@torch.no_grad()
 def layer_signals(
     text_model: nn.Module, inputs: LLMInputs, layer: int, query_index: torch.Tensor, deepstack_on: bool
 ) -> LayerSignals:
@@ -192,9 +223,6 @@ def layer_signals(
     hidden, visual = inputs.embeds, inputs.visual_mask
     for i in range(layer - 1):
         hidden = _run_layer(text_model, i, hidden, mask, rotary, None, visual, deepstack)
-    block = text_model.layers[layer - 1]
-    query, key = _project(block.self_attn, block.input_layernorm(hidden), rotary)
-    attention = _query_row(query, key, block.self_attn.scaling, query_index, inputs.attention_mask)
+    attention, keys = _probe(text_model, layer, hidden, rotary, query_index, inputs)
     hidden = _run_layer(text_model, layer - 1, hidden, mask, rotary, None, visual, deepstack)
-    keys = key.transpose(1, 2).reshape(*key.shape[:1], key.shape[2], -1)
-    return LayerSignals(attention, keys.float(), text_model.norm(hidden).float())
+    return LayerSignals(attention, keys, text_model.norm(hidden).float())

@@ -4,21 +4,25 @@ FastV and DART register in ``PRUNERS`` like the pre-LLM operators, with the in-L
 ``(signals: ImageSignals, k, **params) -> (k,) indices``. ``select_in_llm`` runs layers 0..K-1 once over the
 batch's full prompt contexts (prompt only: a selection never sees a response, design invariant 5), cuts
 each image's signals out, calls the operator and returns one ``LayerSelection`` per image, which
-``build_context`` turns into a context that holds every token until layer K.
+``build_context`` turns into a context that holds every token until layer K. ``fused_prompts`` instead lets
+the engine's prefill choose on its way through layer K-1, so layers < K run once (evaluation's greedy and
+efficiency modes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 
 import torch
 
 from sparsectx.budget import tokens_to_keep
-from sparsectx.context import build_context, keep_all
+from sparsectx.context import ContextBatch, build_context, keep_all
 from sparsectx.encoding import EncodedSample
+from sparsectx.engine.prompts import Prompts
 from sparsectx.layer_selection import ImageSignals, LayerSelection
 from sparsectx.models.adapter import VLMAdapter
-from sparsectx.models.in_llm import LayerSignals
+from sparsectx.models.in_llm import LateDrop, LayerSignals
 from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, check_params
 from sparsectx.visual import ImageTokens, Selection
 
@@ -65,6 +69,39 @@ def _checked(name: str, indices: torch.Tensor, image: ImageTokens, k: int, layer
     return LayerSelection(plain.indices, plain.embeds, plain.deepstack, layer=layer)
 
 
+def _operator(name: str, params: Mapping[str, object]):  # noqa: ANN202
+    """Returns in-LLM operator ``name`` after checking it is one and that ``params`` match its arguments."""
+    operator = PRUNERS.get(name)
+    if name not in IN_LLM_PRUNERS:
+        raise ValueError(
+            f"pruner {name!r} is a pre-LLM operator; select with sparsectx.pruning.select_tokens"
+        )
+    check_params(name, operator, params)
+    return operator
+
+
+def select_rows(
+    adapter: VLMAdapter,
+    samples: list[EncodedSample],
+    signals: LayerSignals,
+    rule: tuple[str, float, Mapping[str, object], int],
+) -> list[list[LayerSelection]]:
+    """Returns each row's per-image ``LayerSelection`` from a batch's layer signals (row b = ``samples[b]``,
+    left-padded prompts; ``rule`` = (operator name, budget, params, layer K))."""
+    name, budget, params, layer = rule
+    operator = _operator(name, params)
+    width, out = signals.attention.shape[1], []
+    for row, sample in enumerate(samples):
+        start = width - sample.prompt_ids.numel()
+        per_image = image_signals(signals, row, sample, start, adapter.image_token_id)
+        chosen = []
+        for image, sig in zip(sample.images, per_image, strict=True):
+            k = tokens_to_keep(budget, image.num_tokens)
+            chosen.append(_checked(name, operator(sig, k, **dict(params)), image, k, layer))
+        out.append(chosen)
+    return out
+
+
 @torch.no_grad()
 def select_in_llm(
     adapter: VLMAdapter,
@@ -84,12 +121,7 @@ def select_in_llm(
         params: the operator's keyword arguments (the YAML's ``params``), exactly its keyword-only names.
         layer: K, the first decoder layer without the dropped tokens.
     """
-    operator = PRUNERS.get(name)
-    if name not in IN_LLM_PRUNERS:
-        raise ValueError(
-            f"pruner {name!r} is a pre-LLM operator; select with sparsectx.pruning.select_tokens"
-        )
-    check_params(name, operator, params)
+    _operator(name, params)
     out: list[list[Selection]] = [[] for _ in samples]
     pictured = [b for b, s in enumerate(samples) if s.images]
     if not pictured:
@@ -97,12 +129,65 @@ def select_in_llm(
     chosen = [samples[b] for b in pictured]
     ctx = build_context(adapter, chosen, [keep_all(s) for s in chosen])
     signals = adapter.llm_signals(ctx.inputs, layer, ctx.prompt_end - 1)
-    width = ctx.inputs.embeds.shape[1]
-    for row, (b, sample) in enumerate(zip(pictured, chosen, strict=True)):
-        start = width - sample.prompt_ids.numel()
-        per_image = image_signals(signals, row, sample, start, adapter.image_token_id)
-        for image, sig in zip(sample.images, per_image, strict=True):
-            k = tokens_to_keep(budget, image.num_tokens)
-            indices = operator(sig, k, **dict(params))
-            out[b].append(_checked(name, indices, image, k, layer))
+    rule = (name, budget, params, layer)
+    for b, selections in zip(pictured, select_rows(adapter, chosen, signals, rule), strict=True):
+        out[b] = list(selections)
     return out
+
+
+def fused_prompts(
+    adapter: VLMAdapter,
+    samples: Sequence[EncodedSample],
+    name: str,
+    budget: float,
+    params: Mapping[str, object],
+    layer: int,
+) -> Prompts:
+    """Returns engine prompts whose prefill selects on its way through layer K-1 (one pass, no second one).
+
+    Each built batch holds every token with a ``LateDrop`` whose ``select`` runs ``select_rows`` on the
+    prefill's own layer K-1 signals; the choice equals ``select_in_llm``'s up to the batch's float rounding.
+    ``kept_visual`` is the exact k per image. Greedy evaluation and the efficiency mode's latency use it;
+    training and Pass@K, which record or reuse the indices, select first with ``select_in_llm``.
+    """
+    _operator(name, params)
+    rule = (name, budget, params, layer)
+
+    def build(indices: Sequence[int]) -> ContextBatch:
+        chosen = [samples[i] for i in indices]
+        ctx = build_context(adapter, chosen, [keep_all(s) for s in chosen])
+        if any(s.images for s in chosen):
+            select = partial(_keep_mask, adapter, chosen, rule, ctx.inputs.attention_mask.bool())
+            ctx.inputs.late = LateDrop(layer, None, select)
+        kept = [sum(tokens_to_keep(budget, im.num_tokens) for im in s.images) for s in chosen]
+        ctx.kept_visual = torch.tensor(kept, dtype=torch.long, device=ctx.kept_visual.device)
+        return ctx
+
+    return Prompts([s.prompt_ids.numel() for s in samples], build)
+
+
+def _keep_mask(
+    adapter: VLMAdapter,
+    samples: list[EncodedSample],
+    rule: tuple[str, float, Mapping[str, object], int],
+    valid: torch.Tensor,
+    signals: LayerSignals,
+) -> torch.Tensor:
+    """Returns the (B, L) keep mask of ``select_rows``'s choice: every real slot but the dropped visual ones."""
+    keep = valid.clone()
+    width = keep.shape[1]
+    for row, (sample, selections) in enumerate(
+        zip(samples, select_rows(adapter, samples, signals, rule), strict=True)
+    ):
+        slots = (
+            torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten()
+            + width
+            - sample.prompt_ids.numel()
+        )
+        offset = 0
+        for image, selection in zip(sample.images, selections, strict=True):
+            own = slots[offset : offset + image.num_tokens]
+            keep[row, own] = False
+            keep[row, own[selection.indices]] = True
+            offset += image.num_tokens
+    return keep
