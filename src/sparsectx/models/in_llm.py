@@ -133,7 +133,8 @@ def run_with_drop(
     Rows of dropped slots are zero (nothing may read them); every kept slot sits where it is in ``inputs``,
     so response positions index the output as they index an unpruned forward. ``cache`` (a transformers
     Cache, empty) receives every slot's keys in layers < K and the kept ones, left-padded as ``compact``
-    lays them out, in layers >= K.
+    lays them out, in layers >= K. A ``LateDrop`` without ``keep`` gets it here from its ``select`` rule on
+    layer K-1's signals (the attention row of each row's last slot, keys, normed hidden states entering K).
     """
     drop = inputs.late
     _check_layers(text_model, drop.layer)
@@ -141,8 +142,10 @@ def run_with_drop(
     hidden, visual = inputs.embeds, inputs.visual_mask
     for i in range(drop.layer - 1):
         hidden = _run_layer(text_model, i, hidden, mask, rotary, cache, visual, deepstack)
-    last = torch.full((hidden.shape[0],), hidden.shape[1] - 1, device=hidden.device)
-    probe = _probe(text_model, drop.layer, hidden, rotary, last, inputs) if drop.keep is None else None
+    probe = None
+    if drop.keep is None:  # fused: each row's query is its last slot (a prompt-only prefill)
+        last = torch.full((hidden.shape[0],), hidden.shape[1] - 1, device=hidden.device)
+        probe = _probe(text_model, drop.layer, hidden, rotary, last, inputs)
     hidden = _run_layer(text_model, drop.layer - 1, hidden, mask, rotary, cache, visual, deepstack)
     if probe is not None:
         with torch.no_grad():
