@@ -176,3 +176,38 @@ def test_vlmeval_evaluate_gives_the_project_scorers_figures(tmp_path: Path, benc
     written = json.loads(out.read_text())
     assert written["vlmeval"] == block and written["metrics"] == project  # beside, not instead
     assert (out.parent / f"{bench}.vlmeval" / "vlmeval").is_dir()  # VLMEvalKit's own files, for inspection
+
+
+@pytest.mark.slow
+def test_a_leaf_written_by_evaluate_scores_alike_in_vlmeval(tmp_path: Path) -> None:
+    """The real path: ``runner.run`` on the shipped tiny model writes the leaf; the bridge scores it."""
+    from dataclasses import replace
+
+    from hydra import compose, initialize_config_dir
+
+    from sparsectx.data import write_tsv as write_items
+    from sparsectx.data.build import load_build_config
+    from sparsectx.data.synthetic import generate_bench
+    from sparsectx.eval.runner import run
+
+    from .test_runner_support import CONF, compose_eval
+
+    env = require_vlmeval_env()
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        build = compose("build_data", overrides=[f"data.out_dir={tmp_path}", "processor.write=false"])
+    items, _ = generate_bench(load_build_config(build).data, "syn_pope")
+    data = tmp_path / "POPE.tsv"  # VLMEvalKit's layout: Yes/No answers, the subset in category
+    write_items(
+        data, [replace(it, answer=it.answer.strip().capitalize(), category=it.subset) for it in items[:18]]
+    )
+    overrides = [
+        "model=tiny", "pruner=visionzip", "budget=0.1", "bench=syn_pope", f"bench.syn_pope.path={data}",
+        "bench.syn_pope.dataset_name=POPE", "bench.syn_pope.subset_field=category", "logger=none",
+        f"results_root={tmp_path / 'results'}",
+    ]  # fmt: skip
+    (result,) = run(compose_eval(overrides))
+    block = score_with_vlmeval(BridgeConfig(result=str(result), env=str(env)))
+    assert block["agrees"] is True and block["n"] == 18 and block["dataset"] == "POPE"
+    assert (
+        json.loads(result.read_text())["vlmeval"]["project_score"] == json.loads(result.read_text())["score"]
+    )
