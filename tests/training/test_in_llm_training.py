@@ -132,3 +132,27 @@ def test_layer_at_the_llm_depth_fails_before_the_model_loads(tiny_env, tmp_path,
     )
     with pytest.raises(ValueError, match=r"pruner.layer=2 is outside \[1, 1\]"):
         loop.run(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(IN_LLM))
+def test_the_rollout_decodes_from_the_selection_its_training_forward_uses(
+    name, tiny_env, tmp_path, monkeypatch
+):  # noqa: ANN001
+    import sparsectx.training.rollout as rollout
+
+    seen = []
+
+    def spy(adapter, samples, selections):  # noqa: ANN001, ANN202
+        seen.append(selections)
+        return rollout_prompts(adapter, samples, selections)
+
+    rollout_prompts = rollout.pruned_prompts
+    monkeypatch.setattr(rollout, "pruned_prompts", spy)
+    cfg = load_train_config(
+        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]])
+    )
+    student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
+    (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], 0.3, torch.Generator().manual_seed(0))
+    assert len(seen) == 1 and len(seen[0]) == len(mb.selections)
+    for rolled, trained in zip(seen[0], mb.selections, strict=True):
+        assert all(a is b and isinstance(a, LayerSelection) for a, b in zip(rolled, trained, strict=True))
