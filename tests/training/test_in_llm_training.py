@@ -156,3 +156,23 @@ def test_the_rollout_decodes_from_the_selection_its_training_forward_uses(
     assert len(seen) == 1 and len(seen[0]) == len(mb.selections)
     for rolled, trained in zip(seen[0], mb.selections, strict=True):
         assert all(a is b and isinstance(a, LayerSelection) for a, b in zip(rolled, trained, strict=True))
+
+
+def test_activation_checkpointing_gives_the_same_step_through_the_drop(tiny_env, tmp_path) -> None:  # noqa: ANN001
+    """memory.activation_checkpointing recomputes the in-LLM forward in backward: the same loss and update."""
+    results = []
+    for flag in ("false", "true"):
+        trainer = make_trainer(
+            tiny_env,
+            tmp_path / flag,
+            "method=scopd",
+            *IN_LLM["fastv"],
+            f"memory.activation_checkpointing={flag}",
+        )
+        metrics, _, _ = train_step(trainer)
+        results.append(
+            (metrics["train/loss"], {k: p.detach().clone() for k, p in trainer.student.trainable.items()})
+        )
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    for key, value in results[0][1].items():
+        torch.testing.assert_close(value, results[1][1][key], atol=1e-6, rtol=1e-5)
