@@ -24,6 +24,8 @@ EXPECTED = {
     "mcq": mcq.VERSION,
     "mcq_vlmeval": mcq.VERSION_VLMEVAL,
     "hallusionbench": hallusionbench.VERSION,
+    "hrbench": 1,
+    "mmmu_vlmeval": 1,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,
     "number_match": exact.VERSION_NUMBER,

@@ -2,10 +2,10 @@
 
 In VLMEvalKit's environment (``make vlmeval-env``; skipped with that message when absent): VLMEvalKit's own
 ``evaluate`` on the prediction file the bridge writes gives every figure the project's scorers gave the
-same predictions (POPE, MME, HallusionBench, MMBench circular, OCRBench; hand-made files in VLMEvalKit's
-layouts, answers on the rules' edge cases). Without it: the bad inputs (a missing column, an unknown POPE
-category, a changed benchmark file, a missing or broken environment) raise naming the file, column or
-command, and leave the result JSON as it was.
+same predictions (POPE, MME, HallusionBench, MMBench circular, OCRBench, HR-Bench, MMMU; hand-made files
+in VLMEvalKit's layouts, answers on the rules' edge cases). Without it: the bad inputs (a missing column,
+an unknown POPE category, a changed benchmark file, a missing or broken environment) raise naming the
+file, column or command, and leave the result JSON as it was.
 """
 
 from __future__ import annotations
@@ -152,6 +152,14 @@ def _pairs(bench: str, vl: dict[str, float], mine: dict[str, float]) -> list[tup
         cats = ("identity", "count", "color")
         return [("dev/Overall", 100 * vl["dev/Overall"], mine["score"])] + [
             (c, 100 * vl[f"dev/{c}"], mine[f"category/{c}"]) for c in cats
+        ]
+    if bench == "hrbench4k":
+        pairs = [("Average/all", 100 * vl["Average/all/accuracy"], mine["score"])]
+        pairs += [(c, 100 * vl[f"Average/{c}/accuracy"], mine[f"category/{c}"]) for c in ("single", "cross")]
+        return pairs + [(f"cycle {c}", 100 * vl[f"{c}/all/accuracy"], mine[f"cycle/{c}"]) for c in "123"]
+    if bench == "mmmu":
+        return [("validation/Overall", 100 * vl["validation/Overall"], mine["score"])] + [
+            (c, 100 * vl[f"validation/{c}"], mine[f"category/{c}"]) for c in ("Art", "Math")
         ]
     from .vlmeval_cases import OCR_CATEGORIES
 

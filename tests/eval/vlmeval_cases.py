@@ -157,6 +157,59 @@ def mmbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     return rows, list(MCQ_PREDICTIONS)  # row i is question i % 3 in rotation i // 3: question 0 passes
 
 
+HR_PREDICTIONS = [
+    "A", "The answer is B.", "D", "fish", "I think C or D", "B", "bird", "Sorry, I cannot answer.", "D.", "cat",
+    "C",
+]  # fmt: skip
+
+
+def hrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns HRBench4K.tsv-like rows: cycles of unequal sizes, a category absent from one cycle."""
+    cycles = ["1", "1", "1", "1", "1", "2", "2", "3", "3", "3", "3"]
+    categories = [
+        "single",
+        "single",
+        "cross",
+        "cross",
+        "single",
+        "single",
+        "single",
+        "cross",
+        "single",
+        "cross",
+    ]
+    categories.append("single")
+    golds = "ABCDABCADBC"
+    rows = [
+        {
+            "index": str(i), "image": png_b64(i), "question": f"Which animal {i}?", "A": "cat", "B": "dog",
+            "C": "bird", "D": "fish", "answer": golds[i], "category": categories[i], "cycle_category": cycles[i],
+        }
+        for i in range(len(cycles))
+    ]  # fmt: skip
+    return rows, list(HR_PREDICTIONS)
+
+
+def mmmu_rows() -> tuple[list[dict[str, str]], list[str | None]]:
+    """Returns MMMU_DEV_VAL.tsv-like rows (one split): option questions and open ones (no options)."""
+    cases = [
+        ("B", True, "B"), ("C", True, "The answer is bird"), ("42", False, "The answer is 42"), ("42", False, "41"),
+        ("x^2", False, "A"), ("Paris", False, "B"), ("7", False, "Other Answers"), ("A", True, "dog"),
+        ("blue", False, "It is blue."), ("3", False, None),
+    ]  # fmt: skip
+    rows = []
+    for i, (answer, options, _) in enumerate(cases):
+        choices = {"A": "cat", "B": "dog", "C": "bird", "D": "fish"} if options else {}
+        rows.append(
+            {
+                "index": str(i), "image": png_b64(i), "question": f"Question {i}?", "A": "", "B": "", "C": "",
+                "D": "", **choices, "answer": answer, "category": "Art" if i % 2 else "Math",
+                "split": "validation",
+            }
+        )  # fmt: skip
+    return rows, [pred for *_, pred in cases]
+
+
 OCR_CATEGORIES = (
     "Regular Text Recognition", "Handwriting Recognition", "Scene Text-centric VQA", "Doc-oriented VQA",
     "Key Information Extraction", "Handwritten Mathematical Expression Recognition",
@@ -194,6 +247,8 @@ CASES = {
     ),
     "mmbench_en": ("MMBench_DEV_EN", "mmbench_circular", "plain", "circular", "none", mmbench_rows),
     "ocrbench": ("OCRBench", "ocrbench", "list", "none", "none", ocrbench_rows),
+    "hrbench4k": ("HRBench4K", "hrbench", "plain", "none", "cycle_category", hrbench_rows),
+    "mmmu": ("MMMU_DEV_VAL", "mmmu_vlmeval", "plain", "none", "none", mmmu_rows),
 }
 """bench name -> (VLMEvalKit dataset, project scorer, answer_format, group_by, subset_field, rows)."""
 

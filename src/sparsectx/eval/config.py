@@ -25,7 +25,7 @@ from sparsectx.tracking import LoggerConfig
 MODES = ("greedy", "passk", "efficiency")
 ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
-SUBSET_FIELDS = ("none", "subset", "category", "l2-category")
+SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category")
 
 
 def check_seed(seed: object, key: str) -> int:
@@ -58,7 +58,8 @@ class BenchSpec:
     ``circular`` (``index % 1_000_000``, the base question of MMBench's circular rotations)."""
     subset_field: str
     """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE), ``category``
-    (VLMEvalKit's POPE file) or ``l2-category`` (VLMEvalKit's HallusionBench file)."""
+    (VLMEvalKit's POPE file), ``l2-category`` (VLMEvalKit's HallusionBench file) or ``cycle_category``
+    (HR-Bench)."""
 
     def __post_init__(self) -> None:
         key = f"bench.{self.name}"

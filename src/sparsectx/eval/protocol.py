@@ -28,6 +28,7 @@ from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
     ScoredItem,
+    is_mmmu_correct,
     match_choice,
     normalize_short_answer,
     ocr_contains,
@@ -166,7 +167,7 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
         group = str(item.index % 1_000_000)
     subset = {
         "none": "", "subset": item.subset, "category": item.category,
-        "l2-category": item.extra.get("l2-category", ""),
+        "l2-category": item.extra.get("l2-category", ""), "cycle_category": item.extra.get("cycle_category", ""),
     }[spec.subset_field]  # fmt: skip
     return ScoredItem(
         id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
@@ -188,8 +189,10 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return False
     if scorer == "mcq":
         return match_choice(pred, item.options) == item.reference.strip().upper()
-    if scorer == "mcq_vlmeval":
+    if scorer in ("mcq_vlmeval", "hrbench"):
         return vlmeval_choice(pred, item.options) == item.reference.strip()
+    if scorer == "mmmu_vlmeval":
+        return is_mmmu_correct(item)
     if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it
         return vlmeval_choice(pred, item.options, strip=False) == item.reference.strip()
     if scorer in ("yes_no", "pope", "mme", "hallusionbench"):

@@ -46,19 +46,18 @@ class Reading:
 
     columns: tuple[str, ...]
     """TSV columns the dataset's ``evaluate`` reads (besides ``index`` and ``prediction``)."""
-    headline: Callable[[dict[str, float]], float]
-    """VLMEvalKit's headline from its flattened figures, on the project score's scale."""
+    headline: Callable[[dict[str, float]], float | None]
+    """VLMEvalKit's headline from its flattened figures, on the project score's scale (None: no single one)."""
     project_key: str
     """The project metric it equals when both read the answers alike."""
     describe: str
 
 
-def _one_split(metrics: dict[str, float]) -> float:
-    """Returns 100 x ``Overall`` of report_acc's only split row (its hits are fractions)."""
+def _one_split(metrics: dict[str, float]) -> float | None:
+    """Returns 100 x ``Overall`` of report_acc's split row, None when the table has several splits (MMMU's
+    dev and validation: the project scores their union, VLMEvalKit each)."""
     overall = [value for key, value in metrics.items() if key.endswith("/Overall")]
-    if len(overall) != 1:
-        raise ValueError(f"VLMEvalKit's accuracy table has {len(overall)} split rows; expected one")
-    return 100.0 * overall[0]
+    return 100.0 * overall[0] if len(overall) == 1 else None
 
 
 _MEAN3 = lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3  # noqa: E731
@@ -78,6 +77,15 @@ READINGS: dict[str, Reading] = {
     ),
     "mcq_vlmeval": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100"),
     "mmbench_circular": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100 (circular)"),
+    "mmmu_vlmeval": Reading(
+        ("question", "answer"), _one_split, "score", "report_acc Overall x 100 (MMMU_preproc)"
+    ),
+    "hrbench": Reading(
+        ("question", "A", "B", "answer", "category", "cycle_category"),
+        lambda m: 100.0 * m["Average/all/accuracy"],
+        "score",
+        "report_acc_hrbench Average all x 100",
+    ),
     "ocrbench": Reading(("category", "answer"), lambda m: m["Final Score/sum"], "final_score", "Final Score"),
 }
 """Project scorer -> its VLMEvalKit reading (the benchmarks whose figures the bridge compares)."""
@@ -174,11 +182,21 @@ def write_prediction_tsv(
             writer.writerow([*(rows[index][c] for c in columns[:-1]), prediction])
 
 
+LABEL_COLUMNS = ("split", "cycle", "type")
+"""Columns that name a row of VLMEvalKit's tables (report_acc's split, report_acc_hrbench's cycle and type)."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def flatten(result: dict[str, Any]) -> dict[str, float]:
     """Returns ``evaluate``'s output as ``{name: number}``.
 
-    A table with a ``split`` column gives ``<split>/<column>``, a one-row table ``<column>``, other tables
-    ``<row>/<column>``; nested dicts join their keys with ``/``. Non-numeric values are left out.
+    A table row is named by its label cells (``LABEL_COLUMNS`` and any other text cell, joined by
+    ``/``): ``<split>/<column>`` for report_acc and POPE_rating, ``<cycle>/<type>/accuracy`` for HR-Bench,
+    the column alone for a one-row numeric table (MME), ``<row>/<column>`` for other numeric tables;
+    nested dicts join their keys with ``/`` (OCRBench). Non-numeric values are left out.
     """
     out: dict[str, float] = {}
 
@@ -186,7 +204,7 @@ def flatten(result: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, dict):
             for name, inner in value.items():
                 put(f"{key}/{name}" if key else str(name), inner)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        elif _number(value):
             out[key] = float(value)
 
     if result["type"] == "dict":
@@ -195,7 +213,8 @@ def flatten(result: dict[str, Any]) -> dict[str, float]:
     columns, rows = result["columns"], result["rows"]
     for number, row in enumerate(rows):
         cells = dict(zip(columns, row, strict=True))
-        label = str(cells.pop("split")) if "split" in cells else ("" if len(rows) == 1 else str(number))
+        labels = [c for c in columns if c in LABEL_COLUMNS or isinstance(cells[c], str)]
+        label = "/".join(str(cells.pop(c)) for c in labels) or ("" if len(rows) == 1 else str(number))
         put(label, cells)
     return out
 
@@ -281,13 +300,14 @@ def _compare(scorer: str, metrics: dict[str, float], project: dict[str, float]) 
     if reading is None:
         return {"score": None, "headline": None, "project_key": None, "project_score": None, "agrees": None}
     try:
-        score = float(reading.headline(metrics))
+        headline = reading.headline(metrics)
     except KeyError as err:
         raise RuntimeError(
             f"VLMEvalKit's result has no {err} for {reading.describe!r}; it reported {sorted(metrics)}"
         ) from err
+    score = None if headline is None else float(headline)
     mine = project.get(reading.project_key)
-    agrees = None if mine is None else math.isclose(score, mine, rel_tol=1e-9, abs_tol=1e-6)
+    agrees = None if mine is None or score is None else math.isclose(score, mine, rel_tol=1e-9, abs_tol=1e-6)
     return {
         "score": score, "headline": reading.describe, "project_key": reading.project_key,
         "project_score": mine, "agrees": agrees,

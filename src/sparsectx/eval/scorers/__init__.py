@@ -4,7 +4,18 @@ Every family module is imported here explicitly so that importing this package r
 them (style convention 11). A benchmark config names its scorer by key, e.g. ``scorer: mme``.
 """
 
-from sparsectx.eval.scorers import exact, hallusionbench, mcq, mmbench, mme, ocrbench, pope, vqa, yes_no
+from sparsectx.eval.scorers import (
+    exact,
+    hallusionbench,
+    mcq,
+    mcq_reports,
+    mmbench,
+    mme,
+    ocrbench,
+    pope,
+    vqa,
+    yes_no,
+)
 from sparsectx.eval.scorers.base import (
     SCORERS,
     ScoredItem,
@@ -16,6 +27,7 @@ from sparsectx.eval.scorers.base import (
 )
 from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, vlmeval_accuracy
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
+from sparsectx.eval.scorers.mcq_reports import is_mmmu_correct
 from sparsectx.eval.scorers.ocrbench import ocr_contains
 from sparsectx.eval.scorers.pope import binary_metrics
 from sparsectx.eval.scorers.vqa import normalize_evalai_answer, normalize_vqa_answer, vqa_soft_accuracy
@@ -30,8 +42,10 @@ __all__ = [
     "binary_metrics",
     "exact",
     "hallusionbench",
+    "is_mmmu_correct",
     "match_choice",
     "mcq",
+    "mcq_reports",
     "mmbench",
     "mme",
     "normalize_evalai_answer",

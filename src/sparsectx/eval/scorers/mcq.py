@@ -193,14 +193,11 @@ def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
 
     Remaining differences from VLMEvalKit, each with its source:
 
-    * HRBench (vlmeval/dataset/utils/hrbench.py ``report_acc_hrbench``) averages the per-cycle
-      accuracies over ``cycle_category``; CV-Bench's VLMEvalKit report averages its sources, and MMMU
-      (multiple_choice.py ``MMMU_preproc``, ``mcq_vanilla_eval``) turns open questions into a
-      two-option question (``A`` = the answer, ``B`` = ``"Other Answers"``, a non-letter gold becomes
-      ``A``) and reports per ``split``. Our TSV reader (sparsectx/data/tsv.py) carries none of the
-      columns these need (``cycle_category``, ``source``, ``split``), so those figures are not
-      computed here: ``score`` is the plain mean hit, which equals HRBench's cycle average only
-      when the cycles have equal sizes, and MMMU's open questions need ``options`` filled upstream.
+    * HRBench's cycle average (``report_acc_hrbench``) and MMMU's open questions (``MMMU_preproc``) are
+      the scorers ``hrbench`` and ``mmmu_vlmeval`` (``sparsectx.eval.scorers.mcq_reports``). CV-Bench's
+      VLMEvalKit report averages its sources; our reader carries the ``source`` column in ``extra``, but
+      no scorer reads it (``score`` is the plain mean hit), and nvidia-vlmeval 26.3 has no CV-Bench class
+      to check one against.
     * Snapshot: the "near the end" condition in ``can_infer_option`` and the length guard in
       ``can_infer_text`` are in recent VLMEvalKit (and the copies of it we compared); older commits
       (e.g. 18fc37a) accept a lone letter anywhere and have no length guard, and one stored
