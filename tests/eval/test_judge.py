@@ -57,7 +57,10 @@ def _ref_undecided(bench: str, result: Path) -> set[str]:
     if bench == "pope":
         return {i for i, a in answers.items() if a is not None and ref_yorn_extraction(a) == "Unknown"}
     rows, _ = CASES[bench][-1]()
-    options = {row["index"]: {k: row[k] for k in "ABCD"} for row in rows}
+    options = {row["index"]: {k: row[k] for k in "ABCD" if row[k]} for row in rows}
+    for row in rows:  # MMMU_preproc: an open question's options are its answer and "Other Answers"
+        if "A" not in options[row["index"]]:
+            options[row["index"]] = {"A": row["answer"], "B": "Other Answers"}
     return {i for i, a in answers.items() if a is not None and not ref_can_infer(a, options[i])}
 
 
@@ -68,7 +71,9 @@ def _config(result: Path, judge: JudgeConfig) -> JudgeAnswersConfig:
 SCRIPTED = JudgeConfig(backend="hf", model="scripted")
 
 
-@pytest.mark.parametrize(("bench", "reply", "verdict"), [("pope", "Yes.", "Yes"), ("mmbench_en", "B", "B")])
+@pytest.mark.parametrize(
+    ("bench", "reply", "verdict"), [("pope", "Yes.", "Yes"), ("mmbench_en", "B", "B"), ("mmmu", "A", "A")]
+)
 def test_only_undecided_items_are_judged_and_decided_ones_never_change(tmp_path, bench, reply, verdict):
     result = _leaf(tmp_path, bench)
     before = json.loads(result.read_text())

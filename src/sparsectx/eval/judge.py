@@ -33,11 +33,12 @@ from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 from sparsectx.eval.results import write_json, write_rows
 from sparsectx.eval.scorers import ScoredItem, match_choice, parse_yes_no, score_items, vlmeval_choice
+from sparsectx.eval.scorers.mcq_reports import mmmu_question
 from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
 
 YES_NO = ("yes_no", "pope", "mme", "hallusionbench")
-CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq")
+CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq", "hrbench", "mmmu_vlmeval")
 BACKENDS = ("hf", "openai")
 
 Chat = Callable[[str], str]
@@ -88,8 +89,14 @@ def undecided(scorer: str, item: ScoredItem) -> bool:
     if scorer == "mcq":
         return match_choice(item.prediction, item.options) is None
     if scorer in CHOICE:
-        return vlmeval_choice(item.prediction, item.options, strip=scorer != "mmbench_circular") is None
+        options = choices(scorer, item)
+        return vlmeval_choice(item.prediction, options, strip=scorer != "mmbench_circular") is None
     return False
+
+
+def choices(scorer: str, item: ScoredItem) -> dict[str, str]:
+    """Returns the options an item is read against (MMMU's open questions as ``MMMU_preproc`` makes them)."""
+    return mmmu_question(item)[0] if scorer == "mmmu_vlmeval" else dict(item.options)
 
 
 def read_verdict(scorer: str, reply: str, options: Mapping[str, str]) -> str | None:
@@ -103,7 +110,7 @@ def read_verdict(scorer: str, reply: str, options: Mapping[str, str]) -> str | N
 
 def judge_prompt(scorer: str, item: ScoredItem, question: str, prompts: Mapping[str, str]) -> str:
     """Returns the judge's prompt for one item from the ``yes_no`` or ``choice`` template."""
-    options = "\n".join(f"{letter}. {text}" for letter, text in item.options.items())
+    options = "\n".join(f"{letter}. {text}" for letter, text in choices(scorer, item).items())
     template = prompts["yes_no" if scorer in YES_NO else "choice"]
     return template.format(question=question, options=options, answer=item.prediction)
 
@@ -182,7 +189,7 @@ def judge_result(cfg: JudgeAnswersConfig, chat: Chat | None = None) -> dict[str,
             continue
         prompt = judge_prompt(spec.scorer, item, questions[item.id], cfg.prompts)
         reply = ask(prompt)
-        verdict = read_verdict(spec.scorer, reply, item.options)
+        verdict = read_verdict(spec.scorer, reply, choices(spec.scorer, item))
         records.append({"id": item.id, "answer": item.prediction, "prompt": prompt, "judge_output": reply,
                         "judged": verdict})  # fmt: skip
         final.append(item if verdict is None else replace(item, prediction=verdict))
