@@ -10,6 +10,8 @@ and batch size it times, in the same process, greedy decoding of ``--new-tokens`
 * ``engine``: ``sparsectx.engine.DecodeEngine`` with ``conf/engine/default.yaml`` (CUDA graphs on CUDA),
   stop string ``</answer>`` checked as in evaluation (random weights never emit it, so every run decodes
   the full length);
+* ``engine-uncompiled``: the same with ``engine.compile=off`` (the captured step on HF's eager kernels),
+  printed where the default compiles the step;
 * ``hf-dynamic``: ``model.generate`` with the default DynamicCache;
 * ``hf-static``: ``model.generate(cache_implementation="static")``.
 
@@ -24,6 +26,7 @@ prefill shared by all (``Prompts.shared``); prefill ms is the time for one token
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -151,21 +154,22 @@ def main() -> None:
     args = parser.parse_args()
     model, tokenizer = build(args)
     engine_cfg = EngineConfig(**OmegaConf.to_container(OmegaConf.load(ROOT / "conf/engine/default.yaml")))
-    engine = DecodeEngine(adapter_for(model, signal_chunk=1024), tokenizer, engine_cfg)
+    adapter = adapter_for(model, signal_chunk=1024)
+    engine = DecodeEngine(adapter, tokenizer, engine_cfg)
+    eager = DecodeEngine(adapter, tokenizer, dataclasses.replace(engine_cfg, compile="off"))
     lengths = {"pruned": round(BUDGET * VISUAL_TOKENS) + TEXT_TOKENS, "full": VISUAL_TOKENS + TEXT_TOKENS}
     print(f"# {torch.cuda.get_device_name() if model.device.type == 'cuda' else 'cpu'}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params, {args.new_tokens} new tokens, "
-          f"engine graphs={engine.graphs}, sync_every={engine_cfg.sync_every}")  # fmt: skip
+          f"engine graphs={engine.graphs}, compiled={engine.compiled}, sync_every={engine_cfg.sync_every}")  # fmt: skip
     print("| context | batch | method | decode ms/step | tokens/s | engine speed-up |")
     print("| --- | --- | --- | --- | --- | --- |")
     for context in args.contexts:
         length = lengths[context]
         for batch in args.batches:
-            rows = {
-                "engine": time_engine(
-                    engine, random_prompts(model, batch, length, model.device), args.new_tokens, args
-                )
-            }
+            prompts = random_prompts(model, batch, length, model.device)
+            rows = {"engine": time_engine(engine, prompts, args.new_tokens, args)}
+            if engine.compiled:
+                rows["engine-uncompiled"] = time_engine(eager, prompts, args.new_tokens, args)
             for name, cache in (("hf-dynamic", None), ("hf-static", "static")):
                 rows[name] = time_hf(model, batch, length, args.new_tokens, cache, args)
             step = {k: (full - one) / (args.new_tokens - 1) for k, (full, one) in rows.items()}

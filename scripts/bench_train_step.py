@@ -52,6 +52,7 @@ from bench_reference import ReferenceShape, reference_step  # noqa: E402
 from sparsectx import encoding  # noqa: E402
 from sparsectx.data import Item  # noqa: E402
 from sparsectx.models import LoadedModel, adapter_for, resolve_model_path  # noqa: E402
+from sparsectx.models.compiled_blocks import COMPILE_BLOCKS, compile_blocks, compile_on  # noqa: E402
 from sparsectx.models.loading import set_vision_attention  # noqa: E402
 from sparsectx.models.processor import load_processor  # noqa: E402
 from sparsectx.models.qwen_common import QwenVLAdapter  # noqa: E402
@@ -179,6 +180,7 @@ def build_model(args) -> tuple[LoadedModel, int]:
     model.eval()
     set_vision_attention(model, "grouped")
     align_vision_mlps(model, preset.vision_mlp_multiple)
+    compile_blocks(model, compile_on(args.compile_blocks or preset.compile_blocks, model.device))
     return LoadedModel(adapter_for(model, signal_chunk=1024), processor), side
 
 
@@ -348,6 +350,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", default=None, help="a folder: profile one more project step per method")
+    parser.add_argument(
+        "--compile-blocks", default=None, choices=COMPILE_BLOCKS, help="model.compile_blocks (default: the preset's)"
+    )
     args = parser.parse_args()
     loaded, side = build_model(args)
     device = loaded.adapter.model.device

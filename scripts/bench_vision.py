@@ -6,8 +6,9 @@
 
 For each batch size it prints the median ms per image of: the bare tower under HF's sdpa (one attention
 call per window or image) and under ``model.vision_attention: grouped`` (one call per distinct segment
-length) and ``aligned`` (grouped, with the MLP width zero-padded to ``model.vision_mlp_multiple``: the
-presets' default), then each with the adapter's pruner signals (``encode_images``: recomputed in a second
+length), ``aligned`` (grouped, with the MLP width zero-padded to ``model.vision_mlp_multiple``) and
+``compiled`` (aligned, every block through ``torch.compile``: ``model.compile_blocks``, the presets'
+default on CUDA), then each with the adapter's pruner signals (``encode_images``: recomputed in a second
 pass under HF, taken from the signal block's own softmax otherwise), and the largest difference between
 each ``encode_images`` result and HF's. Dtype, device and signal chunk come from ``conf/model``'s
 ``qwen2_5_vl_7b.yaml`` (``tiny.yaml`` with ``--tiny``). Weights are random: the cost does not depend on
@@ -29,6 +30,7 @@ from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig
 from transformers.vision_utils import get_vision_window_index
 
 from sparsectx.models import adapter_for, set_vision_attention
+from sparsectx.models.compiled_blocks import compile_blocks
 from sparsectx.models.loading import DTYPES
 from sparsectx.models.vision_attention import group_segments
 from sparsectx.models.vision_mlp import align_vision_mlps
@@ -113,8 +115,10 @@ def median_ms(call: Callable[[], object], device: str, warmup: int, repeats: int
 
 def route(model: torch.nn.Module, choice: str, multiple: int) -> None:
     """Puts the vision tower on HF's sdpa (``hf``), on the grouped attention (``grouped``), or on the grouped
-    attention with the MLP width padded to ``multiple`` (``aligned``: the model presets' default)."""
-    align_vision_mlps(model, multiple if choice == "aligned" else 0)
+    attention with the MLP width padded to ``multiple`` (``aligned``), and that with the blocks compiled
+    (``compiled``: the model presets' default on CUDA)."""
+    align_vision_mlps(model, multiple if choice in ("aligned", "compiled") else 0)
+    compile_blocks(model, choice == "compiled")
     if choice == "hf":
         model.set_attn_implementation({"vision_config": "sdpa"})
     else:
@@ -134,7 +138,7 @@ def time_batch(model: torch.nn.Module, cfg, batch: int, side: int, args: argpars
     lengths = group_segments(cu, int(cu[-1]), None).lengths
     print(f"batch {batch:3d}: {cu.numel() - 1} windows per windowed block, lengths {lengths}")
     encoded = {}
-    for choice in ("hf", "grouped", "aligned"):
+    for choice in ("hf", "grouped", "aligned", "compiled"):
         route(model, choice, cfg.vision_mlp_multiple)
         bare = median_ms(lambda: visual(pixels, grid_thw=grid), device, args.warmup, args.repeats)
         signals = median_ms(lambda: adapter.encode_images(pixels, grid), device, args.warmup, args.repeats)
@@ -142,7 +146,7 @@ def time_batch(model: torch.nn.Module, cfg, batch: int, side: int, args: argpars
         print(
             f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image"
         )
-    for choice in ("grouped", "aligned"):
+    for choice in ("grouped", "aligned", "compiled"):
         for name in ("embeds", "attention_received", "keys"):
             got, want = (torch.cat([getattr(im, name).float() for im in encoded[c]]) for c in (choice, "hf"))
             print(f"  max |{choice} - hf| {name:18s} {(got - want).abs().max().item():.2e}")

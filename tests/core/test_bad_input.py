@@ -34,6 +34,6 @@ def test_unreadable_image_names_the_sample(tiny_vlm):
 
 
 def test_missing_model_path_says_how_to_point_at_a_checkpoint(tmp_path):
-    cfg = ModelConfig("x", str(tmp_path / "nowhere"), "float32", "cpu", "sdpa", 64, "grouped", 1, 64)
+    cfg = ModelConfig("x", str(tmp_path / "nowhere"), "float32", "cpu", "sdpa", 64, "grouped", 1, 64, "auto")
     with pytest.raises(FileNotFoundError, match="model.path=/models/"):
         load_model(cfg)

@@ -62,3 +62,19 @@ def test_graphs_are_recaptured_when_weights_move(cuda_vlm):
     after = [g.token_ids.tolist() for g in engine.generate(prompts, sampling)]
     assert after == before
     assert len(engine._steps) == 2
+
+
+@torch.no_grad()
+def test_compiled_captured_step_equals_the_reference(cuda_vlm):
+    adapter, samples, selections = _contexts(cuda_vlm, seed=3)
+    tok = cuda_vlm.processor.tokenizer
+    sampling = SamplingConfig(24, False, 1.0, 1.0, 0, [])
+    prompts = pruned_prompts(adapter, samples, selections)
+    engine = DecodeEngine(adapter, tok, default_engine(cuda_graphs="on", compile="on"))
+    assert engine.compiled
+    outs = [g.token_ids.tolist() for g in engine.generate(prompts, sampling, slots=4)]
+    reference = [
+        reference_generate(adapter, tok, build_context(adapter, [s], [sel]), sampling, None)[0]
+        for s, sel in zip(samples, selections, strict=True)
+    ]
+    assert outs == [g.token_ids.tolist() for g in reference]

@@ -152,12 +152,12 @@ def test_grouping_is_computed_once_per_cu_seqlens_tensor(family_inputs, monkeypa
 
 def test_bad_vision_attention_is_a_config_error() -> None:
     with pytest.raises(ValueError, match=r"model\.vision_attention='fast'.*\['grouped', 'hf'\]"):
-        ModelConfig("tiny", "package:tiny-vlm", "float32", "cpu", "sdpa", 8, "fast", 1, 64)
+        ModelConfig("tiny", "package:tiny-vlm", "float32", "cpu", "sdpa", 8, "fast", 1, 64, "auto")
 
 
 @pytest.mark.parametrize("choice, expected", [("grouped", va.NAME), ("hf", "sdpa")])
 def test_loaders_apply_the_switch(tmp_path: Path, choice: str, expected: str) -> None:
-    cfg = ModelConfig("tiny", "package:tiny-vlm", "float32", "cpu", "sdpa", 8, choice, 1, 64)
+    cfg = ModelConfig("tiny", "package:tiny-vlm", "float32", "cpu", "sdpa", 8, choice, 1, 64, "auto")
     random_dir = tmp_path / "random"
     shutil.copytree(ASSET, random_dir, ignore=shutil.ignore_patterns("*.safetensors"))
     loaded = [

@@ -73,7 +73,7 @@ def test_checkpoint_is_the_merged_model_and_loads(tiny_env, tmp_path) -> None:  
     torch.testing.assert_close(weights[key], want, atol=1e-6, rtol=1e-6)
     assert not torch.allclose(weights[key], base[key])  # it trained
     loaded = load_model(
-        ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped", 1, 64)
+        ModelConfig("tiny", str(result.checkpoint), "float32", "cpu", "sdpa", 8, "grouped", 1, 64, "auto")
     )
     assert loaded.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") == loaded.adapter.image_token_id
     assert (result.run_dir / "config.yaml").is_file()

@@ -15,6 +15,8 @@ class EngineConfig:
 
     cuda_graphs: str
     """``auto`` (on when the model is on CUDA), ``on`` (a config error off CUDA) or ``off``."""
+    compile: str
+    """``auto`` (on when the step is captured as a CUDA graph), ``on`` or ``off``: torch.compile the step."""
     sync_every: int
     """Decode steps between host syncs: finished slots are read, checked and refilled only then."""
     max_slots: int
@@ -30,6 +32,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         check_choice(self.cuda_graphs, ("auto", "on", "off"), "engine.cuda_graphs")
+        check_choice(self.compile, ("auto", "on", "off"), "engine.compile")
         for key in ("sync_every", "max_slots", "max_length", "length_step", "graph_cache"):
             if getattr(self, key) < 1:
                 raise ValueError(f"engine.{key}={getattr(self, key)} must be a positive integer")
@@ -62,3 +65,11 @@ class EngineConfig:
                 f"{key}={slots} is larger than the engine's cache (engine.max_slots={self.max_slots}); "
                 f"lower {key} or raise engine.max_slots"
             )
+
+    def compile_on(self, device: torch.device) -> bool:
+        """Returns whether the decode step's model part runs through ``torch.compile`` on ``device``.
+
+        ``auto`` compiles exactly when the step is captured as a CUDA graph: the compile time (tens of
+        seconds at 7B, once per process) pays back over a run's decode steps there, not on a CPU.
+        """
+        return self.compile == "on" or (self.compile == "auto" and self.graphs_on(device))

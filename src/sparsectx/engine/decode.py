@@ -42,6 +42,7 @@ class DecodeEngine:
         self.adapter, self.tokenizer, self.cfg = adapter, tokenizer, cfg
         self.device = adapter.model.device
         self.graphs = cfg.graphs_on(self.device)
+        self.compiled = cfg.compile_on(self.device)
         self._steps: OrderedDict[tuple[int, int, int], DecodeStep] = OrderedDict()
 
     def shape(self, slots: int, longest: int, cap: int) -> tuple[int, int]:
@@ -65,14 +66,14 @@ class DecodeEngine:
     def step_for(self, slots: int, length: int, prefill: DynamicCache) -> DecodeStep:
         """Returns the decode step of this shape: a kept captured graph on CUDA, else a fresh one."""
         if not self.graphs:
-            return DecodeStep(self.adapter, SlotCache(prefill, slots, length), capture=False)
+            return DecodeStep(self.adapter, SlotCache(prefill, slots, length), False, self.compiled)
         key = (slots, length, weights_key(self.adapter.model))
         if key in self._steps:
             self._steps.move_to_end(key)
             return self._steps[key]
         while len(self._steps) >= self.cfg.graph_cache:
             self._steps.popitem(last=False)
-        step = DecodeStep(self.adapter, SlotCache(prefill, slots, length), capture=True)
+        step = DecodeStep(self.adapter, SlotCache(prefill, slots, length), True, self.compiled)
         self._steps[key] = step
         return step
 

@@ -81,6 +81,7 @@ class SlotCache:
         device = self.keys[0].device
         self.slots, self.length = slots, length
         self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
+        self._rows = torch.arange(slots, device=device)
         self.valid = torch.zeros(slots, len(self.keys), length, dtype=torch.bool, device=device)
         self.clear()
 
@@ -97,10 +98,11 @@ class SlotCache:
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: object, **__: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Writes one step's (B, KV, 1, d) keys/values at each slot's write index; returns the whole layer."""
-        index = self.write_index.view(-1, 1, 1, 1).expand(-1, key_states.shape[1], 1, key_states.shape[-1])
-        self.keys[layer_idx].scatter_(2, index, key_states.to(self.keys[layer_idx].dtype))
-        self.values[layer_idx].scatter_(2, index, value_states.to(self.values[layer_idx].dtype))
-        return self.keys[layer_idx], self.values[layer_idx]
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        # An index_put (not a scatter): a compiled step then writes the cache in place, without a copy.
+        keys[self._rows, :, self.write_index] = key_states[:, :, 0].to(keys.dtype)
+        values[self._rows, :, self.write_index] = value_states[:, :, 0].to(values.dtype)
+        return keys, values
 
     def mark_written(self) -> None:
         """Marks each slot's write position as a valid key (called before the step's layers run)."""

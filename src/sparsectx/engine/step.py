@@ -4,7 +4,10 @@ The step reads its inputs from fixed buffers (each slot's last token and its unp
 the new keys/values at each slot's write index, advances index and position, and leaves (B, V) logits in a
 fixed output buffer. Captured, it is one graph launch per token for the whole batch; the graph holds
 pointers to the model's weights, so it is captured again whenever the parameters are re-allocated
-(``weights_key``), never when they are only updated in place (optimizer steps, EMA swaps).
+(``weights_key``), never when they are only updated in place (optimizer steps, EMA swaps). The model's part
+of the step (embedding, decoder layers, LM head) can go through ``torch.compile`` first (``engine.compile``):
+inductor fuses the norms, rotary and activation products that otherwise run as many small kernels, and the
+graph then captures the fused kernels.
 """
 
 from __future__ import annotations
@@ -23,11 +26,26 @@ def weights_key(model: torch.nn.Module) -> int:
     return hash(tuple((p.data_ptr(), p.dtype) for p in model.parameters()))
 
 
+def model_step(
+    adapter: VLMAdapter, cache: SlotCache, tokens: torch.Tensor, positions: torch.Tensor, visual: torch.Tensor
+) -> torch.Tensor:
+    """Returns the (B, V) next-token logits of each slot's token at its position, writing its keys/values."""
+    embeds = adapter.embed_ids(tokens[:, None])
+    inputs = LLMInputs(embeds, cache.attention_mask(), positions.view(1, -1, 1).expand(3, -1, 1), visual, ())
+    hidden = adapter.run_llm(inputs, cache)
+    return adapter.logits(hidden[:, -1])
+
+
+_COMPILED_STEP = torch.compile(model_step)
+"""``model_step`` through inductor, compiled on first use: one shape specialised, later shapes dynamic."""
+
+
 class DecodeStep:
     """The fixed-shape decode step of one slot cache; ``run`` advances every slot by one token."""
 
-    def __init__(self, adapter: VLMAdapter, cache: SlotCache, capture: bool) -> None:
+    def __init__(self, adapter: VLMAdapter, cache: SlotCache, capture: bool, compiled: bool) -> None:
         self.adapter, self.cache = adapter, cache
+        self._model_step = _COMPILED_STEP if compiled else model_step
         device = cache.valid.device
         self.tokens = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)
@@ -42,33 +60,34 @@ class DecodeStep:
         """Runs the model on each slot's token at its position; returns the (B, V) next-token logits."""
         cache, adapter = self.cache, self.adapter
         cache.mark_written()
-        embeds = adapter.embed_ids(self.tokens[:, None])
-        positions = self.positions.view(1, -1, 1).expand(3, -1, 1)
-        inputs = LLMInputs(embeds, cache.attention_mask(), positions, self._visual, ())
         with decode_attention(adapter.model.config.get_text_config()):
-            hidden = adapter.run_llm(inputs, cache)
-        logits = adapter.logits(hidden[:, -1])
+            logits = self._model_step(adapter, cache, self.tokens, self.positions, self._visual)
         cache.write_index.add_(1).clamp_(max=cache.length - 1)
         self.positions.add_(1)
         return logits
 
     def _capture(self) -> None:
-        """Warms the step up on a side stream, captures it as a CUDA graph, then clears the slot state."""
-        side = torch.cuda.Stream(device=self.tokens.device)
-        side.wait_stream(torch.cuda.current_stream(self.tokens.device))
-        with torch.cuda.stream(side):
+        """Warms the step up on a side stream, captures it as a CUDA graph, then clears the slot state.
+
+        Warm-up and capture run under one autocast state: a compiled step guards on it, and a recompile
+        inside the capture would launch inductor's autotuning benchmarks there and invalidate the graph.
+        """
+        device = self.tokens.device
+        autocast = torch.is_autocast_enabled(device.type)
+        dtype = torch.get_autocast_dtype(device.type)
+
+        def capture_autocast() -> torch.autocast:
+            # An autocast weight cache would hold tensors made during capture; graphs need it off.
+            return torch.autocast(device.type, dtype=dtype, enabled=autocast, cache_enabled=False)
+
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), capture_autocast():
             for _ in range(WARMUP_STEPS):
                 self._forward()
-        torch.cuda.current_stream(self.tokens.device).wait_stream(side)
+        torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        device_type = self.tokens.device.type
-        autocast = torch.is_autocast_enabled(device_type)
-        dtype = torch.get_autocast_dtype(device_type)
-        # An autocast weight cache would hold tensors made during capture; graphs need it off.
-        with (
-            torch.autocast(device_type, dtype=dtype, enabled=autocast, cache_enabled=False),
-            torch.cuda.graph(self.graph),
-        ):
+        with capture_autocast(), torch.cuda.graph(self.graph):
             self.logits = self._forward()
         self._reset()
 

@@ -11,6 +11,7 @@ from transformers import AutoModelForImageTextToText, PreTrainedModel
 from sparsectx.checks import check_choice
 from sparsectx.models import qwen2_5_vl, qwen3_vl
 from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.compiled_blocks import COMPILE_BLOCKS, compile_blocks, compile_on
 from sparsectx.models.processor import ImageTextProcessor, load_processor
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 from sparsectx.models.vision_attention import use_grouped_vision_attention
@@ -52,10 +53,14 @@ class ModelConfig:
     vision_mlp_multiple: int
     """Pads the vision MLP's intermediate width with zeros to a multiple of this at inference (the same
     outputs; ``sparsectx.models.vision_mlp``): Qwen2.5-VL's 3,420 misses cuBLAS's fast kernels. 0 = off."""
+    compile_blocks: str
+    """``torch.compile`` the vision blocks and decoder layers in forwards that train none of their weights
+    (``sparsectx.models.compiled_blocks``): ``auto`` (on CUDA), ``on`` or ``off``."""
 
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
         check_choice(self.vision_attention, VISION_ATTENTION, "model.vision_attention")
+        check_choice(self.compile_blocks, COMPILE_BLOCKS, "model.compile_blocks")
         if self.signal_chunk < 1:
             raise ValueError(f"model.signal_chunk={self.signal_chunk} must be a positive integer")
         if self.vision_mlp_multiple < 0:
@@ -131,9 +136,11 @@ def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
 
 
 def route_vision_tower(model: PreTrainedModel, cfg: ModelConfig) -> None:
-    """Returns None after choosing the vision tower's attention and MLP paths as ``cfg`` says."""
+    """Returns None after choosing the vision tower's attention and MLP paths and the compiled blocks as
+    ``cfg`` says."""
     set_vision_attention(model, cfg.vision_attention)
     align_vision_mlps(model, cfg.vision_mlp_multiple)
+    compile_blocks(model, compile_on(cfg.compile_blocks, model.device))
 
 
 def load_model(cfg: ModelConfig) -> LoadedModel:

@@ -203,7 +203,8 @@ def grouped_segment_attention(
 
 def use_grouped_vision_attention(model: nn.Module) -> None:
     """Routes ``model``'s vision tower (a Qwen2.5-VL / Qwen3-VL model) through :func:`grouped_segment_attention`."""
-    AttentionInterface.register(NAME, grouped_segment_attention)
+    # Never traced by torch.compile (``model.compile_blocks``): its segment grouping is cached on the host.
+    AttentionInterface.register(NAME, torch.compiler.disable(grouped_segment_attention))
     model.set_attn_implementation({"vision_config": NAME})
 
 

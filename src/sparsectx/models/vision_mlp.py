@@ -65,6 +65,7 @@ def _source_key(firsts: list[nn.Linear], second: nn.Linear) -> tuple:
     return tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
 
 
+@torch.compiler.disable  # a host-side cache keyed by parameter versions: never traced
 @torch.no_grad()
 def padded_weights(mlp: nn.Module, multiple: int) -> PaddedMLP:
     """Returns ``mlp``'s padded weights, building them when absent or stale."""
