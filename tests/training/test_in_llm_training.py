@@ -176,3 +176,26 @@ def test_activation_checkpointing_gives_the_same_step_through_the_drop(tiny_env,
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     for key, value in results[0][1].items():
         torch.testing.assert_close(value, results[1][1][key], atol=1e-6, rtol=1e-5)
+
+
+def test_a_reuse_step_keeps_the_generation_steps_in_llm_selection(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """GRPO with num_iterations = 2: step 2 scores step 1's rollouts on step 1's kept tokens, not on a new
+    choice by the moved weights (an in-LLM selection depends on them)."""
+    import sparsectx.training.contexts as contexts
+
+    calls = []
+    real = contexts.select_in_llm
+    monkeypatch.setattr(contexts, "select_in_llm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    trainer = make_trainer(
+        tiny_env, tmp_path, "method=grpo", "method.rl.group_size=2", "method.rl.num_iterations=2",
+        "method.optim.lr=0.05", *IN_LLM["dart"],
+    )  # fmt: skip
+    _, first, _ = train_step(trainer)
+    generated = len(calls)
+    _, second, _ = train_step(trainer)
+    assert generated >= 1 and len(calls) == generated  # the reuse step selects nothing anew
+    for a, b in zip(first, second, strict=True):
+        for sel_a, sel_b in zip(a.selections, b.selections, strict=True):
+            for s_a, s_b in zip(sel_a, sel_b, strict=True):
+                assert isinstance(s_b, LayerSelection) and s_b.layer == s_a.layer
+                assert torch.equal(s_a.indices, s_b.indices) and torch.equal(s_a.embeds, s_b.embeds)

@@ -55,7 +55,7 @@ def image_signals(
 
 
 def _checked(name: str, indices: torch.Tensor, image: ImageTokens, k: int, layer: int) -> LayerSelection:
-    """Returns the ``LayerSelection`` of ``indices``; raises RuntimeError unless they are k ascending in-range ints."""
+    """Returns the ``LayerSelection`` of ``indices``; raises RuntimeError unless k ascending in-range ints."""
     n = image.num_tokens
     ok = indices.dtype == torch.int64 and indices.ndim == 1 and indices.numel() == k
     ok = ok and int(indices.min()) >= 0 and int(indices.max()) < n
@@ -63,7 +63,8 @@ def _checked(name: str, indices: torch.Tensor, image: ImageTokens, k: int, layer
     if not ok:
         raise RuntimeError(
             f"pruner {name!r} broke its contract on an image of N={n} tokens, k={k}: returned "
-            f"{indices.dtype} of shape {tuple(indices.shape)} ({indices.tolist()[:8]}...), not k ascending indices"
+            f"{indices.dtype} of shape {tuple(indices.shape)} ({indices.tolist()[:8]}...), "
+            "not k ascending indices"
         )
     plain = Selection.gather(image, indices)
     return LayerSelection(plain.indices, plain.embeds, plain.deepstack, layer=layer)
@@ -111,7 +112,7 @@ def select_in_llm(
     params: Mapping[str, object],
     layer: int,
 ) -> list[list[Selection]]:
-    """Returns per sample one ``LayerSelection`` per image: k = clamp(round(b N_i), 1, N_i) tokens from layer K on.
+    """Returns per sample one ``LayerSelection`` per image: k = clamp(round(b N_i), 1, N_i) tokens after K.
 
     Args:
         adapter: the model adapter (runs layers 0..K-1).
@@ -132,6 +133,23 @@ def select_in_llm(
     rule = (name, budget, params, layer)
     for b, selections in zip(pictured, select_rows(adapter, chosen, signals, rule), strict=True):
         out[b] = list(selections)
+    return out
+
+
+def restore_selections(
+    samples: list[EncodedSample], kept: list[list[torch.Tensor]], layer: int
+) -> list[list[Selection]]:
+    """Returns the ``LayerSelection``s of stored kept indices (per sample, per image), dropping before ``layer``.
+
+    An in-LLM selection keeps its image's own vectors, so its indices alone rebuild it exactly.
+    """
+    out = []
+    for sample, indices in zip(samples, kept, strict=True):
+        plain = [
+            Selection.gather(image, idx.to(image.embeds.device))
+            for image, idx in zip(sample.images, indices, strict=True)
+        ]
+        out.append([LayerSelection(p.indices, p.embeds, p.deepstack, layer=layer) for p in plain])
     return out
 
 
@@ -173,7 +191,7 @@ def _keep_mask(
     valid: torch.Tensor,
     signals: LayerSignals,
 ) -> torch.Tensor:
-    """Returns the (B, L) keep mask of ``select_rows``'s choice: every real slot but the dropped visual ones."""
+    """Returns the (B, L) keep mask of ``select_rows``'s choice: every real slot but the dropped visual."""
     keep = valid.clone()
     width = keep.shape[1]
     for row, (sample, selections) in enumerate(

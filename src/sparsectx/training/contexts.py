@@ -17,7 +17,7 @@ from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.layer_selection import LayerSelection
 from sparsectx.pruning import select_tokens
-from sparsectx.pruning.layer import select_in_llm
+from sparsectx.pruning.layer import restore_selections, select_in_llm
 from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.positions import positions_per_sequence
@@ -161,6 +161,7 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 def micro_contexts(
     cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
     host: HostInputs | None = None, teacher_budget: float | None = None,
+    kept: list[list[torch.Tensor]] | None = None,
 ) -> MicroContexts:  # fmt: skip
     """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
@@ -174,6 +175,9 @@ def micro_contexts(
         teacher_budget: the teacher's own budget this step (``method.teacher.budget_gap``), or None for the
             full visual context. The pruner re-selects at it from the student's prompt, with the student's
             seed (EPIC re-runs its pruner at the milder ratio; not forced to nest, unlike the b+δ union).
+        kept: per sample, per image, the kept indices of an earlier in-LLM selection to reuse (a reuse step's
+            stored rollouts, ``training.groups``: the weights moved since, so selecting again would differ);
+            None = select now.
     """
     method = cfg.method
     if host is None:
@@ -181,7 +185,10 @@ def micro_contexts(
     prompts = host.prompts
     with torch.no_grad():
         encoded = encode_samples(student.adapter, student.processor, prompts, host.batch)
-        selections = select_batch(cfg, student, encoded, budget, positions)
+        if kept is None:
+            selections = select_batch(cfg, student, encoded, budget, positions)
+        else:
+            selections = restore_selections(encoded, kept, cfg.pruner.layer)
         probe = None
         if method.positions.needs_probe:
             probe = probe_batch(cfg, student, encoded, selections, budget, positions)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from sparsectx.data import Item
+from sparsectx.layer_selection import LayerSelection
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.contexts import MicroBatch, MicroContexts, micro_contexts, step_prefixes
 from sparsectx.training.prefetch import Batch, HostInputs
@@ -36,6 +37,7 @@ from sparsectx.training.rewards import REWARDS
 from sparsectx.training.rl import GroupBatch, group_advantages, informative_groups, overlong_penalty
 from sparsectx.training.rollout import Prefix
 from sparsectx.training.student import Student
+from sparsectx.visual import Selection
 
 Draw = Callable[[int, int], Batch]
 """``draw(count, round)``: ``count`` new prompts (items, positions) for refill round ``round``."""
@@ -238,8 +240,17 @@ def stored_rollouts(micro: list[MicroBatch]) -> list[dict[str, Any]]:
             "stopped": list(mb.prefix.stopped), "valid": mb.valid.cpu(), "old_logp": mb.old_logp.cpu(),
             "rewards": group.rewards.cpu(), "advantages": group.advantages.cpu(), "group_size": size,
             "informative": group.informative, "unscorable": group.unscorable, "dropped": group.dropped,
+            "kept": _in_llm_kept(mb.selections[::size]),
         })  # fmt: skip
     return out
+
+
+def _in_llm_kept(selections: list[list[Selection]]) -> list[list[torch.Tensor]] | None:
+    """Returns the CPU kept indices of in-LLM selections (they depend on the weights), else None: a pre-LLM
+    choice is a function of the frozen vision features and the seed, so a reuse step makes it again."""
+    if not any(isinstance(s, LayerSelection) for sel in selections for s in sel):
+        return None
+    return [[s.indices.cpu() for s in sel] for sel in selections]
 
 
 def reused_groups(
@@ -263,7 +274,8 @@ def reused_groups(
                 f"set now gives items {[it.index for it in items]}: the data changed under a resumed run"
             )
         size = entry["group_size"]
-        c = repeat_context(micro_contexts(cfg, student, items, entry["positions"], budget), size)
+        kept = entry.get("kept")  # None: a pre-LLM choice (and states written before in-LLM pruners)
+        c = repeat_context(micro_contexts(cfg, student, items, entry["positions"], budget, kept=kept), size)
         device = c.encoded[0].prompt_ids.device
         prefix = Prefix([t.to(device) for t in entry["tokens"]], list(entry["texts"]), list(entry["stopped"]))
         ids, _ = prefix.padded()
