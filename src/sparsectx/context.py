@@ -53,7 +53,7 @@ def _in_context(image: ImageTokens, selection: Selection) -> Selection:
 def _sample_pieces(
     adapter: VLMAdapter, sample: EncodedSample, selections: list[Selection], response: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor], int, torch.Tensor]:
-    """Returns one sample's (embeds, positions, visual mask, deepstack rows, prompt length, late keep), unpadded.
+    """Returns one sample's (embeds, positions, visual mask, deepstack rows, prompt length, late keep).
 
     ``late keep`` is False exactly at the slots of tokens an in-LLM selection drops before its layer K.
     """

@@ -68,7 +68,7 @@ def decode_attention(text_config: PretrainedConfig) -> Iterator[None]:
 
 
 class SlotCache:
-    """Per-layer (B, KV, S, d) key/value buffers, the per-slot write index and (B, layers, S) valid-key masks."""
+    """Per-layer (B, KV, S, d) key/value buffers, the per-slot write index, (B, layers, S) valid-key masks."""
 
     def __init__(self, prefill: DynamicCache, slots: int, length: int) -> None:
         """Allocates ``slots`` x ``length`` rows shaped like the layers of a prefill cache."""
@@ -120,7 +120,7 @@ class SlotCache:
         masks: list[torch.Tensor],
         source: torch.Tensor | None = None,
     ) -> None:
-        """Places a prefill's rows into ``slots``: layer l's keys/values at ``[0, W_l)``, valid at ``masks[l]``.
+        """Places a prefill's rows into ``slots``: layer l's keys/values at ``[0, W_l)``, valid at masks[l].
 
         ``masks`` holds per decoder layer the (B_new, W_l) mask of the keys that layer cached (W_l < W after
         in-LLM pruning for layers >= K; ``sparsectx.models.in_llm.layer_masks``). ``source`` (len(slots),)

@@ -116,7 +116,7 @@ def decode_flops(text: PretrainedConfig, prompt_len: int, steps: int, late: Late
 
 
 def kv_cache_bytes(text: PretrainedConfig, seq_len: int, bytes_per_element: int, late: Late) -> int:
-    """Returns the KV-cache size in bytes after prefilling ``seq_len`` tokens (layers >= K: L' with ``late``)."""
+    """Returns the KV-cache bytes after prefilling ``seq_len`` tokens (layers >= K hold L' with ``late``)."""
     _, _, kv, hd, _, _, _ = _dims(text)
     return 2 * kv * hd * sum(layer_lengths(text, seq_len, late)) * bytes_per_element
 

@@ -49,8 +49,8 @@ class LayerSignals:
     """What layer K-1 tells an in-LLM pruner, in the context's (B, L) slot layout.
 
     Attributes:
-        attention: (B, L) fp32 softmax attention of each row's query slot (its last prompt token) at layer K-1,
-            mean over heads; 0 at keys after the query and at padding.
+        attention: (B, L) fp32 softmax attention of each row's query slot (its last prompt token) at
+            layer K-1, mean over heads; 0 at keys after the query and at padding.
         keys: (B, L, KV * d) fp32 post-RoPE keys of layer K-1 (after Qwen3-VL's k_norm), heads flattened.
         hidden: (B, L, D) fp32 hidden states entering layer K, passed through the model's final norm.
     """
@@ -181,7 +181,7 @@ def _project(
 def _query_row(
     query: torch.Tensor, key: torch.Tensor, scaling: float, query_index: torch.Tensor, valid: torch.Tensor
 ) -> torch.Tensor:
-    """Returns (B, L) fp32 attention of query slot ``query_index[b]`` over the valid keys up to it, mean over heads."""
+    """Returns (B, L) fp32 attention of slot ``query_index[b]`` over the valid keys up to it, head mean."""
     batch, heads, width, dim = query.shape
     rows = torch.arange(batch, device=query.device)
     q = query[rows, :, query_index].float()  # (B, H, d)
@@ -201,7 +201,7 @@ def _probe(
     query_index: torch.Tensor,
     inputs: LLMInputs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns layer K-1's (B, L) query-row attention and (B, L, KV * d) fp32 keys from its input ``hidden``."""
+    """Returns layer K-1's (B, L) query-row attention and (B, L, KV * d) fp32 keys from its input."""
     block = text_model.layers[layer - 1]
     query, key = _project(block.self_attn, block.input_layernorm(hidden), rotary)
     attention = _query_row(query, key, block.self_attn.scaling, query_index, inputs.attention_mask)

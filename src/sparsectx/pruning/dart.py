@@ -28,7 +28,7 @@ from sparsectx.pruning import PARAM_CHECKS, PRUNERS
 
 
 def _top_norm(keys: torch.Tensor, count: int) -> torch.Tensor:
-    """Returns the indices of the ``count`` rows of ``keys`` of largest L1 norm, descending (ties: lower first)."""
+    """Returns the ``count`` rows of ``keys`` of largest L1 norm, descending (ties: lower index first)."""
     norms = keys.float().abs().sum(-1)
     return torch.sort(-norms, stable=True).indices[: min(count, norms.numel())]
 
@@ -67,11 +67,11 @@ def select_dart(signals: ImageSignals, k: int, *, pivot_image: int, pivot_text: 
 
 @PARAM_CHECKS.register("dart")
 def check_dart_params(params: Mapping[str, object]) -> None:
-    """Raises ValueError unless ``pruner.params.pivot_image`` is an integer >= 1 and ``pivot_text`` one >= 0."""
+    """Raises ValueError unless ``pruner.params.pivot_image`` is an int >= 1 and ``pivot_text`` one >= 0."""
     for key, low in (("pivot_image", 1), ("pivot_text", 0)):
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(
-                f"pruner.params.{key}={value!r} must be an integer >= {low} (DART's reference uses 4 image and "
-                "4 text pivots)"
+                f"pruner.params.{key}={value!r} must be an integer >= {low} (DART's reference uses 4 "
+                "image and 4 text pivots)"
             )

@@ -139,7 +139,7 @@ def select_in_llm(
 def restore_selections(
     samples: list[EncodedSample], kept: list[list[torch.Tensor]], layer: int
 ) -> list[list[Selection]]:
-    """Returns the ``LayerSelection``s of stored kept indices (per sample, per image), dropping before ``layer``.
+    """Returns the ``LayerSelection``s of stored kept indices (per sample, per image), dropped at ``layer``.
 
     An in-LLM selection keeps its image's own vectors, so its indices alone rebuild it exactly.
     """
