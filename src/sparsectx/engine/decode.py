@@ -24,8 +24,8 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from sparsectx.engine.config import EngineConfig
+from sparsectx.engine.hybrid_slots import slot_cache_for
 from sparsectx.engine.prompts import Prompts
-from sparsectx.engine.slots import SlotCache
 from sparsectx.engine.step import DecodeStep, weights_key
 from sparsectx.engine.stops import StopCriteria
 from sparsectx.generation import Generation, SamplingConfig, choose_next
@@ -66,14 +66,14 @@ class DecodeEngine:
     def step_for(self, slots: int, length: int, prefill: DynamicCache) -> DecodeStep:
         """Returns the decode step of this shape: a kept captured graph on CUDA, else a fresh one."""
         if not self.graphs:
-            return DecodeStep(self.adapter, SlotCache(prefill, slots, length), False, self.compiled)
+            return DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), False, self.compiled)
         key = (slots, length, weights_key(self.adapter.model))
         if key in self._steps:
             self._steps.move_to_end(key)
             return self._steps[key]
         while len(self._steps) >= self.cfg.graph_cache:
             self._steps.popitem(last=False)
-        step = DecodeStep(self.adapter, SlotCache(prefill, slots, length), True, self.compiled)
+        step = DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), True, self.compiled)
         self._steps[key] = step
         return step
 

@@ -72,18 +72,30 @@ class SlotCache:
 
     def __init__(self, prefill: DynamicCache, slots: int, length: int) -> None:
         """Allocates ``slots`` x ``length`` rows shaped like the layers of a prefill cache."""
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
+        self.keys: list[torch.Tensor | None] = []
+        self.values: list[torch.Tensor | None] = []
         for layer in prefill.layers:
-            _, kv_heads, _, dim = layer.keys.shape
-            self.keys.append(layer.keys.new_zeros(slots, kv_heads, length, dim))
-            self.values.append(layer.values.new_zeros(slots, kv_heads, length, dim))
-        device = self.keys[0].device
+            keys, values = self.kv_buffers(layer, slots, length)
+            self.keys.append(keys)
+            self.values.append(values)
+        device = next(keys for keys in self.keys if keys is not None).device
         self.slots, self.length = slots, length
         self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
         self._rows = torch.arange(slots, device=device)
         self.valid = torch.zeros(slots, len(self.keys), length, dtype=torch.bool, device=device)
         self.clear()
+
+    def kv_buffers(
+        self, layer: object, slots: int, length: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Returns zeroed (slots, KV, length, d) key and value buffers shaped like prefill cache layer ``layer``.
+
+        A family whose layers keep no keys (linear attention, ``sparsectx.engine.hybrid_slots``) returns
+        (None, None) for those layers; ``load`` then copies nothing into them.
+        """
+        _, kv_heads, _, dim = layer.keys.shape
+        shape = (slots, kv_heads, length, dim)
+        return layer.keys.new_zeros(shape), layer.values.new_zeros(shape)
 
     def clear(self) -> None:
         """Empties every slot: writes start at 0, and each slot attends to one (zero) key only.
@@ -136,6 +148,8 @@ class SlotCache:
         layers = zip(prefill.layers, self.keys, self.values, masks, strict=True)
         for index, (layer, keys, values, mask) in enumerate(layers):
             own = mask.shape[1]
+            if keys is None:
+                continue
             keys[rows, :, :own] = pick(layer.keys).to(keys.dtype)
             values[rows, :, :own] = pick(layer.values).to(values.dtype)
             self.valid[rows, index, :own] = pick(mask).bool()

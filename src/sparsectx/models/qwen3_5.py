@@ -1,0 +1,81 @@
+"""Qwen3.5: Qwen3-VL's full-attention vision tower without DeepStack, and a hybrid decoder.
+
+Three of every four decoder layers are linear attention (a gated delta rule after a causal depthwise
+convolution over the sequence), every fourth is full attention. Pruning is physical removal: a dropped
+visual token never enters the sequence, so it is absent from the keys of the full-attention layers, from
+the linear layers' recurrent state and from the convolution window of its neighbours, whose inputs move
+up by the removed slots. "Removal equals masking the token as an attention key" (design invariant 2) holds
+for the full-attention layers only: a key mask cannot take a token out of a recurrent state or a
+convolution (``tests/models/test_qwen3_5.py`` checks both sides). What holds for every layer: budget 1.0
+is the plain HF model, kept tokens keep their unpruned M-RoPE positions (the family's ``get_rope_index``),
+and decoding from the cache (KV for full layers, convolution and recurrent state for linear layers,
+``sparsectx.engine.hybrid_slots``) equals a full re-forward of the same pruned context.
+
+In-LLM pruning (FastV, DART: ``pruner.stage: llm``) is refused: those operators score decoder layer K-1's
+attention row, which linear-attention layers (layers 0-2 of every four, including the default K - 1 = 1)
+do not have, and the in-LLM hook passes one causal mask to every layer where linear layers need the 2D
+padding mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sparsectx.models.adapter import LLMInputs
+from sparsectx.models.in_llm import LayerSignals
+from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+
+FAMILY = "qwen3_5"
+
+
+def _signal_block(visual: nn.Module) -> nn.Module:
+    return visual.blocks[len(visual.blocks) - 1].attn
+
+
+def _object_block(visual: nn.Module) -> nn.Module:
+    """Block depth // 2 - 1, the Qwen2.5-VL rule as for Qwen3-VL (HiPrune has no Qwen3.5 port)."""
+    return visual.blocks[len(visual.blocks) // 2 - 1].attn
+
+
+def _to_raster(_visual: nn.Module, _grid_thw: torch.Tensor) -> None:
+    return None
+
+
+LAYOUT = VisionLayout(
+    signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block
+)
+"""Every vision block attends over the whole image in raster order; no DeepStack features."""
+
+
+def in_llm_refusal(layer: int) -> ValueError:
+    """Returns the config error an in-LLM pruner (``pruner.stage=llm``) meets on Qwen3.5, with the reason."""
+    return ValueError(
+        f"pruner.stage=llm (pruner.layer={layer}) is not supported on model family {FAMILY!r}: FastV and DART "
+        "score decoder layer K-1's attention row, and Qwen3.5's layers are linear attention (gated delta "
+        "rule) except every fourth, so most layers have no attention row, and the in-LLM hook gives every "
+        "layer one causal mask where linear layers need the padding mask; choose a pre-LLM pruner "
+        "(pruner=cdpruner, divprune, visionzip, hiprune, zoo_prune, random)"
+    )
+
+
+class Qwen35Adapter(QwenVLAdapter):
+    """``VLMAdapter`` for ``Qwen3_5ForConditionalGeneration``: pre-LLM pruning by physical removal only.
+
+    The vision side (encode once, signals from the last block, raster order) is the shared Qwen-VL adapter's.
+    ``run_llm`` runs the HF text model, which builds each layer type's mask itself (the 4D causal mask for
+    full attention, the 2D padding mask for linear attention, nothing for a one-token decode step).
+    """
+
+    def __init__(self, model: nn.Module, signal_chunk: int) -> None:
+        super().__init__(FAMILY, model, LAYOUT, signal_chunk)
+
+    def run_llm(self, inputs: LLMInputs, cache: object | None) -> torch.Tensor:
+        """Returns (B, L, D) final-norm hidden states; an in-LLM selection (``inputs.late``) is refused."""
+        if inputs.late is not None:
+            raise in_llm_refusal(inputs.late.layer)
+        return super().run_llm(inputs, cache)
+
+    def llm_signals(self, inputs: LLMInputs, layer: int, query_index: torch.Tensor) -> LayerSignals:
+        """Raises the in-LLM refusal: Qwen3.5 gives in-LLM pruners no layer signals (see the module doc)."""
+        raise in_llm_refusal(layer)
