@@ -13,6 +13,7 @@ import torch
 from transformers import BatchFeature
 
 from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.positions import rope_positions  # noqa: F401  (re-exported for pretraining's workers)
 from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.visual import ImageTokens
@@ -25,7 +26,8 @@ class EncodedSample:
     Attributes:
         sample_id: the item's id.
         prompt_ids: (L,) int64 unpruned prompt ids (N_i image-pad tokens per image), no padding.
-        positions: (3, L) int64 unpruned M-RoPE (t, h, w) positions of the prompt.
+        positions: (3, L) int64 unpruned positions of the prompt (M-RoPE (t, h, w), or a 1-D family's
+            position in all three rows; ``adapter.prompt_positions``).
         images: the prompt's images in order, post-merger.
         question_embeds: (T_q, D) LLM input embeddings of the question's tokens.
         next_position: the position of the first response token (max prompt position + 1).
@@ -37,36 +39,6 @@ class EncodedSample:
     images: list[ImageTokens]
     question_embeds: torch.Tensor
     next_position: int
-
-
-def rope_positions(
-    ids: torch.Tensor, image_token_id: int, grids: list[tuple[int, int, int]]
-) -> tuple[torch.Tensor, int]:
-    """Returns the (3, L) M-RoPE positions of an unpruned prompt and the next free position.
-
-    Qwen-VL layout: a text token takes (p, p, p) and advances p by 1; an image of merged grid
-    (t, h, w) starting at p gives its token (f, r, c) the triple (p + f, p + r, p + c) and advances p by
-    max(t, h, w). Images only (video temporal spacing is not modelled).
-    """
-    id_list = ids.tolist()
-    out = torch.empty(3, len(id_list), dtype=torch.long)
-    p, i, image = 0, 0, 0
-    while i < len(id_list):
-        if id_list[i] != image_token_id:
-            out[:, i] = p
-            p, i = p + 1, i + 1
-            continue
-        if image >= len(grids):
-            raise ValueError(f"prompt has more image-token runs than images ({len(grids)})")
-        t, h, w = grids[image]
-        n = torch.arange(t * h * w)
-        out[0, i : i + n.numel()] = p + n // (h * w)
-        out[1, i : i + n.numel()] = p + (n // w) % h
-        out[2, i : i + n.numel()] = p + n % w
-        p, i, image = p + max(t, h, w), i + n.numel(), image + 1
-    if image != len(grids):
-        raise ValueError(f"prompt holds {image} image-token runs but {len(grids)} images were given")
-    return out, p
 
 
 @torch.no_grad()
@@ -98,7 +70,7 @@ def encode_samples(
         ids = batch["input_ids"][row][batch["attention_mask"][row].bool()]
         own = images[cursor : cursor + len(item.images)]
         cursor += len(item.images)
-        positions, next_position = rope_positions(ids, adapter.image_token_id, [im.grid for im in own])
+        positions, next_position = adapter.prompt_positions(ids, own)
         samples.append(
             EncodedSample(
                 sample_id=item.sample_id,

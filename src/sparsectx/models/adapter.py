@@ -27,7 +27,8 @@ class LLMInputs:
         embeds: (B, L, D) input embeddings, visual slots already filled.
         attention_mask: (B, L) 1 for real tokens, 0 for padding; or a dict of ready 4D masks keyed by
             layer type (used by the key-masking oracle in tests).
-        positions: (3, B, L) M-RoPE (t, h, w) positions, taken from the unpruned sequence.
+        positions: (3, B, L) M-RoPE (t, h, w) positions, taken from the unpruned sequence (a 1-D family: its
+            position in all three rows).
         visual_mask: (B, L) bool, True at visual-token slots (DeepStack needs it).
         deepstack: per DeepStack level a (n_visual, D) tensor in slot order; empty if the family has none.
         late: visual slots an in-LLM pruner drops before its layer K (``sparsectx.models.in_llm``); None =
@@ -53,6 +54,14 @@ class VLMAdapter(Protocol):
 
     def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
         """Returns one ``ImageTokens`` per image: vision tower + merger run once, plus pruner signals."""
+        ...
+
+    def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:
+        """Returns an unpruned prompt's (3, L) positions and its next free position (``models.positions``).
+
+        3-D M-RoPE families give (t, h, w) rows; a 1-D family gives its position in all three rows and its
+        ``run_llm`` reads row 0, so contexts and the decode engine carry three rows for every family.
+        """
         ...
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:

@@ -52,9 +52,12 @@ def compiled_forward(kind: str, module: nn.Module, *args: object, **kwargs: obje
 
 
 def block_lists(model: nn.Module) -> dict[str, nn.ModuleList]:
-    """Returns the vision blocks and decoder layers of a Qwen-VL ``...ForConditionalGeneration`` model."""
+    """Returns the vision blocks (packed towers at ``model.model.visual`` only: not LLaVA-OneVision's SigLIP)
+    and the decoder layers of a ``...ForConditionalGeneration`` model."""
     inner = model.model
-    return {"vision": inner.visual.blocks, "decoder": inner.language_model.layers}
+    visual = getattr(inner, "visual", None)
+    vision = {} if visual is None else {"vision": visual.blocks}
+    return {**vision, "decoder": inner.language_model.layers}
 
 
 def compile_on(choice: str, device: torch.device) -> bool:

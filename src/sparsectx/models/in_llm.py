@@ -16,13 +16,13 @@ implementation runs; ``sparsectx.pruning.layer.fused_prompts``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers.masking_utils import create_causal_mask
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb
 
 from sparsectx.models.adapter import LLMInputs
 
@@ -175,7 +175,9 @@ def _project(
     key = attention.k_proj(normed).view(shape)
     if hasattr(attention, "q_norm"):  # Qwen3-VL: per-head RMSNorm before RoPE
         query, key = attention.q_norm(query), attention.k_norm(key)
-    return apply_rotary_pos_emb(query.transpose(1, 2), key.transpose(1, 2), *rotary)
+    # The decoder's own rotary function: GLM-4.6V rotates interleaved pairs of a partial head dimension.
+    rotate = sys.modules[type(attention).__module__].apply_rotary_pos_emb
+    return rotate(query.transpose(1, 2), key.transpose(1, 2), *rotary)
 
 
 def _query_row(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,10 +10,12 @@ import torch
 from transformers import AutoModelForImageTextToText, PreTrainedModel
 
 from sparsectx.checks import check_choice
-from sparsectx.models import qwen2_5_vl, qwen3_vl
+from sparsectx.models import glm46v, qwen2_5_vl, qwen3_vl
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.compiled_blocks import COMPILE_BLOCKS, compile_blocks, compile_on
-from sparsectx.models.processor import ImageTextProcessor, load_processor
+from sparsectx.models.llava_onevision import LlavaOnevisionAdapter
+from sparsectx.models.processor import ImageTextProcessor, checkpoint_family, load_processor
+from sparsectx.models.qwen3_5 import Qwen35Adapter
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.models.vision_mlp import align_vision_mlps
@@ -20,9 +23,21 @@ from sparsectx.models.vision_mlp import align_vision_mlps
 PACKAGE_PREFIX = "package:"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
-LAYOUTS: dict[str, VisionLayout] = {"qwen2_5_vl": qwen2_5_vl.LAYOUT, "qwen3_vl": qwen3_vl.LAYOUT}
+LAYOUTS: dict[str, VisionLayout] = {
+    "qwen2_5_vl": qwen2_5_vl.LAYOUT,
+    "qwen3_vl": qwen3_vl.LAYOUT,
+    "glm46v": glm46v.LAYOUT,
+}
+ADAPTERS: dict[str, Callable[[PreTrainedModel, int], VLMAdapter]] = {
+    "qwen3_5": Qwen35Adapter,
+    "llava_onevision": LlavaOnevisionAdapter,
+}
+"""Families whose adapter is its own class (model, signal_chunk) rather than ``QwenVLAdapter`` with a layout."""
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VISION_ATTENTION = ("grouped", "hf")
+TILE_BUDGETS = ("pooled",)
+TILED_FAMILIES = ("llava_onevision",)
+"""Families whose images are any-resolution tiles plus a base view (``model.tile_budget`` applies)."""
 
 
 @dataclass
@@ -56,6 +71,11 @@ class ModelConfig:
     compile_blocks: str
     """``torch.compile`` the vision blocks and decoder layers in forwards that train none of their weights
     (``sparsectx.models.compiled_blocks``): ``auto`` (on CUDA), ``on`` or ``off``."""
+    tile_budget: str | None = None
+    """LLaVA-OneVision only (null elsewhere): how an image's k splits over its base view and tiles.
+    ``pooled``, the one split implemented: k = round(b * N) over the whole packed run (base view, tiles,
+    newlines) and the pruner's scores alone choose where the kept tokens fall
+    (``sparsectx.models.llava_onevision``)."""
 
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
@@ -67,6 +87,8 @@ class ModelConfig:
             raise ValueError(
                 f"model.vision_mlp_multiple={self.vision_mlp_multiple} must be 0 (off) or a positive integer"
             )
+        if self.tile_budget is not None:
+            check_choice(self.tile_budget, TILE_BUDGETS, "model.tile_budget")
         if self.image_workers < 1:
             raise ValueError(
                 f"model.image_workers={self.image_workers} must be a positive integer (1 = no threads)"
@@ -123,15 +145,41 @@ def resolve_model_path(path: str) -> str:
 def adapter_for(model: PreTrainedModel, signal_chunk: int) -> VLMAdapter:
     """Returns the family adapter for an already-built HF model; unknown families raise with the supported list."""
     family = model.config.model_type
-    if family not in LAYOUTS:
-        raise KeyError(f"model family {family!r} has no adapter; supported: {', '.join(sorted(LAYOUTS))}")
+    check_family(family)
+    if family in ADAPTERS:
+        return ADAPTERS[family](model, signal_chunk)
     return QwenVLAdapter(family, model, LAYOUTS[family], signal_chunk)
 
 
+def check_family(family: str) -> None:
+    """Returns None if ``family`` (a ``model_type``) has an adapter; raises KeyError naming the supported ones."""
+    if family not in LAYOUTS and family not in ADAPTERS:
+        supported = ", ".join(sorted({*LAYOUTS, *ADAPTERS}))
+        raise KeyError(f"model family {family!r} has no adapter; supported: {supported}")
+
+
+def check_family_options(cfg: ModelConfig, family: str) -> None:
+    """Returns None if ``cfg``'s family-specific options suit ``family``; raises ValueError naming the key."""
+    tiled = family in TILED_FAMILIES
+    if cfg.tile_budget is not None and not tiled:
+        raise ValueError(
+            f"model.tile_budget={cfg.tile_budget!r} applies to tiled families ({', '.join(TILED_FAMILIES)}), "
+            f"not to {family!r} checkpoints; remove model.tile_budget (set it to null)"
+        )
+    if cfg.tile_budget is None and tiled:
+        raise ValueError(
+            f"model.tile_budget is null but {family!r} tiles its images; set model.tile_budget=pooled"
+        )
+
+
 def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
-    """Returns None after routing ``model``'s vision tower as ``model.vision_attention`` (``choice``) says."""
+    """Returns None after routing ``model``'s vision tower as ``model.vision_attention`` (``choice``) says.
+
+    Only packed towers (``model.model.visual``, one cu_seqlens sequence) are routed: LLaVA-OneVision's SigLIP
+    runs its equal-size views as one batch under HF's backend whatever the choice.
+    """
     check_choice(choice, VISION_ATTENTION, "model.vision_attention")
-    if choice == "grouped":
+    if choice == "grouped" and getattr(model.model, "visual", None) is not None:
         use_grouped_vision_attention(model)
 
 
@@ -148,6 +196,9 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     check_device(cfg.device)
     source = resolve_model_path(cfg.path)
     try:
+        family = checkpoint_family(source)
+        check_family(family)
+        check_family_options(cfg, family)
         processor = load_processor(source, cfg.image_workers)
         model = AutoModelForImageTextToText.from_pretrained(
             source, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation

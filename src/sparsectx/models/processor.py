@@ -9,15 +9,21 @@ composes them, reading the same files a hub checkpoint ships, so one code path s
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 from PIL import Image
-from transformers import AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
+from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from sparsectx.models.llava_onevision_processor import load_llava_processor
+
 IMAGE_TOKEN = "<|image_pad|>"
+GLM_IMAGE_TOKEN = "<|image|>"
+"""GLM-4.6V's image marker (its chat template wraps it in <|begin_of_image|> ... <|end_of_image|>)."""
 
 
 class ImageTextProcessor:
@@ -28,11 +34,14 @@ class ImageTextProcessor:
         tokenizer: PreTrainedTokenizerBase,
         image_processor: Qwen2VLImageProcessorPil,
         image_workers: int = 1,
+        image_token: str = IMAGE_TOKEN,
     ) -> None:
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.merge_unit = int(image_processor.merge_size) ** 2
         self.image_workers = image_workers
+        self.image_token = image_token
+        """The prompt's one-per-image marker, expanded to one copy per visual token."""
 
     def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (pixel_values, image_grid_thw) of ``images``, ``image_workers`` images at a time.
@@ -65,8 +74,8 @@ class ImageTextProcessor:
     ) -> BatchFeature:
         """Returns token ids (left-padded), attention mask, modality ids (1 = image) and pixel values with grids.
 
-        Each ``<|image_pad|>`` in ``text`` (in order, across the batch) is expanded to N copies, N the
-        number of post-merger tokens of the matching image.
+        Each image marker (``image_token``) in ``text`` (in order, across the batch) is expanded to N copies,
+        N the number of post-merger tokens of the matching image.
         """
         data: dict[str, torch.Tensor] = {}
         counts: list[int] = []
@@ -75,19 +84,19 @@ class ImageTextProcessor:
             counts = (data["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
         expanded, cursor = [], 0
         for prompt in text:
-            parts = prompt.split(IMAGE_TOKEN)
+            parts = prompt.split(self.image_token)
             pieces = [parts[0]]
             for part in parts[1:]:
                 if cursor >= len(counts):
                     raise ValueError(
-                        f"the prompts hold more {IMAGE_TOKEN} markers than the {len(counts)} images"
+                        f"the prompts hold more {self.image_token} markers than the {len(counts)} images"
                     )
-                pieces.append(IMAGE_TOKEN * counts[cursor] + part)
+                pieces.append(self.image_token * counts[cursor] + part)
                 cursor += 1
             expanded.append("".join(pieces))
         if cursor != len(counts):
             raise ValueError(
-                f"{len(counts)} images were given but the prompts hold {cursor} {IMAGE_TOKEN} markers"
+                f"{len(counts)} images were given but the prompts hold {cursor} {self.image_token} markers"
             )
         self.tokenizer.padding_side = "left"
         tokens = self.tokenizer(
@@ -95,16 +104,33 @@ class ImageTextProcessor:
         )
         data["input_ids"] = tokens["input_ids"]
         data["attention_mask"] = tokens["attention_mask"]
-        image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+        image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         data["mm_token_type_ids"] = (tokens["input_ids"] == image_id).long()
         return BatchFeature(data)
+
+
+def checkpoint_family(path: str | Path) -> str:
+    """Returns the ``model_type`` of the checkpoint at ``path`` ("" for a processor-only directory)."""
+    local = Path(path)
+    if local.is_dir():
+        config = local / "config.json"
+        return json.loads(config.read_text())["model_type"] if config.is_file() else ""
+    return AutoConfig.from_pretrained(str(path)).model_type
 
 
 def load_processor(path: str | Path, image_workers: int = 1) -> ImageTextProcessor:
     """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json).
 
-    ``image_workers`` is ``model.image_workers``: threads that preprocess a batch's images.
+    ``image_workers`` is ``model.image_workers``: threads that preprocess a batch's images. GLM-4.6V and
+    LLaVA-OneVision checkpoints get their family's image processor and marker (``config.json``'s
+    ``model_type``); every other checkpoint the Qwen-VL one.
     """
     tokenizer = AutoTokenizer.from_pretrained(str(path))
+    family = checkpoint_family(path)
+    if family == "llava_onevision":
+        return load_llava_processor(path, tokenizer, image_workers)
+    if family == "glm46v":
+        image_processor = Glm46VImageProcessorPil.from_pretrained(str(path))
+        return ImageTextProcessor(tokenizer, image_processor, image_workers, GLM_IMAGE_TOKEN)
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
     return ImageTextProcessor(tokenizer, image_processor, image_workers)

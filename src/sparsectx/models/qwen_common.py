@@ -1,4 +1,4 @@
-"""The adapter shared by the Qwen-VL families, composed with a per-family ``VisionLayout``.
+"""The adapter shared by the Qwen-VL families and GLM-4.6V, composed with a per-family ``VisionLayout``.
 
 Qwen2.5-VL and Qwen3-VL differ, for our purposes, only in which vision block gives the pruner
 signals, the order that block runs in (window order vs raster), and whether DeepStack features exist.
@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
+from sparsectx.models.positions import rope_positions
 from sparsectx.models.vision_signals import merge_signals, merger_sensitivity, several_block_signals
 from sparsectx.visual import ImageTokens, VisionSignals
 
@@ -31,12 +32,15 @@ class VisionLayout:
         has_deepstack: whether merged DeepStack features accompany the main tokens.
         object_block: returns the attention module of the object block, a middle vision block whose
             attention marks objects (HiPrune's anchors).
+        merger_merges: whether the merger's input holds a merge unit of patches per merged token (Qwen);
+            False when the tower merges before it (GLM-4.6V's downsampling conv): one input row per token.
     """
 
     signal_block: Callable[[nn.Module], nn.Module]
     to_raster: Callable[[nn.Module, torch.Tensor], torch.Tensor | None]
     has_deepstack: bool
     object_block: Callable[[nn.Module], nn.Module]
+    merger_merges: bool = True
 
 
 class QwenVLAdapter:
@@ -86,8 +90,9 @@ class QwenVLAdapter:
                 merge_signals(records[1].received, records[1].keys, self.merge_unit, to_raster)[0], sizes
             )
         if wanted.merger_probe is not None:
+            unit = self.merge_unit if self.layout.merger_merges else 1
             sensitivity = merger_sensitivity(
-                visual.merger, out.last_hidden_state, self.merge_unit, wanted.merger_probe, self.signal_chunk
+                visual.merger, out.last_hidden_state, unit, wanted.merger_probe, self.signal_chunk
             )
             extra["merger_sensitivity"] = torch.split(
                 sensitivity if to_raster is None else sensitivity[to_raster], sizes
@@ -108,6 +113,10 @@ class QwenVLAdapter:
                 )
             )
         return images
+
+    def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:
+        """Returns the prompt's (3, L) unpruned M-RoPE positions and the next free position."""
+        return rope_positions(ids, self.image_token_id, [image.grid for image in images])
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Returns the LLM input embeddings of ``ids``."""

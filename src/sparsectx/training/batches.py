@@ -15,9 +15,9 @@ import torch
 
 from sparsectx.data import Item, format_question, read_tsv
 from sparsectx.data.synthetic import derive_seed
-from sparsectx.encoding import EncodedSample, rope_positions
+from sparsectx.encoding import EncodedSample
 from sparsectx.models.adapter import VLMAdapter
-from sparsectx.models.processor import IMAGE_TOKEN, ImageTextProcessor
+from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.prompting import PromptItem, chat_messages
 from sparsectx.training.config import TrainDataConfig
 
@@ -92,12 +92,12 @@ def with_reference(prompt: PromptItem, item: Item, template: str) -> PromptItem:
     return replace(prompt, extra_context=template.replace("{reference}", reference_text(item)))
 
 
-def expand_image_tokens(text: str, counts: list[int]) -> str:
-    """Returns ``text`` with its i-th ``<|image_pad|>`` repeated ``counts[i]`` times (one per token)."""
-    parts = text.split(IMAGE_TOKEN)
+def expand_image_tokens(text: str, counts: list[int], marker: str) -> str:
+    """Returns ``text`` with its i-th image ``marker`` repeated ``counts[i]`` times (one per token)."""
+    parts = text.split(marker)
     if len(parts) - 1 != len(counts):
-        raise ValueError(f"prompt holds {len(parts) - 1} {IMAGE_TOKEN} markers but {len(counts)} images")
-    return parts[0] + "".join(IMAGE_TOKEN * n + part for n, part in zip(counts, parts[1:], strict=True))
+        raise ValueError(f"prompt holds {len(parts) - 1} {marker} markers but {len(counts)} images")
+    return parts[0] + "".join(marker * n + part for n, part in zip(counts, parts[1:], strict=True))
 
 
 def reencode_text(
@@ -109,11 +109,9 @@ def reencode_text(
     ``encode_samples`` exactly (tested).
     """
     text = processor.apply_chat_template(chat_messages(prompt), tokenize=False, add_generation_prompt=True)
-    text = expand_image_tokens(text, [image.num_tokens for image in sample.images])
+    text = expand_image_tokens(text, [image.num_tokens for image in sample.images], processor.image_token)
     ids = processor.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
-    positions, next_position = rope_positions(
-        ids, adapter.image_token_id, [image.grid for image in sample.images]
-    )
+    positions, next_position = adapter.prompt_positions(ids, sample.images)
     device = sample.prompt_ids.device
     return EncodedSample(
         sample_id=sample.sample_id,
