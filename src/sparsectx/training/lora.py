@@ -3,7 +3,10 @@
 Name matching alone is not enough on Qwen-VL: Qwen2.5-VL's vision blocks also have ``gate_proj/up_proj/
 down_proj``, so a plain ``target_modules`` list would adapt the ViT too (training-methods spec §1.9). The
 target is therefore a regular expression anchored at ``language_model.layers.<i>``, and ``check_lora_scope``
-verifies the result: the count of adapter tensors is layers x modules x 2 and none is in the vision tower.
+verifies the result: the count of adapter tensors is 2 per target module each decoder layer holds (layers x
+modules x 2 where every layer holds every module) and none is in the vision tower. A hybrid decoder's
+layers hold different modules: Qwen3.5's linear-attention layers have ``linear_attn`` (in_proj_qkv,
+in_proj_z, in_proj_a, in_proj_b, out_proj) where its full-attention layers have ``self_attn``.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from transformers import PreTrainedModel
 from sparsectx.training.method import LoraSettings
 
 VISION_MARKERS = (".visual.", "vision_tower", "merger")
+MIXERS = ("self_attn", "linear_attn", "mlp")
+"""The parts of a decoder layer whose projections LoRA may adapt (attention, linear attention, MLP)."""
 
 
 def lora_target_regex(modules: list[str]) -> str:
     """Returns the peft ``target_modules`` regex for ``modules`` inside ``language_model.layers.<i>`` only."""
     names = "|".join(re.escape(m) for m in modules)
-    return rf".*\.language_model\.layers\.\d+\.(?:self_attn|mlp)\.(?:{names})"
+    return rf".*\.language_model\.layers\.\d+\.(?:{'|'.join(MIXERS)})\.(?:{names})"
 
 
 def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
@@ -39,8 +44,9 @@ def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
         target_modules=lora_target_regex(list(settings.target_modules)),
         bias="none",
     )
+    expected = 2 * adapted_modules(model, list(settings.target_modules))
     peft_model = get_peft_model(model, config)
-    check_lora_scope(peft_model, len(settings.target_modules))
+    check_lora_scope(peft_model, expected)
     skip_input_casts(peft_model)
     return peft_model
 
@@ -58,21 +64,45 @@ def skip_input_casts(peft_model: PeftModel) -> None:
             module.cast_input_dtype_enabled = False
 
 
-def check_lora_scope(peft_model: PeftModel, modules_per_layer: int) -> None:
+def adapted_modules(model: PreTrainedModel, modules: list[str]) -> int:
+    """Returns how many target modules the decoder layers hold: per layer, the ``modules`` its mixers have.
+
+    Raises:
+        ValueError: a name of ``method.lora.target_modules`` is in no decoder layer (a typo would otherwise
+            train fewer adapters than asked for).
+    """
+    layers = model.model.language_model.layers
+    present = {name: 0 for name in modules}
+    for layer in layers:
+        for name in modules:
+            present[name] += sum(hasattr(getattr(layer, mixer, None), name) for mixer in MIXERS)
+    missing = [name for name, count in present.items() if count == 0]
+    if missing:
+        raise ValueError(
+            f"method.lora.target_modules names {missing}, which no decoder layer of this "
+            f"{model.config.model_type} model has (its layers have {sorted(_projections(layers[0]))} ...); "
+            "list the language model's projection names"
+        )
+    return sum(present.values())
+
+
+def _projections(layer: torch.nn.Module) -> set[str]:
+    return {name for mixer in MIXERS for name, _ in getattr(layer, mixer, torch.nn.Module()).named_children()}
+
+
+def check_lora_scope(peft_model: PeftModel, expected: int) -> None:
     """Returns None if the trainable tensors are exactly the LLM adapters; raises RuntimeError otherwise.
 
-    Expected count = decoder layers x ``modules_per_layer`` x 2 (A and B), as the SCOPD authors assert
-    (392 for Qwen2.5-VL-7B with 7 modules).
+    ``expected`` = 2 (A and B) x the target modules the decoder layers hold (``adapted_modules``): for
+    Qwen2.5-VL-7B with 7 modules in each of 28 layers 392, as the SCOPD authors assert.
     """
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
-    layers = peft_model.base_model.model.config.get_text_config().num_hidden_layers
-    expected = layers * modules_per_layer * 2
     vision = [name for name in trainable if any(marker in name for marker in VISION_MARKERS)]
     not_lora = [name for name in trainable if ".lora_" not in name]
     if vision or not_lora or len(trainable) != expected:
         raise RuntimeError(
-            f"LoRA scope check failed: {len(trainable)} trainable tensors (expected {expected} = {layers} "
-            f"layers x {modules_per_layer} modules x 2), vision tensors {vision[:3]}, non-adapter tensors "
+            f"LoRA scope check failed: {len(trainable)} trainable tensors (expected {expected} = 2 x the "
+            f"target modules of the decoder layers), vision tensors {vision[:3]}, non-adapter tensors "
             f"{not_lora[:3]}"
         )
 
