@@ -33,6 +33,11 @@ ADAPTERS: dict[str, Callable[[PreTrainedModel, int], VLMAdapter]] = {
     "llava_onevision": LlavaOnevisionAdapter,
 }
 """Families whose adapter is its own class (model, signal_chunk) rather than ``QwenVLAdapter`` with a layout."""
+NOT_YET = {
+    "llavaonevision1_5": "LLaVA-OneVision-1.5 has no class in transformers 5.17, only remote code; "
+    "conf/model/llava_onevision_qwen2_7b.yaml is the llava_onevision stand-in",
+}
+"""Known checkpoint families without an adapter, with the reason."""
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VISION_ATTENTION = ("grouped", "hf")
 TILE_BUDGETS = ("pooled",)
@@ -155,7 +160,8 @@ def check_family(family: str) -> None:
     """Returns None if ``family`` (a ``model_type``) has an adapter; raises KeyError naming the supported ones."""
     if family not in LAYOUTS and family not in ADAPTERS:
         supported = ", ".join(sorted({*LAYOUTS, *ADAPTERS}))
-        raise KeyError(f"model family {family!r} has no adapter; supported: {supported}")
+        reason = f" ({NOT_YET[family]})" if family in NOT_YET else ""
+        raise KeyError(f"model family {family!r} has no adapter{reason}; supported: {supported}")
 
 
 def check_family_options(cfg: ModelConfig, family: str) -> None:
