@@ -63,9 +63,10 @@ def test_tiny_cells_include_the_reference_and_every_row_product() -> None:
     grid = wf.load_grid("tiny")
     sweep = next(b for b in grid.blocks if b.name == "sweep")
     cells = grid.block_cells(sweep)
-    assert len(cells) == len(sweep.benchmarks) * (1 + 4 * 3)  # benchmarks x (reference + pruners x budgets)
+    assert len(cells) == len(sweep.benchmarks) * (1 + 8 * 3)  # benchmarks x (reference + pruners x budgets)
     assert wf.Cell("tiny", "base", "visionzip", 1.0, "syn_pope") in cells
     assert wf.Cell("tiny", "base", "divprune", 0.05, "syn_count") in cells
+    assert wf.Cell("tiny", "base", "dart", 0.05, "syn_ocr") in cells  # an in-LLM operator, at 5%
 
 
 def test_tiny_training_runs_and_checkpoints() -> None:
@@ -83,29 +84,31 @@ def test_tiny_training_runs_and_checkpoints() -> None:
     assert grid.checkpoint_inputs(wf.Cell("tiny", "base", "random", 0.1, "syn_count")) == []
 
 
-def test_tiny_missing_cells_name_block_and_reason() -> None:
-    missing = wf.missing_cells("tiny")
-    benches = len(wf.load_grid("tiny").benchmarks)
-    assert {m.block for m in missing} == {"pruner_generalization"}
-    fastv = [m for m in missing if m.cell.pruner == "fastv"]
-    assert len(fastv) == len(missing) == 2 * benches  # base and scopd
-    assert all(m.reason.startswith("pruner fastv: FastV prunes inside the LLM") for m in fastv)
-    scheduled = set(wf.load_grid("tiny").cells())
-    assert not scheduled & {m.cell for m in missing}
+def test_every_tiny_cell_is_scheduled() -> None:
+    # All eight operators run on the tiny model; footnoted cells are checked on the LT-OPD grid below.
+    assert wf.missing_cells("tiny") == []
+    generalization = next(b for b in wf.load_grid("tiny").blocks if b.name == "pruner_generalization")
+    assert {"fastv", "dart", "hiprune"} <= set(generalization.rows[0].pruners)
 
 
 def test_ltopd_reports_every_unsupported_part_of_a_cell() -> None:
     missing = wf.missing_cells("ltopd_qwen3_5_4b")
     by_cell = {(m.block, m.cell): m.reason for m in missing}
     reason = by_cell[("main", wf.Cell("qwen3_5_4b", "llava_mini", "cdpruner", 0.05, "mme"))]
-    assert reason.startswith("model qwen3_5_4b: no Qwen3.5 adapter")
-    assert "; method llava_mini: LLaVA-Mini" in reason
+    assert reason.startswith("method llava_mini: LLaVA-Mini")  # the qwen3_5 adapter runs Qwen3.5 itself
     fastv = by_cell[("main", wf.Cell("qwen3_5_4b", "base", "fastv", 0.05, "mme"))]
-    assert fastv.startswith("model qwen3_5_4b") and "pruner" not in fastv  # FastV/DART are real cells
-    assert wf.Cell("qwen3_vl_4b", "base", "dart", 0.05, "mme") in set(wf.load_grid("ltopd_qwen3_5_4b").cells())
+    assert fastv == (
+        "pruner fastv on qwen3_5_4b: in-LLM pruning is refused on Qwen3.5: most of its layers "
+        "(K-1 = 1 too) are linear attention"
+    )
+    assert wf.Cell("qwen3_vl_4b", "base", "dart", 0.05, "mme") in set(
+        wf.load_grid("ltopd_qwen3_5_4b").cells()
+    )
     assert all(m.cell.model != "qwen3_vl_4b" or m.reason for m in missing)
     grid = wf.load_grid("ltopd_qwen3_5_4b")
-    assert {c.model for c in grid.cells()} == {"qwen3_vl_4b"}  # the stand-in; no Qwen3.5 job is scheduled
+    assert {"qwen3_5_4b", "qwen3_5_9b", "qwen3_vl_4b"} <= {c.model for c in grid.cells()}
+    assert wf.Cell("qwen3_5_4b", "base", "cdpruner", 0.05, "mme") in grid.cells()
+    assert not [c for c in grid.cells() if c.model.startswith("qwen3_5") and c.pruner in ("fastv", "dart")]
     assert {r.method for r in grid.train_runs} == {
         "sft",
         "lt_opd",
@@ -229,7 +232,9 @@ def test_entry_point_is_relative_to_the_working_directory(tmp_path: Path) -> Non
 
 def test_wildcard_constraints_cover_exactly_the_scheduled_names() -> None:
     grid = wf.load_grid("tiny")
-    assert grid.names("pruner") == ["cdpruner", "divprune", "random", "visionzip"]  # fastv is never scheduled
+    assert grid.names("pruner") == [
+        "cdpruner", "dart", "divprune", "fastv", "hiprune", "random", "visionzip", "zoo_prune"
+    ]  # fmt: skip
     assert grid.names("method") == ["base", "dapo", "epic", "grpo", "lt_opd", "scopd"]
     assert grid.names("budget") == ["0.05", "0.1", "0.2", "1"]
     assert grid.constraint("method", exclude=["base"]) == "dapo|epic|grpo|lt_opd|scopd"
@@ -291,10 +296,13 @@ def test_unknown_experiment_lists_the_presets() -> None:
     ("edit", "message"),
     [
         (lambda g: g["tables"]["sweep"]["rows"][0]["pruners"].append("visonzip"), "grid.pruners lacks them"),
-        (lambda g: g["pruners"].update(hiprune={}), r"declares \['hiprune'\] but no block uses them"),
+        (lambda g: g["pruners"].update(random_2={}), r"declares \['random_2'\] but no block uses them"),
         (lambda g: g["tables"]["sweep"]["rows"][0]["budgets"].append(1.0), "budget 1.0 keeps every token"),
         (lambda g: g["methods"]["scopd"].update(budgets=[0.1, 0.2]), "would not say which checkpoint"),
-        (lambda g: g.update(reference_pruner="fastv"), "reference_pruner='fastv' is declared unsupported"),
+        (
+            lambda g: g["pruners"]["visionzip"].update(unsupported="not in this study"),
+            "reference_pruner='visionzip' is declared unsupported",
+        ),
         (lambda g: g.update(name="other"), "must equal the preset.s file stem"),
         (lambda g: g["methods"].update(base={"pruner": "visionzip", "budgets": [0.1]}), "is never declared"),
         (lambda g: g["efficiency"].update(benchmarks=["syn_pope", "syn_count"]), "name exactly one"),
