@@ -89,8 +89,12 @@ def test_a_misspelt_leaf_matches_no_rule(snakemake: Snakemake) -> None:
 
 
 def test_an_unsupported_cell_is_not_scheduled(snakemake: Snakemake) -> None:
-    run = snakemake("-n", "--workflow-profile", "none", "results/tiny/tiny/base/fastv/0.1/syn_count.json")
+    # LT-OPD's LLaVA-Mini rows are declared unsupported (no rule may produce them); the tiny grid has none.
+    leaf = "results/ltopd_qwen3_5_4b/qwen3_5_4b/llava_mini/cdpruner/0.05/mme.json"
+    run = snakemake("-n", "--workflow-profile", "none", leaf, "--config", "experiment=ltopd_qwen3_5_4b")
     assert run.returncode != 0
+    output = run.stderr + run.stdout
+    assert "MissingRuleException" in output or "No rule to produce" in output
 
 
 def test_shell_commands_are_the_cli_with_overrides(snakemake: Snakemake) -> None:
