@@ -214,6 +214,10 @@ class Grid:
             raise ValueError(f"grid.name={grid['name']!r} must equal the preset's file stem {experiment!r}")
         self.experiment = experiment
         self.models = _declared(grid["models"])
+        self.model_pruners: dict[str, dict[str, str]] = {
+            name: dict((spec or {}).get("unsupported_pruners", {})) for name, spec in grid["models"].items()
+        }
+        """Model -> {pruner: reason} for pruners that model's family cannot run (e.g. in-LLM on a hybrid)."""
         self.pruners = _declared(grid["pruners"])
         self.benchmarks = _declared(grid["benchmarks"])
         self.methods = {
@@ -271,6 +275,17 @@ class Grid:
                 )
         if self.pruners[self.reference_pruner] is not None:
             raise ValueError(f"grid.reference_pruner={self.reference_pruner!r} is declared unsupported")
+        for model, reasons in self.model_pruners.items():
+            unknown = sorted(set(reasons) - set(self.pruners))
+            if unknown:
+                raise ValueError(
+                    f"grid.models.{model}.unsupported_pruners names {unknown}; grid.pruners lacks them"
+                )
+            if self.reference_pruner in reasons:
+                raise ValueError(
+                    f"grid.models.{model}.unsupported_pruners holds the reference pruner "
+                    f"{self.reference_pruner!r}: the model's full-context cells need it"
+                )
 
     def _check_blocks(self) -> None:
         for block in self.blocks:
@@ -303,13 +318,18 @@ class Grid:
 
     def reason(self, cell: Cell) -> str | None:
         """Returns why ``cell`` cannot run (every unsupported part, joined by "; "), or None if it can."""
+        on_model = self.model_pruners[cell.model]
         parts = [("model", cell.model, self.models[cell.model])]
         parts.append(("pruner", cell.pruner, self.pruners[cell.pruner]))
+        parts.append(("pruner", f"{cell.pruner} on {cell.model}", on_model.get(cell.pruner)))
         if cell.method != BASE:
             method = self.methods[cell.method]
             parts.append(("method", cell.method, method.reason))
             if method.pruner != cell.pruner:
                 parts.append(("training pruner", method.pruner, self.pruners[method.pruner]))
+                parts.append(
+                    ("training pruner", f"{method.pruner} on {cell.model}", on_model.get(method.pruner))
+                )
         parts.append(("benchmark", cell.bench, self.benchmarks[cell.bench]))
         return "; ".join(f"{kind} {name}: {why}" for kind, name, why in parts if why is not None) or None
 
