@@ -15,7 +15,7 @@ import pytest
 import torch
 from training.test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
 
-from sparsectx.eval.protocol import load_eval_model
+from sparsectx.eval.checkpoints import load_eval_model
 from sparsectx.models import load_model
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training import loop

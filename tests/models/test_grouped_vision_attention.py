@@ -12,7 +12,7 @@ import torch
 from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl, tiny_qwen3_vl
 from transformers.vision_utils import get_vision_window_index
 
-from sparsectx.eval.protocol import load_eval_model
+from sparsectx.eval.checkpoints import load_eval_model
 from sparsectx.models import ModelConfig, adapter_for, load_model, set_vision_attention
 from sparsectx.models import vision_attention as va
 from sparsectx.models.vision_signals import capture_attention_input, merge_signals, recomputed_signals

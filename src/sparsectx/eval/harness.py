@@ -21,8 +21,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from sparsectx.data import Item, format_question
+from sparsectx.eval.checkpoints import load_eval_model
 from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
-from sparsectx.eval.protocol import GenerationRow, generate_rows, load_eval_model
+from sparsectx.eval.protocol import GenerationRow, generate_rows
 from sparsectx.models import LoadedModel
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"

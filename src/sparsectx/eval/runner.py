@@ -25,15 +25,14 @@ from PIL import Image
 from tqdm import tqdm
 
 from sparsectx.data import Item, Skip
+from sparsectx.eval.checkpoints import checkpoint_id, load_eval_model
 from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
     bench_file,
-    checkpoint_id,
     file_digest,
     generate_rows,
     load_bench_items,
-    load_eval_model,
     sample_id,
     scored_item,
 )
@@ -101,7 +100,7 @@ class EvalJob:
 
         The key holds the content of every input, not only its path: the benchmark file's sha256
         (``protocol.file_digest``), so a file fixed or rebuilt in place is evaluated again, and the weights'
-        fingerprint (``protocol.checkpoint_id``), so a checkpoint retrained in place is too.
+        fingerprint (``checkpoints.checkpoint_id``), so a checkpoint retrained in place is too.
         """
         if self._weights is None:
             path = self.cfg.checkpoint if self.cfg.checkpoint is not None else self.cfg.model.path

@@ -1,0 +1,86 @@
+"""Which model an evaluation loads (the config's, a trained checkpoint, or random weights) and its provenance.
+
+A results leaf records where its weights came from (``load_eval_model``'s info: path, checkpoint, a cheap
+fingerprint of the directory, whether the weights were random), so a stale or retrained checkpoint is never
+trusted silently; cost measurements may run on random weights of the real architecture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForImageTextToText
+
+from sparsectx.models import (
+    LoadedModel,
+    ModelConfig,
+    adapter_for,
+    load_model,
+    resolve_model_path,
+    route_vision_tower,
+)
+from sparsectx.models.loading import DTYPES, check_device
+from sparsectx.models.processor import load_processor
+from sparsectx.training.checkpoint import verify_checkpoint
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
+
+
+def has_weights(directory: Path) -> bool:
+    """Returns whether a model directory holds weight files (safetensors, bin or pt, sharded or not)."""
+    return any(next(directory.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
+
+
+def checkpoint_id(directory: Path) -> str:
+    """Returns a short fingerprint of a model directory: sha256 over its file names, sizes and first MiB.
+
+    Cheap on multi-GB checkpoints and different for any re-saved weights; a hub id is returned as is.
+    """
+    if not directory.is_dir():
+        return str(directory)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(directory)}:{path.stat().st_size}:".encode())
+        with open(path, "rb") as handle:
+            digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tuple[LoadedModel, dict]:
+    """Returns the model to evaluate and its provenance (name, path, checkpoint, fingerprint, random weights).
+
+    ``checkpoint`` (a trained model directory) replaces ``model.path``. A local directory with
+    ``config.json`` and processor files but no weights is built with random weights from that config
+    (``torch.manual_seed(seed)``), directly on ``model.device``: costs measured on it are those of the real
+    architecture, since they do not depend on weight values. Its scores are meaningless, and flagged.
+    """
+    cfg = replace(model, path=checkpoint) if checkpoint is not None else model
+    source = resolve_model_path(cfg.path)
+    local = Path(source)
+    check_device(cfg.device)
+    if local.is_dir():
+        verify_checkpoint(local)  # a trained checkpoint's weights against their recorded sha256
+    random_weights = local.is_dir() and not has_weights(local)
+    if random_weights:
+        torch.manual_seed(seed)
+        config = AutoConfig.from_pretrained(source)
+        with torch.device(cfg.device):
+            hf = AutoModelForImageTextToText.from_config(
+                config, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+            )
+        hf.eval()
+        route_vision_tower(hf, cfg)
+        processor = load_processor(source, cfg.image_workers)
+        loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
+    else:
+        loaded = load_model(cfg)
+    info = {
+        "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
+        "checkpoint_id": checkpoint_id(local), "random_weights": random_weights, "dtype": cfg.dtype,
+        "device": cfg.device, "attn_implementation": cfg.attn_implementation,
+        "vision_attention": cfg.vision_attention, "family": loaded.adapter.family,
+    }  # fmt: skip
+    return loaded, info
