@@ -13,7 +13,8 @@ from tiny_models import char_processor
 from training.test_loop_support import TinyEnv, compose_train, train_overrides, training_items
 
 from sparsectx.data import write_tsv
-from sparsectx.models import LoadedModel, adapter_for
+from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model
+from sparsectx.models.qwen3_5 import Qwen35Adapter
 from sparsectx.training import loop
 from sparsectx.training.config import load_train_config
 from sparsectx.training.student import build_student
@@ -76,3 +77,22 @@ def test_one_step_trains_the_language_model_only(method: str, env, tmp_path) -> 
     changed = {name for name in before if not torch.equal(before[name], after[name])}
     assert changed and all(name.startswith(("model.language_model.", "lm_head.")) for name in changed)
     assert any(".linear_attn." in name for name in changed) == (method == "lt_opd")  # full parameters
+
+
+def _model_config(env: TinyEnv, **changes: object) -> ModelConfig:
+    values = dict(
+        name="tiny_qwen3_5", path=str(env.model_dir), dtype="float32", device="cpu", attn_implementation="sdpa",
+        signal_chunk=8, vision_attention="grouped", image_workers=1, vision_mlp_multiple=0, compile_blocks="off",
+        tile_budget=None,
+    )  # fmt: skip
+    return ModelConfig(**{**values, **changes})
+
+
+def test_a_saved_checkpoint_loads_into_the_qwen3_5_adapter(env) -> None:
+    loaded = load_model(_model_config(env))
+    assert isinstance(loaded.adapter, Qwen35Adapter) and loaded.adapter.family == "qwen3_5"
+
+
+def test_a_tiled_family_option_on_qwen3_5_names_the_key(env) -> None:
+    with pytest.raises(ValueError, match=r"model\.tile_budget='pooled' .* not to 'qwen3_5' checkpoints"):
+        load_model(_model_config(env, tile_budget="pooled"))
