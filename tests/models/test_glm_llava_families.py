@@ -1,7 +1,8 @@
 """GLM-4.6V and LLaVA-OneVision on tiny random-weight instances of the real HF classes.
 
-References are the plain HF model's own forward and ``generate``, GLM's own ``get_rope_index``, SigLIP's own
-eager attention weights and a full re-forward of the same selection.
+References are the plain HF model's own forward and ``generate``, GLM's own ``get_rope_index`` (LLaVA: the 1-D
+positions HF gives a left-padded row), key masking of the full context and a full re-forward of the same
+selection.
 """
 
 from __future__ import annotations
