@@ -1,4 +1,4 @@
-"""Load VLMs and talk to them through one adapter per family (Qwen2.5-VL, Qwen3-VL)."""
+"""Load VLMs and talk to them through one adapter per family (Qwen-VL, Qwen3.5, GLM-4.6V, LLaVA-OneVision)."""
 
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
 from sparsectx.models.loading import (

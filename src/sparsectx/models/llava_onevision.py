@@ -107,7 +107,7 @@ class LlavaOnevisionAdapter:
 
     def _pack(
         self, per_view: torch.Tensor, views: list[int], sizes: torch.Tensor, fill: torch.Tensor
-    ) -> list:
+    ) -> list[torch.Tensor]:
         """Returns per image the packed (N_i, C) rows of (sum views, P, C) per-view rows, ``fill`` at newlines."""
         parts = list(torch.split(per_view, views))
         packed, _ = self.model.model.pack_image_features(
