@@ -131,3 +131,16 @@ def test_unsupported_families_name_the_supported_ones(tmp_path) -> None:
                          num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
     with pytest.raises(KeyError, match=r"'llama' has no adapter; supported: .*glm46v, llava_onevision"):
         adapter_for(LlamaForCausalLM(config), signal_chunk=8)
+
+
+@pytest.mark.parametrize("aspect", ["anyres_max_9", "anyres_max_1"])
+@torch.no_grad()
+def test_llava_token_counts_equal_hfs_packed_lengths(aspect: str, tmp_path) -> None:
+    model, processor = family_model("llava_onevision", tmp_path, aspect=aspect)
+    side = model.config.vision_config.image_size // model.config.vision_config.patch_size
+    sizes = torch.tensor([[h, w] for h in (7, 31, 33, 50, 64, 97, 200) for w in (5, 32, 45, 64, 120, 301)])
+    layouts = processor.layouts([[None] for _ in sizes], sizes)  # each image alone in its prompt: tiled
+    features = [torch.zeros(views, side * side, 1) for views in layouts[:, 0].tolist()]
+    packed, _ = model.model.pack_image_features(features, sizes, torch.zeros(1), aspect)
+    assert processor.token_counts(layouts) == [p.shape[0] for p in packed]
+    assert processor.token_counts(layouts[:1].clone().fill_(1)) == [side * side + 1]  # base view only
