@@ -53,7 +53,11 @@ class VLMAdapter(Protocol):
     """The extra pruner signals ``encode_images`` records (``sparsectx.pruning.declared_signals``)."""
 
     def encode_images(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[ImageTokens]:
-        """Returns one ``ImageTokens`` per image: vision tower + merger run once, plus pruner signals."""
+        """Returns one ``ImageTokens`` per image: vision tower + merger run once, plus pruner signals.
+
+        ``grid_thw`` is the processor's per-image layout: (t, h, w) patch grids for the Qwen-VL and GLM
+        towers, (views, height, width) for LLaVA-OneVision's tiles (``llava_onevision_processor``).
+        """
         ...
 
     def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:
