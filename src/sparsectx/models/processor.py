@@ -5,6 +5,8 @@ PyPI's torchvision does not import beside the CPU torch build this project insta
 need do not depend on torchvision: the tokenizer (with its chat template), the PIL image processor,
 and the expansion of each ``<|image_pad|>`` into one token per post-merger visual token. This module
 composes them, reading the same files a hub checkpoint ships, so one code path serves every machine.
+GLM-4.6V's patches work the same way (its own image processor and ``<|image|>`` marker); LLaVA-OneVision's
+tiles have their own processor (``sparsectx.models.llava_onevision_processor``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from transformers import AutoConfig, AutoTokenizer, BatchFeature, PreTrainedToke
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from sparsectx.models.llava_onevision_processor import load_llava_processor
+from sparsectx.models.llava_onevision_processor import LlavaOnevisionTextProcessor, load_llava_processor
 
 IMAGE_TOKEN = "<|image_pad|>"
 GLM_IMAGE_TOKEN = "<|image|>"
@@ -118,7 +120,9 @@ def checkpoint_family(path: str | Path) -> str:
     return AutoConfig.from_pretrained(str(path)).model_type
 
 
-def load_processor(path: str | Path, image_workers: int = 1) -> ImageTextProcessor:
+def load_processor(
+    path: str | Path, image_workers: int = 1
+) -> ImageTextProcessor | LlavaOnevisionTextProcessor:
     """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json).
 
     ``image_workers`` is ``model.image_workers``: threads that preprocess a batch's images. GLM-4.6V and
