@@ -13,6 +13,10 @@ FLOPs (LT-OPD App. E: one multiply-accumulate = 2 FLOPs), from the model config 
 
 KV cache: ``2 (K and V) x layers x KV heads x d_h x L x bytes per element`` at the end of prefill.
 
+A hybrid decoder (Qwen3.5) counts the attention terms and the KV cache on its full-attention layers only
+(with their gated, twice-as-wide ``q_proj``); each linear-attention layer adds its projections, convolution
+and recurrent update per token and a fixed state to the cache (``sparsectx.eval.hybrid_costs``).
+
 In-LLM pruners (FastV, DART before layer K): layers < K run on all L prompt tokens and layers >= K on the L'
 kept ones, in prefill FLOPs, in decode attention and in the KV cache; the LM head runs on the L' positions.
 They choose inside the prefill (``sparsectx.pruning.layer.fused_prompts``: layers < K run once); the
@@ -47,6 +51,7 @@ from transformers import PretrainedConfig
 from sparsectx.context import build_context
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import engine_for
+from sparsectx.eval.hybrid_costs import FULL, layer_kinds, linear_state_bytes, linear_token_flops, query_gate
 from sparsectx.eval.protocol import eval_prompts, load_bench_items, prompt_item, select_visual
 from sparsectx.eval.results import finished, provenance, write_json
 from sparsectx.models import LoadedModel
@@ -91,12 +96,18 @@ def prefill_flops(text: PretrainedConfig, seq_len: int, late: Late) -> dict[str,
     """
     d, h, kv, hd, inter, _, vocab = _dims(text)
     lengths = [float(n) for n in layer_lengths(text, seq_len, late)]
+    kinds = layer_kinds(text)
+    full = [n for n, kind in zip(lengths, kinds, strict=True) if kind == FULL]
+    gate = query_gate(text)
     parts = {
-        "attention_proj": sum(2 * n * d * (h + 2 * kv) * hd + 2 * n * h * hd * d for n in lengths),
-        "attention_scores": sum(4 * h * n * n * hd for n in lengths),
+        "attention_proj": sum(2 * n * d * (gate * h + 2 * kv) * hd + 2 * n * h * hd * d for n in full),
+        "attention_scores": sum(4 * h * n * n * hd for n in full),
         "mlp": sum(6 * n * d * inter for n in lengths),
         "lm_head": 2 * lengths[-1] * d * vocab,
     }
+    if len(full) < len(lengths):
+        linear = sum(n for n, kind in zip(lengths, kinds, strict=True) if kind != FULL)
+        parts.update({part: linear * per_token for part, per_token in linear_token_flops(text).items()})
     return {**parts, "total": sum(parts.values())}
 
 
@@ -110,15 +121,24 @@ def selection_flops(text: PretrainedConfig, seq_len: int) -> float:
 def decode_flops(text: PretrainedConfig, prompt_len: int, steps: int, late: Late) -> float:
     """Returns the FLOPs of ``steps`` single-token decode steps after a ``prompt_len``-token prefill."""
     d, h, kv, hd, inter, layers, vocab = _dims(text)
-    per_token = layers * (2 * d * (h + 2 * kv) * hd + 2 * h * hd * d + 6 * d * inter) + 2 * d * vocab
-    keys = sum(n + t + 1 for n in layer_lengths(text, prompt_len, late) for t in range(steps))
+    kinds = layer_kinds(text)
+    full = kinds.count(FULL)
+    linear = sum(linear_token_flops(text).values()) if full < layers else 0.0
+    attention = 2 * d * (query_gate(text) * h + 2 * kv) * hd + 2 * h * hd * d
+    per_token = full * attention + (layers - full) * linear + layers * 6 * d * inter + 2 * d * vocab
+    held = [n for n, kind in zip(layer_lengths(text, prompt_len, late), kinds, strict=True) if kind == FULL]
+    keys = sum(n + t + 1 for n in held for t in range(steps))
     return float(steps * per_token + 4 * h * hd * keys)
 
 
 def kv_cache_bytes(text: PretrainedConfig, seq_len: int, bytes_per_element: int, late: Late) -> int:
     """Returns the KV-cache bytes after prefilling ``seq_len`` tokens (layers >= K hold L' with ``late``)."""
     _, _, kv, hd, _, _, _ = _dims(text)
-    return 2 * kv * hd * sum(layer_lengths(text, seq_len, late)) * bytes_per_element
+    kinds = layer_kinds(text)
+    held = sum(n for n, kind in zip(layer_lengths(text, seq_len, late), kinds, strict=True) if kind == FULL)
+    linear = len(kinds) - kinds.count(FULL)
+    states = linear * linear_state_bytes(text, bytes_per_element) if linear else 0
+    return 2 * kv * hd * held * bytes_per_element + states
 
 
 def _segments(vision: PretrainedConfig, grid: tuple[int, int, int], windowed: bool) -> list[int]:
@@ -139,9 +159,12 @@ def _segments(vision: PretrainedConfig, grid: tuple[int, int, int], windowed: bo
 
 def vision_flops(vision: PretrainedConfig, family: str, grids: list[tuple[int, int, int]]) -> float:
     """Returns the vision tower + merger FLOPs on images of patch grids ``grids`` (t, h, w) for ``family``
-    (``qwen2_5_vl`` or ``qwen3_vl``), formulas in the module docstring."""
-    if family not in ("qwen2_5_vl", "qwen3_vl"):
-        raise KeyError(f"no vision FLOPs formula for family {family!r}; supported: qwen2_5_vl, qwen3_vl")
+    (``qwen2_5_vl``, ``qwen3_vl`` or ``qwen3_5``: Qwen3-VL's tower without DeepStack), formulas in the module
+    docstring."""
+    if family not in ("qwen2_5_vl", "qwen3_vl", "qwen3_5"):
+        raise KeyError(
+            f"no vision FLOPs formula for family {family!r}; supported: qwen2_5_vl, qwen3_vl, qwen3_5"
+        )
     dv, iv, unit = vision.hidden_size, vision.intermediate_size, vision.spatial_merge_size**2
     n = float(sum(t * h * w for t, h, w in grids))
     kernel = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
