@@ -5,6 +5,8 @@ References are the plain HF model's own forward and ``generate`` and its own ``g
 
 from __future__ import annotations
 
+import copy
+import importlib
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,12 @@ from sparsectx.context import build_context, keep_all
 from sparsectx.encoding import encode_samples
 from sparsectx.engine import DecodeEngine, pruned_prompts
 from sparsectx.generation import SamplingConfig, response_logits
-from sparsectx.models import adapter_for
+from sparsectx.models import adapter_for, set_vision_attention
 from sparsectx.models.in_llm import LateDrop
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, declared_signals, select_tokens
 from sparsectx.pruning.layer import select_in_llm
-from sparsectx.visual import Selection
+from sparsectx.visual import Selection, VisionSignals
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "pruner"
 PRE_LLM = [name for name in PRUNERS.names() if name not in IN_LLM_PRUNERS]
@@ -222,3 +224,37 @@ def test_an_unsupported_family_names_qwen3_5_among_the_supported() -> None:
                          num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
     with pytest.raises(KeyError, match=r"'llama' has no adapter; supported: .*qwen3_5"):
         adapter_for(LlamaForCausalLM(config), signal_chunk=8)
+
+
+@pytest.mark.parametrize("vision_attention", ["hf", "grouped"])
+@torch.no_grad()
+def test_signals_are_the_towers_own_eager_attention(vision_attention: str, hybrid, monkeypatch) -> None:
+    model = copy.deepcopy(hybrid.adapter.model)
+    set_vision_attention(model, vision_attention)
+    adapter = adapter_for(model, signal_chunk=8)
+    adapter.vision_signals = VisionSignals(object_attention=True)
+    images = [
+        noise_image(hybrid.patch * w, hybrid.patch * h, seed) for seed, (w, h) in enumerate([(6, 4), (4, 8)])
+    ]
+    inputs = hybrid.processor.image_processor(images=images, return_tensors="pt")
+    got = adapter.encode_images(inputs["pixel_values"], inputs["image_grid_thw"])
+    # Reference: the tower under HF's eager attention, each block's weights per image, mean over heads, summed
+    # over queries, then the mean over each merged token's 4 patches (the tower runs in raster order).
+    module = importlib.import_module(type(model).__module__)
+    calls: dict[int, list[torch.Tensor]] = {}
+    original = module.eager_attention_forward
+
+    def recording(attn, *args, **kwargs):  # noqa: ANN001, ANN202
+        out, weights = original(attn, *args, **kwargs)
+        calls.setdefault(id(attn), []).append(weights[0].mean(0).sum(0))
+        return out, weights
+
+    reference = copy.deepcopy(hybrid.adapter.model).model.visual
+    monkeypatch.setattr(module, "eager_attention_forward", recording)
+    monkeypatch.setattr(reference.config, "_attn_implementation", "eager")
+    reference(inputs["pixel_values"], grid_thw=inputs["image_grid_thw"])
+    per_block = [torch.cat(calls[id(block.attn)]).reshape(-1, 4).mean(1) for block in reference.blocks]
+    last, middle = per_block[-1], per_block[len(per_block) // 2 - 1]
+    torch.testing.assert_close(torch.cat([im.attention_received for im in got]), last, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat([im.object_attention for im in got]), middle, atol=1e-5, rtol=1e-5)
+    assert (last - middle).abs().max() > 1e-3  # two different blocks
