@@ -6,18 +6,28 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.config import load_eval_config
+from sparsectx.eval.judge import JudgeAnswersConfig
 from sparsectx.pretrain.train import load_config as load_pretrain_config
 from sparsectx.report.study import load_tables_config
 from sparsectx.training.config import load_train_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def load_judge_answers_config(cfg: DictConfig) -> JudgeAnswersConfig:
+    """Returns the checked judge config as ``src/judge_answers.py`` builds it."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JudgeAnswersConfig), cfg))
+
+
 ROOTS = {
     "train": load_train_config,
     "evaluate": load_eval_config,
     "make_tables": load_tables_config,
     "pretrain_tiny": load_pretrain_config,
+    "judge_answers": load_judge_answers_config,
 }
 # group -> the root config that selects it (and a fixed option for roots whose default would not compose)
 GROUP_ROOTS = {
@@ -29,8 +39,19 @@ GROUP_ROOTS = {
     "experiment": ["train", "evaluate", "make_tables"],
     "data": ["train", "pretrain_tiny"],
     "engine": ["train", "evaluate"],
+    "judge": ["judge_answers"],
 }
-REQUIRED = {"make_tables": ["experiment=tiny"]}
+# judge_answers has no default judge (one must be chosen) and no default result file; a group override
+# given after these replaces the judge chosen here.
+REQUIRED = {
+    "make_tables": ["experiment=tiny"],
+    "judge_answers": [
+        "result=x.json",
+        "judge=hf_local",
+        "judge.model=m",
+        "judge.base_url=http://127.0.0.1:1/v1",
+    ],
+}
 
 
 def _compose(root: str, overrides: list[str]):
