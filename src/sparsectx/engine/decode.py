@@ -6,10 +6,11 @@ the longest first; each prompt is prefilled with the model's own forward (its pr
 unpruned M-RoPE positions, design invariant 3; prompts that share a context, ``Prompts.shared``, once per
 refill) and its keys/values are copied into its slot, each layer with its own valid keys (after in-LLM
 pruning layers >= K cache only the kept tokens; a hybrid decoder's linear-attention layers copy their
-convolution and recurrent states instead, ``sparsectx.engine.hybrid_slots``); every decode step then advances all slots at once at each slot's own next unpruned position. Tokens, counts and the
-``done`` mask stay on the device; every ``engine.sync_every`` steps the host reads them once, confirms the
-ends (``sparsectx.engine.stops``), hands back finished generations and prefills the free slots with the
-next prompts, so long answers never keep idle slots waiting. Greedy output equals the reference loop
+convolution and recurrent states instead, ``sparsectx.engine.hybrid_slots``); every decode step then
+advances all slots at once at each slot's own next unpruned position. Tokens, counts and the ``done`` mask
+stay on the device; every ``engine.sync_every`` steps the host reads them once, confirms the ends
+(``sparsectx.engine.stops``), hands back finished generations and prefills the free slots with the next
+prompts, so long answers never keep idle slots waiting. Greedy output equals the reference loop
 (``tests/generation_oracle.py``) token for token.
 """
 
