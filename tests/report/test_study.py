@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import struct
 import subprocess
 import sys
@@ -252,6 +253,34 @@ def test_mixed_scorer_versions_and_misplaced_results_raise(results: Path) -> Non
     path.write_text(path.read_text().replace('"pruner": "random"', '"pruner": "visionzip"'))
     with pytest.raises(ValueError, match="but its path names"):
         run(compose_tables(results))
+
+
+def add_vlmeval_scores(root: Path, offset: float) -> None:
+    """Adds a ``vlmeval`` block (as ``src/vlmeval_score.py`` writes it) to every result: the score + offset."""
+    for path in root.rglob("*.json"):
+        payload = json.loads(path.read_text())
+        if "benchmark" in payload and "score" in payload:
+            block = {"dataset": payload["benchmark"], "score": payload["score"] + offset, "agrees": False}
+            write_json(path, {**payload, "vlmeval": block})
+
+
+def test_score_source_vlmeval_reads_vlmevalkits_scores(results: Path) -> None:
+    add_vlmeval_scores(results, 2.0)
+    run(compose_tables(results, "score_source=vlmeval"))
+    out = results / "tiny" / "tables"
+    main = read_csv(out / "main.csv")
+    assert main[("0.2", "SCOPD", "visionzip")]["syn_count"] == "47.00"  # VLMEvalKit's 45 + 2, not 45
+    assert main[("0.2", "Vanilla", "visionzip")]["Avg"] == f"{(42 / 52 + 38 / 42) / 2 * 100:.2f}"
+    assert "VLMEvalKit's evaluate" in (out / "main.md").read_text()
+    run(compose_tables(results))  # the default source still reads the project's scores
+    assert read_csv(out / "main.csv")[("0.2", "SCOPD", "visionzip")]["syn_count"] == "45.00"
+
+
+def test_score_source_vlmeval_without_a_vlmeval_block_names_the_command(results: Path) -> None:
+    with pytest.raises(ValueError, match=r"no VLMEvalKit score .*src/vlmeval_score.py result="):
+        run(compose_tables(results, "score_source=vlmeval"))
+    with pytest.raises(ValueError, match="score_source"):
+        load_tables_config(compose_tables(results, "score_source=vlmevalkit"))
 
 
 def test_tables_and_plots_are_logged(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:

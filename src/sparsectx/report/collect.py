@@ -3,7 +3,9 @@
 Every cell a table block declares gets an entry. A supported cell's entry is the ``ResultRecord`` fields of its
 result JSON (``sparsectx.eval.results.BenchResult``), or ``NO_RECORD`` when that file does not exist; an
 unsupported cell's entry is the grid's declared reason (``Grid.reason``), whatever is on disk. Paths are
-``sparsectx.paths`` functions of the results root, so a moved results tree reads the same.
+``sparsectx.paths`` functions of the results root, so a moved results tree reads the same. The score is the
+project's scorer's (``score_source: sparsectx``) or, on request, VLMEvalKit's own ``evaluate`` of the same
+predictions (``score_source: vlmeval``: the ``vlmeval`` block that ``src/vlmeval_score.py`` adds).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from sparsectx.eval.passk_mode import passk_path
 from sparsectx.paths import leaf_dir, result_path
 from sparsectx.report.tables import NO_RECORD, ResultRecord, check_versions
 from sparsectx.workflow import BASE, Block, Cell, EfficiencyRun, Grid
+
+SCORE_SOURCES = ("sparsectx", "vlmeval")
+"""Where a table's scores come from: the project's scorers, or VLMEvalKit's (``docs/harnesses.md``)."""
 
 RECORD_KEYS = ("method", "pruner", "budget", "benchmark", "score", "scorer_version", "extractor_version")
 """The ``BenchResult`` fields a table reads (the ``ResultRecord`` fields bar ``reason`` and ``caveat``)."""
@@ -55,9 +60,28 @@ def skip_caveat(payload: dict[str, Any]) -> str:
     )
 
 
-def read_result(path: Path, cell: Cell) -> dict[str, Any]:
+def vlmeval_score(path: Path, payload: dict[str, Any]) -> float:
+    """Returns VLMEvalKit's headline score of the result ``payload`` read from ``path``.
+
+    Raises:
+        ValueError: the result has no VLMEvalKit score yet (or VLMEvalKit gives its benchmark no headline),
+            naming the command that adds it.
+    """
+    block = payload.get("vlmeval") or {}
+    if block.get("score") is None:
+        reason = (
+            "VLMEvalKit gives this benchmark no headline" if block else "it was never scored by VLMEvalKit"
+        )
+        raise ValueError(
+            f"{path} has no VLMEvalKit score ({reason}); with score_source=vlmeval every table cell needs one: "
+            f"run `python src/vlmeval_score.py result={path}` (docs/harnesses.md) or use score_source=sparsectx"
+        )
+    return float(block["score"])
+
+
+def read_result(path: Path, cell: Cell, score_source: str = "sparsectx") -> dict[str, Any]:
     """Returns the ``RECORD_KEYS`` of the result JSON at ``path``, checked against the cell it should hold,
-    plus its ``caveat`` (``skip_caveat``)."""
+    plus its ``caveat`` (``skip_caveat``); ``score`` from the project's scorer or from VLMEvalKit's block."""
     payload = read_json(path)
     absent = [key for key in RECORD_KEYS if key not in payload]
     if absent:
@@ -69,7 +93,10 @@ def read_result(path: Path, cell: Cell) -> dict[str, Any]:
             f"{path} holds method/pruner/budget/benchmark {found}, but its path names {wanted}; "
             "delete it and rerun its evaluation"
         )
-    return {**{key: payload[key] for key in RECORD_KEYS}, "caveat": skip_caveat(payload)}
+    record = {**{key: payload[key] for key in RECORD_KEYS}, "caveat": skip_caveat(payload)}
+    if score_source == "vlmeval":
+        record["score"] = vlmeval_score(path, payload)
+    return record
 
 
 def cell_leaf(root: str | Path, experiment: str, cell: Cell) -> Path:
@@ -77,8 +104,9 @@ def cell_leaf(root: str | Path, experiment: str, cell: Cell) -> Path:
     return leaf_dir(root, experiment, cell.model, cell.method, cell.pruner, cell.budget)
 
 
-def collect_results(grid: Grid, root: str | Path) -> dict[Cell, Entry]:
-    """Returns the entry of every cell of every table block (records, ``NO_RECORD`` or declared reasons)."""
+def collect_results(grid: Grid, root: str | Path, score_source: str = "sparsectx") -> dict[Cell, Entry]:
+    """Returns the entry of every cell of every table block (records, ``NO_RECORD`` or declared reasons),
+    scored as ``score_source`` says (``SCORE_SOURCES``)."""
     entries: dict[Cell, Entry] = {}
     for block in (b for b in grid.blocks if b.kind == "table"):
         for cell in grid.block_cells(block):
@@ -91,7 +119,7 @@ def collect_results(grid: Grid, root: str | Path) -> dict[Cell, Entry]:
             elif not path.is_file():
                 entries[cell] = NO_RECORD
             else:
-                entries[cell] = read_result(path, cell)
+                entries[cell] = read_result(path, cell, score_source)
     return entries
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx import workflow as wf
+from sparsectx.checks import check_choice
 from sparsectx.io import atomic_write_text
 from sparsectx.report.analyses import (
     Figure,
@@ -35,7 +36,7 @@ from sparsectx.report.analyses import (
     retain_plots,
 )
 from sparsectx.report.blocks import Rendered, has_trained, recovery_table, render, score_tables
-from sparsectx.report.collect import collect_results
+from sparsectx.report.collect import SCORE_SOURCES, collect_results
 from sparsectx.report.plots import caption_path
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
 
@@ -63,6 +64,9 @@ class TablesConfig:
     row (Vanilla). A method without an entry is shown by its key."""
     allow_empty: bool
     """false: a table with no result at all fails the run (after writing it); true: it is written and logged."""
+    score_source: str
+    """``sparsectx`` (the project's scorers) or ``vlmeval`` (VLMEvalKit's own evaluate of the same
+    predictions, added to each result by ``src/vlmeval_score.py``); the table titles say which."""
 
     def __post_init__(self) -> None:
         if self.grid is None:
@@ -70,6 +74,7 @@ class TablesConfig:
             raise ValueError(f"grid is null: choose a study with experiment=<preset>, one of {known}")
         if self.decimals < 0:
             raise ValueError(f"decimals={self.decimals} must be >= 0")
+        check_choice(self.score_source, SCORE_SOURCES, "score_source")
         if wf.BASE not in self.method_labels:
             raise ValueError(f"method_labels lacks {wf.BASE!r}: set method_labels.{wf.BASE}=Vanilla")
         if not self.results_root:
@@ -129,15 +134,16 @@ def _write_side(out: Path, stem: str, title: str, table: SideTable) -> Written:
 
 def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Written], list[Figure]]:
     """Returns the tables and figures written to ``out``: block tables, recovery, Pass@K, efficiency, plots."""
-    entries = collect_results(grid, tc.results_root)
+    entries = collect_results(grid, tc.results_root, tc.score_source)
     labels, written = tc.method_labels, []
+    source = "" if tc.score_source == "sparsectx" else ", VLMEvalKit's evaluate"
     for block in (b for b in grid.blocks if b.kind == "table"):
         tables = score_tables(grid, block, entries, labels, tc.avg_label, tc.decimals)
-        title = f"{grid.experiment}: {block.name} (scores; {tc.avg_label} = average retain ratio, %)"
+        title = f"{grid.experiment}: {block.name} (scores{source}; {tc.avg_label} = average retain ratio, %)"
         written.append(_write_rendered(out, block.name, title, render(title, tables)))
         if has_trained(block):
             rec = {m: recovery_table(grid, block, m, entries, labels, tc.decimals) for m in block.models}
-            title = f"{grid.experiment}: {block.name} (compression-gap recovery, %)"
+            title = f"{grid.experiment}: {block.name} (compression-gap recovery{source}, %)"
             written.append(_write_rendered(out, f"{block.name}.recovery", title, render(title, rec)))
     figures = retain_plots(grid, entries, labels, out)
     if has_block(grid, "passk"):
@@ -253,7 +259,7 @@ def run(cfg: DictConfig) -> list[Path]:
     finally:
         tracker.finish()
     print(
-        check_found(tc, grid, collect_results(grid, tc.results_root), written)
+        check_found(tc, grid, collect_results(grid, tc.results_root, tc.score_source), written)
     )  # raises when a table is empty
     drawn = [f.path for f in figures if f.path is not None]
     paths = [p for item in written for p in item.files] + [
