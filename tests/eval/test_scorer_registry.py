@@ -25,6 +25,7 @@ EXPECTED = {
     "mcq_vlmeval": mcq.VERSION_VLMEVAL,
     "hallusionbench": hallusionbench.VERSION,
     "hrbench": 1,
+    "cvbench": 1,
     "mmmu_vlmeval": 1,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,

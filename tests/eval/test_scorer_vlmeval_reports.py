@@ -1,4 +1,5 @@
-"""HR-Bench's cycle average and MMMU's open questions against literal transcriptions of VLMEvalKit's code.
+"""HR-Bench's cycle average, MMMU's open questions (literal transcriptions of VLMEvalKit's code) and
+CV-Bench's source average (its authors' formula).
 
 References: vlmeval/dataset/utils/hrbench.py ``report_acc_hrbench`` + ``hrbench_score`` and
 vlmeval/dataset/utils/multiple_choice.py ``MMMU_preproc`` + the ``answer_map`` of ``mcq_vanilla_eval``,
@@ -126,3 +127,51 @@ def test_mmmu_open_questions_follow_mmmu_preproc():
     assert 0 < sum(ref) < len(ref)
     with pytest.raises(ValueError, match="empty ScoredItem.options"):
         score_items("mcq_vlmeval", items)  # the plain MCQ scorer refuses open questions
+
+
+# --- CV-Bench: its authors' formula (nyu-visionx/CV-Bench README, "Accuracy" and its example code) ------
+
+
+def ref_cvbench(rows):
+    """The README's example: accuracy per source, 2D = mean(ADE20K, COCO), 3D = Omni3D, combined = mean."""
+
+    def accuracy(source):
+        hits = [r["result"] for r in rows if r["source"] == source]
+        return sum(hits) / len(hits)
+
+    two_d = (accuracy("ADE20K") + accuracy("COCO")) / 2
+    three_d = accuracy("Omni3D")
+    return {"combined": (two_d + three_d) / 2, "2D": two_d, "3D": three_d}
+
+
+CV_ROWS = [  # (source, gold, prediction): sources of unequal sizes, so the formula is not the plain mean
+    ("ADE20K", "A", "A"), ("ADE20K", "B", "(B) dog"), ("ADE20K", "C", "D"), ("COCO", "A", "cat"),
+    ("COCO", "B", "C"), ("COCO", "D", "D"), ("COCO", "A", "A"), ("COCO", "C", "no idea"),
+    ("Omni3D", "A", "B"), ("Omni3D", "B", "B"),
+]  # fmt: skip
+
+
+def test_cvbench_averages_sources_as_its_authors_formula():
+    spec = _spec("cvbench", "source")
+    items = [
+        scored_item(_item(i, "q", OPTIONS, gold, "Count", {"source": src}), spec, pred)
+        for i, (src, gold, pred) in enumerate(CV_ROWS)
+    ]
+    rows = [{"source": s, "result": ref_extract_exact(p, OPTIONS) == g} for s, g, p in CV_ROWS]
+    ref = ref_cvbench(rows)
+    got = score_items("cvbench", items).metrics
+    assert got["score"] == pytest.approx(100 * ref["combined"])
+    assert got["2D"] == pytest.approx(100 * ref["2D"]) and got["3D"] == pytest.approx(100 * ref["3D"])
+    assert got["score"] != pytest.approx(100 * sum(r["result"] for r in rows) / len(rows))
+    assert [is_correct("cvbench", it) for it in items] == [r["result"] for r in rows]
+
+
+def test_cvbench_refuses_unknown_or_absent_sources():
+    spec = _spec("cvbench", "source")
+    bad = [scored_item(_item(0, "q", OPTIONS, "A", "Count", {"source": "KITTI"}), spec, "A")]
+    with pytest.raises(ValueError, match=r"source \['KITTI'\] is not one of"):
+        score_items("cvbench", bad)
+    two_d_only = [scored_item(_item(i, "q", OPTIONS, "A", "Count", {"source": s}), spec, "A")
+                  for i, s in enumerate(["ADE20K", "COCO"])]  # fmt: skip
+    with pytest.raises(ValueError, match=r"no item from source \['Omni3D'\]"):
+        score_items("cvbench", two_d_only)

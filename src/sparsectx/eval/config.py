@@ -25,7 +25,7 @@ from sparsectx.tracking import LoggerConfig
 MODES = ("greedy", "passk", "efficiency")
 ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
-SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category")
+SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source")
 
 
 def check_seed(seed: object, key: str) -> int:

@@ -38,7 +38,7 @@ from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
 
 YES_NO = ("yes_no", "pope", "mme", "hallusionbench")
-CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq", "hrbench", "mmmu_vlmeval")
+CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq", "hrbench", "mmmu_vlmeval", "cvbench")
 BACKENDS = ("hf", "openai")
 
 Chat = Callable[[str], str]

@@ -158,6 +158,7 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
     subset = {
         "none": "", "subset": item.subset, "category": item.category,
         "l2-category": item.extra.get("l2-category", ""), "cycle_category": item.extra.get("cycle_category", ""),
+        "source": item.extra.get("source", ""),
     }[spec.subset_field]  # fmt: skip
     return ScoredItem(
         id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
@@ -179,7 +180,7 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return False
     if scorer == "mcq":
         return match_choice(pred, item.options) == item.reference.strip().upper()
-    if scorer in ("mcq_vlmeval", "hrbench"):
+    if scorer in ("mcq_vlmeval", "hrbench", "cvbench"):
         return vlmeval_choice(pred, item.options) == item.reference.strip()
     if scorer == "mmmu_vlmeval":
         return is_mmmu_correct(item)

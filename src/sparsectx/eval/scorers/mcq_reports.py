@@ -1,4 +1,4 @@
-"""The multiple-choice benchmarks whose VLMEvalKit report is not the plain mean hit: MMMU and HR-Bench.
+"""The multiple-choice benchmarks whose official report is not the plain mean hit: MMMU, HR-Bench, CV-Bench.
 
 Both read each answer as ``mcq_vlmeval`` does (``sparsectx.eval.scorers.mcq.vlmeval_choice``, VLMEvalKit's
 exact-matching ``can_infer``).
@@ -14,6 +14,11 @@ exact-matching ``can_infer``).
   category absent from a cycle still divides by all cycles, as there). ``score`` is 100 x ``Average``
   ``all``. The benchmark config fills ``ScoredItem.subset`` from ``cycle_category``.
 
+* **CV-Bench** (``cvbench``): its authors' rule (nyu-visionx/CV-Bench README, "Accuracy"): the accuracy per
+  image ``source`` (ADE20K, COCO, Omni3D), 2D = the mean of ADE20K's and COCO's, 3D = Omni3D's, and the
+  headline the mean of 2D and 3D. nvidia-vlmeval 26.3 has no CV-Bench class to compare with; each answer
+  is read by ``mcq_vlmeval``'s rule. The benchmark config fills ``ScoredItem.subset`` from ``source``.
+
 Remaining differences from VLMEvalKit: MMMU's ``report_acc`` reports each ``split`` (dev, validation) and
 ``category``; here ``score`` is over every scored row, per ``category`` (the split is not carried).
 """
@@ -28,6 +33,7 @@ from sparsectx.eval.scorers.base import (
     accuracy_metrics,
     check_items,
     count_missing,
+    per_key_accuracy,
     register_scorer,
 )
 from sparsectx.eval.scorers.mcq import vlmeval_choice
@@ -99,4 +105,44 @@ def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     return {
         "score": average["all"] / len(cycles), "n": float(len(items)), "missing": float(count_missing(items)),
         **metrics,
+    }  # fmt: skip
+
+
+CVBENCH_SOURCES = {"2D": ("ADE20K", "COCO"), "3D": ("Omni3D",)}
+"""CV-Bench's image sources per task type (its README's accuracy formula)."""
+
+
+@register_scorer("cvbench", 1)
+def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
+    """Returns CV-Bench accuracy in percent: the mean of 2D (mean of ADE20K and COCO) and 3D (Omni3D).
+
+    Reads ``reference`` (gold letter), ``options`` and ``subset`` (the ``source`` column). Keys: ``score``,
+    ``n``, ``missing``, ``2D``, ``3D``, ``source/<name>``, ``category/<task>``.
+
+    Raises:
+        ValueError: an item's source is not one of CV-Bench's three, or a source has no item (the formula
+            would average over a part that is not there).
+    """
+    check_items(items, "cvbench", needs=("reference", "options", "subset"))
+    known = {source for sources in CVBENCH_SOURCES.values() for source in sources}
+    unknown = sorted({item.subset for item in items} - known)
+    if unknown:
+        raise ValueError(
+            f"cvbench: source {unknown} is not one of {sorted(known)}; the benchmark file's `source` column "
+            "must name each row's image source (bench.cvbench.subset_field: source)"
+        )
+    correct = [vlmeval_choice(item.prediction, item.options) == item.reference.strip() for item in items]
+    by_source = per_key_accuracy(((it.subset, ok) for it, ok in zip(items, correct, strict=True)), "source")
+    absent = sorted(known - {key.split("/", 1)[1] for key in by_source})
+    if absent:
+        raise ValueError(f"cvbench: no item from source {absent}; CV-Bench's accuracy averages all three")
+    parts = {
+        kind: sum(by_source[f"source/{s}"] for s in sources) / len(sources)
+        for kind, sources in CVBENCH_SOURCES.items()
+    }
+    metrics = accuracy_metrics(items, correct, "unmatched", 0)
+    unmatched = sum(item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z")
+                    for item in items)  # fmt: skip
+    return {
+        **metrics, "unmatched": float(unmatched), "score": (parts["2D"] + parts["3D"]) / 2, **parts, **by_source,
     }  # fmt: skip
