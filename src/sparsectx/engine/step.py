@@ -12,6 +12,9 @@ graph then captures the fused kernels.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
 from sparsectx.engine.slots import SlotCache, decode_attention
@@ -36,8 +39,11 @@ def model_step(
     return adapter.logits(hidden[:, -1])
 
 
-_COMPILED_STEP = torch.compile(model_step)
-"""``model_step`` through inductor, compiled on first use: one shape specialised, later shapes dynamic."""
+@functools.cache
+def compiled_model_step() -> Callable[..., torch.Tensor]:
+    """Returns ``model_step`` through inductor, compiled on first call: one shape specialised, later ones
+    dynamic. Made on first use: ``torch.compile`` imports inductor (~0.5 s), which a CPU job never needs."""
+    return torch.compile(model_step)
 
 
 class DecodeStep:
@@ -45,7 +51,7 @@ class DecodeStep:
 
     def __init__(self, adapter: VLMAdapter, cache: SlotCache, capture: bool, compiled: bool) -> None:
         self.adapter, self.cache = adapter, cache
-        self._model_step = _COMPILED_STEP if compiled else model_step
+        self._model_step = compiled_model_step() if compiled else model_step
         device = cache.valid.device
         self.tokens = torch.zeros(cache.slots, dtype=torch.long, device=device)
         self.positions = torch.zeros(cache.slots, dtype=torch.long, device=device)

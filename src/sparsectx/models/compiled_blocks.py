@@ -18,6 +18,7 @@ graphs (``torch.compiler.disable``): both keep host-side caches that must not be
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -36,7 +37,14 @@ def _decoder_layer(module: nn.Module, *args: object, **kwargs: object) -> torch.
 
 
 # Two functions, two code objects: each kind keeps its own compiled entries (dynamo caches per code object).
-_COMPILED = {"vision": torch.compile(_vision_block), "decoder": torch.compile(_decoder_layer)}
+_FORWARDS = {"vision": _vision_block, "decoder": _decoder_layer}
+
+
+@functools.cache
+def compiled(kind: str) -> Callable[..., torch.Tensor]:
+    """Returns the compiled forward of ``kind`` (``vision`` or ``decoder``), made on first use: ``torch.compile``
+    imports inductor (~0.5 s), which a process that never compiles should not pay."""
+    return torch.compile(_FORWARDS[kind])
 
 
 def trains_here(module: nn.Module) -> bool:
@@ -48,7 +56,7 @@ def compiled_forward(kind: str, module: nn.Module, *args: object, **kwargs: obje
     """Returns ``module``'s forward on the arguments: compiled for a frozen, cache-free call, else eager."""
     if trains_here(module) or kwargs.get("past_key_values") is not None:
         return type(module).forward(module, *args, **kwargs)
-    return _COMPILED[kind](module, *args, **kwargs)
+    return compiled(kind)(module, *args, **kwargs)
 
 
 def block_lists(model: nn.Module) -> dict[str, nn.ModuleList]:
