@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from engine_setup import default_engine
+from key_masking import causal_key_bias, kept_keys
 from tiny_models import noise_image
 from transformers import GenerationConfig
 
@@ -21,7 +22,11 @@ def _items(patch: int) -> list[PromptItem]:
         PromptItem("wide", [noise_image(patch * 8, patch * 6, 1)], "what colour?", "sys", "think"),
         PromptItem("small", [noise_image(patch * 4, patch * 4, 2)], "how many?", "sys", ""),
         PromptItem(
-            "two", [noise_image(patch * 4, patch * 6, 3), noise_image(patch * 6, patch * 4, 4)], "same?", "s", ""
+            "two",
+            [noise_image(patch * 4, patch * 6, 3), noise_image(patch * 6, patch * 4, 4)],
+            "same?",
+            "s",
+            "",
         ),
     ]
 
@@ -55,7 +60,9 @@ def test_budget_one_greedy_text_equals_hf_generate(tiny_vlm):
     items = _items(tiny_vlm.patch)
     tok = tiny_vlm.processor.tokenizer
     batch = processor_inputs(tiny_vlm.processor, items)
-    config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    config = GenerationConfig(
+        max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
+    )
     hf = tiny_vlm.adapter.model.generate(**batch, generation_config=config)
     hf_new = hf[:, batch["input_ids"].shape[1] :]
     samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, items)
@@ -71,22 +78,8 @@ def _key_masked_logits(adapter, samples, selections, responses):
 
     Only valid for selections whose vectors equal the original tokens (not VisionZip's merges)."""
     full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-    mask2d = full.inputs.attention_mask.bool().clone()
-    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
-        start = mask2d.shape[1] - int(mask2d[b].sum())
-        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
-        offset = 0
-        for image, s in zip(sample.images, sel, strict=True):
-            dropped = torch.ones(image.num_tokens, dtype=torch.bool)
-            dropped[s.indices] = False
-            mask2d[b, slots[offset : offset + image.num_tokens][dropped]] = False
-            offset += image.num_tokens
-    width = mask2d.shape[1]
-    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
-    allowed = causal[None] & mask2d[:, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool)[None]
-    bias = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    full.inputs.attention_mask = bias[:, None]
+    keys = kept_keys(adapter, samples, selections, full.inputs.attention_mask.bool())
+    full.inputs.attention_mask = causal_key_bias(keys)
     return response_logits(adapter, full)
 
 
@@ -134,7 +127,9 @@ def test_kept_tokens_keep_unpruned_positions(tiny_vlm):
         full_pos = full.inputs.positions[:, b][:, full.inputs.attention_mask[b].bool()]
         pruned_pos = pruned.inputs.positions[:, b][:, pruned.inputs.attention_mask[b].bool()]
         visual_full = full_pos[:, full.inputs.visual_mask[b][full.inputs.attention_mask[b].bool()]]
-        kept = torch.cat([s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)])
+        kept = torch.cat(
+            [s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)]
+        )
         visual_pruned = pruned_pos[:, pruned.inputs.visual_mask[b][pruned.inputs.attention_mask[b].bool()]]
         assert torch.equal(visual_pruned, visual_full[:, kept])
         assert torch.equal(pruned_pos[:, -2:], full_pos[:, -2:])
@@ -153,7 +148,9 @@ def test_three_budgets_run_the_vision_tower_once(tiny_vlm):
 
 @torch.no_grad()
 def test_text_only_sample_builds_a_context(tiny_vlm):
-    samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, [PromptItem("txt", [], "no image here", "s", "")])
+    samples = encode_samples(
+        tiny_vlm.adapter, tiny_vlm.processor, [PromptItem("txt", [], "no image here", "s", "")]
+    )
     ctx = build_context(tiny_vlm.adapter, samples, [[]])
     assert int(ctx.kept_visual[0]) == 0
     assert ctx.inputs.embeds.shape[1] == samples[0].prompt_ids.numel()

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from engine_setup import default_engine
+from key_masking import causal_key_bias, kept_keys
 from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl, tiny_qwen3_vl
 from transformers import DynamicCache
 
@@ -66,21 +67,7 @@ def _key_masked_logits(adapter, samples, selections, responses, layer: int):
 
     HF's own text-model forward runs; a pre-hook on each layer >= K swaps its mask for the key-masked one."""
     full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-    valid = full.inputs.attention_mask.bool()
-    late = valid.clone()
-    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
-        start = valid.shape[1] - int(valid[b].sum())
-        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
-        offset = 0
-        for image, s in zip(sample.images, sel, strict=True):
-            dropped = torch.ones(image.num_tokens, dtype=torch.bool)
-            dropped[s.indices] = False
-            late[b, slots[offset : offset + image.num_tokens][dropped]] = False
-            offset += image.num_tokens
-    width = valid.shape[1]
-    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
-    allowed = (causal[None] & late[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+    bias = causal_key_bias(kept_keys(adapter, samples, selections, full.inputs.attention_mask.bool()))
 
     def swap(module, args, kwargs):
         return args, {**kwargs, "attention_mask": bias}

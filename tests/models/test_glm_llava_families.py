@@ -13,6 +13,7 @@ import pytest
 import torch
 from engine_setup import default_engine
 from family_models import family_model
+from key_masking import causal_key_bias, kept_keys
 from omegaconf import OmegaConf
 from tiny_models import noise_image
 from transformers import GenerationConfig
@@ -146,21 +147,8 @@ def test_kept_tokens_keep_unpruned_positions(tiny) -> None:  # noqa: ANN001
 def _key_masked_logits(adapter, samples, selections, responses):  # noqa: ANN001, ANN202
     """Keeps every token but masks the dropped visual tokens as attention keys (an explicit 4D mask)."""
     full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-    mask2d = full.inputs.attention_mask.bool().clone()
-    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
-        start = mask2d.shape[1] - int(mask2d[b].sum())
-        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
-        offset = 0
-        for image, s in zip(sample.images, sel, strict=True):
-            dropped = torch.ones(image.num_tokens, dtype=torch.bool)
-            dropped[s.indices] = False
-            mask2d[b, slots[offset : offset + image.num_tokens][dropped]] = False
-            offset += image.num_tokens
-    width = mask2d.shape[1]
-    allowed = torch.tril(torch.ones(width, width, dtype=torch.bool))[None] & mask2d[:, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool)[None]
-    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    full.inputs.attention_mask = bias[:, None]
+    keys = kept_keys(adapter, samples, selections, full.inputs.attention_mask.bool())
+    full.inputs.attention_mask = causal_key_bias(keys)
     return response_logits(adapter, full)
 
 

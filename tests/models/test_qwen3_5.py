@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from engine_setup import default_engine
+from key_masking import causal_key_bias, kept_keys
 from omegaconf import OmegaConf
 from qwen3_5_models import tiny_bundle
 from tiny_models import noise_image
@@ -135,21 +136,8 @@ def _key_masked_logits(adapter, samples, selections, responses):
     """Keeps every token; full-attention layers mask the dropped ones as keys, linear layers see all of them."""
     full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
     padding = full.inputs.attention_mask.bool()
-    keys = padding.clone()
-    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
-        start = keys.shape[1] - int(keys[b].sum())
-        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
-        offset = 0
-        for image, s in zip(sample.images, sel, strict=True):
-            dropped = torch.ones(image.num_tokens, dtype=torch.bool)
-            dropped[s.indices] = False
-            keys[b, slots[offset : offset + image.num_tokens][dropped]] = False
-            offset += image.num_tokens
-    width = keys.shape[1]
-    allowed = torch.tril(torch.ones(width, width, dtype=torch.bool))[None] & keys[:, None, :]
-    allowed |= torch.eye(width, dtype=torch.bool)[None]
-    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    full.inputs.attention_mask = {"full_attention": bias[:, None], "linear_attention": padding.long()}
+    bias = causal_key_bias(kept_keys(adapter, samples, selections, padding))
+    full.inputs.attention_mask = {"full_attention": bias, "linear_attention": padding.long()}
     return response_logits(adapter, full)
 
 

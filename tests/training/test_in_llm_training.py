@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from key_masking import causal_key_bias, kept_keys
 
 import sparsectx.training.loop as loop
 from sparsectx.budget import tokens_to_keep
@@ -71,19 +72,7 @@ def test_a_training_step_prunes_in_the_llm_and_updates_the_student(name, tiny_en
 def _key_masked(adapter, samples, selections, responses, layer):  # noqa: ANN001, ANN202
     """Returns response log-probs of the full context with the dropped tokens masked as keys in layers >= K."""
     full = build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-    valid = full.inputs.attention_mask.bool()
-    late = valid & ~full.inputs.visual_mask
-    for b, (sample, sel) in enumerate(zip(samples, selections, strict=True)):
-        start = valid.shape[1] - int(valid[b].sum())
-        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + start
-        offset = 0
-        for image, s in zip(sample.images, sel, strict=True):
-            late[b, slots[offset + s.indices]] = True
-            offset += image.num_tokens
-    width = valid.shape[1]
-    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
-    allowed = (causal[None] & late[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+    bias = causal_key_bias(kept_keys(adapter, samples, selections, full.inputs.attention_mask.bool()))
     hooks = [
         block.register_forward_pre_hook(lambda m, a, k: (a, {**k, "attention_mask": bias}), with_kwargs=True)
         for block in adapter.language_model.layers[layer:]

@@ -60,7 +60,10 @@ class HybridSlotCache(SlotCache):
                 self.layers.append(None)
                 continue
             if layer.number_of_states != 1:
-                raise NotImplementedError(f"{layer.number_of_states} states per linear layer (Qwen3.5 has 1)")
+                raise ValueError(
+                    f"this decoder's linear layers keep {layer.number_of_states} states each; the slot cache "
+                    "holds one (Qwen3.5's layout): model families with more are not supported"
+                )
             conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
             self.layers.append(
                 SlotStates(

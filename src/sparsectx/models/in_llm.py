@@ -89,7 +89,10 @@ def _check_layers(text_model: nn.Module, layer: int) -> None:
     if not 1 <= layer < count:
         raise ValueError(f"pruner.layer={layer} must lie in [1, {count - 1}] for a {count}-layer LLM")
     if getattr(text_model, "has_sliding_layers", False):
-        raise NotImplementedError("in-LLM pruning supports full-attention decoders only (no sliding layers)")
+        raise ValueError(
+            "pruner.stage=llm needs a decoder of full-attention layers only, and this one has sliding-window "
+            "layers: choose a pre-LLM pruner (pruner.stage=pre_llm)"
+        )
 
 
 def _run_layer(

@@ -76,7 +76,7 @@ class LlavaOnevisionAdapter:
         if config.vision_feature_select_strategy != "full" or not isinstance(
             config.vision_feature_layer, int
         ):
-            raise NotImplementedError(
+            raise ValueError(
                 "the llava_onevision adapter supports vision_feature_select_strategy='full' with one integer "
                 f"vision_feature_layer (the OneVision checkpoints); got {config.vision_feature_select_strategy!r}"
                 f" and {config.vision_feature_layer!r}"
