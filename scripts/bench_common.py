@@ -7,15 +7,30 @@ reads a local ``config.json`` instead.
 
 from __future__ import annotations
 
+import io
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, PretrainedConfig
+from omegaconf import OmegaConf
+from PIL import Image
+from transformers import AutoConfig, AutoModelForImageTextToText, PretrainedConfig
+from transformers.models.glm46v import Glm46VConfig
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig
+from transformers.models.qwen3_5 import Qwen3_5Config
 from transformers.models.qwen3_vl import Qwen3VLConfig
+
+from sparsectx.data import Item
+from sparsectx.models import LoadedModel, adapter_for, resolve_model_path
+from sparsectx.models.compiled_blocks import compile_blocks, compile_on
+from sparsectx.models.loading import set_vision_attention
+from sparsectx.models.processor import ImageTextProcessor, load_processor
+from sparsectx.models.vision_mlp import align_vision_mlps
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the dimensions that set the cost).
 QWEN2_5_VL_7B = {
@@ -53,16 +68,71 @@ QWEN3_VL_4B = {
     "vision_end_token_id": 151653, "tie_word_embeddings": True,
 }  # fmt: skip
 
+# Qwen/Qwen3.5-4B, as conf/model/qwen3_5_4b.yaml states it: hidden 2560, 32 hybrid layers (every fourth full
+# attention, 16 query / 4 KV heads of 256, a gated q_proj), vocabulary 248,320, tied embeddings. UNVERIFIED here
+# (the checkpoint's config.json could not be read from this machine): the MLP width 9216, the linear-attention
+# heads (transformers' Qwen3_5TextConfig defaults: 16 key / 32 value heads of 128, kernel 4), the rotary
+# sections and the vision tower (taken as Qwen3-VL-4B's: depth 24, width 1024, out 2560, no DeepStack).
+QWEN3_5_4B = {
+    "text_config": {
+        "hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 32, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [11, 11, 10],
+                            "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+    },
+    "vision_config": {
+        "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "patch_size": 16,
+        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 2560,
+        "num_position_embeddings": 2304, "hidden_act": "gelu_pytorch_tanh",
+    },
+    "tie_word_embeddings": True,
+}  # fmt: skip
+
+# zai-org/GLM-4.6V-Flash, as conf/model/glm46v_9b.yaml states it (vision depth 24, width 1536, out 4096,
+# patch 14, merge 2; a 40-layer GLM-4 decoder, width 4096, 32 heads, 2 KV heads, partial rotary 0.5, M-RoPE
+# sections [8, 12, 12]). UNVERIFIED here: the MLP width 13696 (also the merger's), vocabulary 151,552, the
+# vision heads 12 and image size 336, rope_theta 10000.
+GLM46V_9B = {
+    "text_config": {
+        "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32,
+        "num_key_value_heads": 2, "vocab_size": 151552, "max_position_embeddings": 65536, "rms_norm_eps": 1e-5,
+        "attention_bias": True, "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12],
+                            "partial_rotary_factor": 0.5},
+    },
+    "vision_config": {
+        "depth": 24, "hidden_size": 1536, "intermediate_size": 13696, "num_heads": 12, "patch_size": 14,
+        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 4096,
+        "image_size": 336, "hidden_act": "silu",
+    },
+    "tie_word_embeddings": False,
+}  # fmt: skip
+
 ARCHITECTURES = {
     "qwen2_5_vl_7b": (Qwen2_5_VLConfig, QWEN2_5_VL_7B),
     "qwen3_vl_4b": (Qwen3VLConfig, QWEN3_VL_4B),
+    "qwen3_5_4b": (Qwen3_5Config, QWEN3_5_4B),
+    "glm46v_9b": (Glm46VConfig, GLM46V_9B),
 }
-SPECIAL_TOKENS = {
+QWEN_TOKENS = {
     "image_token_id": "<|image_pad|>",
     "video_token_id": "<|video_pad|>",
     "vision_start_token_id": "<|vision_start|>",
     "vision_end_token_id": "<|vision_end|>",
 }
+GLM_TOKENS = {
+    "image_token_id": "<|image|>",
+    "video_token_id": "<|video|>",
+    "image_start_token_id": "<|begin_of_image|>",
+    "image_end_token_id": "<|end_of_image|>",
+    "video_start_token_id": "<|begin_of_video|>",
+    "video_end_token_id": "<|end_of_video|>",
+}
+SPECIAL_TOKENS = {"glm46v_9b": GLM_TOKENS}
+"""Config keys of each architecture's special tokens, by token; Qwen's unless listed."""
 
 
 def architecture(config_dir: str | None, arch: str = "qwen2_5_vl_7b", tokenizer=None) -> PretrainedConfig:
@@ -77,11 +147,76 @@ def architecture(config_dir: str | None, arch: str = "qwen2_5_vl_7b", tokenizer=
         cls, values = ARCHITECTURES[arch]
         config = cls(**values)
     if tokenizer is not None:
-        for key, token in SPECIAL_TOKENS.items():
+        for key, token in SPECIAL_TOKENS.get(arch, QWEN_TOKENS).items():
             setattr(config, key, tokenizer.convert_tokens_to_ids(token))
         text = config.get_text_config()
         text.eos_token_id, text.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     return config
+
+
+def bench_processor(arch: str, workers: int, scratch: Path) -> ImageTextProcessor:
+    """Returns a processor whose prompts the architecture's model reads: the shipped tiny model's for the Qwen
+    families; for GLM-4.6V the tests' character tokenizer with GLM's special tokens and chat template and
+    GLM's own image processor (``tests/family_models.py``), saved in ``scratch``."""
+    if arch != "glm46v_9b":
+        return load_processor(resolve_model_path("package:tiny-vlm"), workers)
+    sys.path.insert(0, str(ROOT / "tests"))
+    from family_models import glm_processor_dir
+
+    glm_processor_dir(scratch)
+    return load_processor(scratch, workers)
+
+
+def real_model(
+    arch: str, config_dir: str | None, visual_tokens: int, compile_mode: str | None, scratch: Path
+) -> tuple[LoadedModel, int]:
+    """Returns the real architecture with random bf16 weights on CUDA, as the model preset configures it
+    (grouped vision attention, padded vision MLP, compiled blocks), and the square image side in pixels that
+    gives ``visual_tokens`` merged tokens."""
+    preset = OmegaConf.load(ROOT / "conf/model" / f"{arch}.yaml")
+    processor = bench_processor(arch, preset.image_workers, scratch)
+    config = architecture(config_dir, arch, processor.tokenizer)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForImageTextToText.from_config(
+            config, dtype=torch.bfloat16, attn_implementation="sdpa"
+        )
+    vision = model.config.vision_config
+    side = vision.patch_size * vision.spatial_merge_size * round(visual_tokens**0.5)
+    image_processor = processor.image_processor
+    image_processor.patch_size = vision.patch_size
+    image_processor.size = {"shortest_edge": side * side, "longest_edge": side * side}
+    model.eval()
+    set_vision_attention(model, "grouped")
+    align_vision_mlps(model, preset.vision_mlp_multiple)
+    compile_blocks(model, compile_on(compile_mode or preset.compile_blocks, model.device))
+    return LoadedModel(adapter_for(model, signal_chunk=preset.signal_chunk), processor), side
+
+
+def noise_items(count: int, side: int, seed: int) -> list[Item]:
+    """Returns ``count`` training items with random ``side`` x ``side`` images and a short reference trace."""
+    generator = torch.Generator().manual_seed(seed)
+    items = []
+    for index in range(count):
+        pixels = torch.randint(0, 256, (side, side, 3), generator=generator, dtype=torch.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.numpy()).save(buffer, format="PNG")
+        items.append(
+            Item(
+                index,
+                buffer.getvalue(),
+                "How many circles are in the image?",
+                {},
+                "3",
+                "",
+                "count",
+                "",
+                "<think>I count three circles.</think><answer>3</answer>",
+                "",
+                {},
+            )  # fmt: skip
+        )
+    return items
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:

@@ -26,9 +26,9 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -40,12 +40,11 @@ import torch
 from accelerate import Accelerator
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from PIL import Image
 from transformers import AutoModelForImageTextToText
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import architecture  # noqa: E402
+from bench_common import ARCHITECTURES, ROOT, noise_items, real_model  # noqa: E402
 from bench_profile import profiled  # noqa: E402
 from bench_reference import ReferenceShape, reference_step  # noqa: E402
 
@@ -64,9 +63,6 @@ from sparsectx.training.loop import train_step  # noqa: E402
 from sparsectx.training.memory import apply_memory  # noqa: E402
 from sparsectx.training.student import Student, build_student  # noqa: E402
 from sparsectx.training.update import Trainer, build_optimizer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-MODEL_PRESETS = {"qwen2_5_vl_7b": "qwen2_5_vl_7b", "qwen3_vl_4b": "qwen3_vl_4b", "tiny": "tiny"}
 
 
 class Phases:
@@ -131,52 +127,17 @@ def instrumented(phases: Phases) -> Iterator[None]:
             setattr(module, name, fn)
 
 
-def noise_items(count: int, side: int, seed: int) -> list[Item]:
-    """Returns ``count`` training items with random ``side`` x ``side`` images and a short reference trace."""
-    generator = torch.Generator().manual_seed(seed)
-    items = []
-    for index in range(count):
-        pixels = torch.randint(0, 256, (side, side, 3), generator=generator, dtype=torch.uint8)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels.numpy()).save(buffer, format="PNG")
-        items.append(
-            Item(
-                index,
-                buffer.getvalue(),
-                "How many circles are in the image?",
-                {},
-                "3",
-                "",
-                "count",
-                "",
-                "<think>I count three circles.</think><answer>3</answer>",
-                "",
-                {},
-            )  # fmt: skip
-        )
-    return items
-
-
-def build_model(args) -> tuple[LoadedModel, int]:
+def build_model(args, scratch: Path) -> tuple[LoadedModel, int]:
     """Returns the model (random real-size weights on CUDA, or the tiny model) and the image side in pixels."""
+    if not args.tiny:
+        return real_model(args.arch, args.config, args.visual_tokens, args.compile_blocks, scratch)
     tiny_dir = resolve_model_path("package:tiny-vlm")
-    preset = OmegaConf.load(ROOT / "conf/model" / f"{MODEL_PRESETS['tiny' if args.tiny else args.arch]}.yaml")
+    preset = OmegaConf.load(ROOT / "conf/model/tiny.yaml")
     processor = load_processor(tiny_dir, preset.image_workers)
-    if args.tiny:
-        model = AutoModelForImageTextToText.from_pretrained(tiny_dir, dtype=torch.float32)
-    else:
-        config = architecture(args.config, args.arch, processor.tokenizer)
-        torch.manual_seed(0)
-        with torch.device("cuda"):
-            model = AutoModelForImageTextToText.from_config(
-                config, dtype=torch.bfloat16, attn_implementation="sdpa"
-            )
+    model = AutoModelForImageTextToText.from_pretrained(tiny_dir, dtype=torch.float32)
     vision = model.config.vision_config
-    factor = vision.patch_size * vision.spatial_merge_size
-    side = factor * round(args.visual_tokens**0.5)
-    image_processor = processor.image_processor
-    image_processor.patch_size = vision.patch_size
-    image_processor.size = {"shortest_edge": side * side, "longest_edge": side * side}
+    side = vision.patch_size * vision.spatial_merge_size * round(args.visual_tokens**0.5)
+    processor.image_processor.size = {"shortest_edge": side * side, "longest_edge": side * side}
     model.eval()
     set_vision_attention(model, "grouped")
     align_vision_mlps(model, preset.vision_mlp_multiple)
@@ -187,7 +148,7 @@ def build_model(args) -> tuple[LoadedModel, int]:
 def train_config(args, method: str) -> TrainConfig:
     """Returns conf/train.yaml composed for ``method`` at the benchmark's batch and rollout length."""
     overrides = [
-        f"model={MODEL_PRESETS['tiny' if args.tiny else args.arch]}", f"method={method}", "logger=none",
+        f"model={'tiny' if args.tiny else args.arch}", f"method={method}", "logger=none",
         f"micro_batch_size={args.micro_batch or args.batch}", f"method.effective_batch_size={args.batch}",
         f"max_new_tokens={args.new_tokens}", "steps=1000", "train_data.path=unused", "runs_root=unused",
         *args.override,
@@ -338,7 +299,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run on the shipped tiny model")
-    parser.add_argument("--arch", default="qwen2_5_vl_7b", choices=["qwen2_5_vl_7b", "qwen3_vl_4b"])
+    parser.add_argument("--arch", default="qwen2_5_vl_7b", choices=sorted(ARCHITECTURES))
     parser.add_argument("--config", default=None, help="a local model dir whose config.json to build")
     parser.add_argument("--methods", nargs="+", default=["scopd", "scopd_plus", "lt_opd"])
     parser.add_argument("--batch", type=int, default=32, help="samples per step")
@@ -351,10 +312,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", default=None, help="a folder: profile one more project step per method")
     parser.add_argument(
-        "--compile-blocks", default=None, choices=COMPILE_BLOCKS, help="model.compile_blocks (default: the preset's)"
+        "--compile-blocks",
+        default=None,
+        choices=COMPILE_BLOCKS,
+        help="model.compile_blocks (default: the preset's)",
     )
     args = parser.parse_args()
-    loaded, side = build_model(args)
+    with tempfile.TemporaryDirectory() as scratch:
+        run_all(args, Path(scratch))
+
+
+def run_all(args, scratch: Path) -> None:
+    """Prints both tables for every method of ``args`` (a processor GLM needs is built in ``scratch``)."""
+    loaded, side = build_model(args, scratch)
     device = loaded.adapter.model.device
     accelerator = Accelerator(cpu=device.type == "cpu")
     items = noise_items(args.batch, side, seed=0)

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
-from sparsectx.eval.efficiency import counted_flops, kv_cache_bytes, prefill_flops
+from sparsectx.eval.costs import counted_flops, kv_cache_bytes, prefill_flops
 from sparsectx.eval.protocol import select_visual
 from sparsectx.eval.runner import run
 from sparsectx.io import append_jsonl

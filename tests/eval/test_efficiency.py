@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
-from sparsectx.eval.efficiency import (
+from sparsectx.eval.costs import (
     counted_flops,
     kv_cache_bytes,
     prefill_flops,

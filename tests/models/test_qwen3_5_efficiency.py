@@ -20,7 +20,7 @@ from transformers import DynamicCache
 
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
-from sparsectx.eval.efficiency import (
+from sparsectx.eval.costs import (
     EXTRA_FORMULAS,
     counted_flops,
     decode_flops,
