@@ -1,4 +1,5 @@
-"""The ``build_data`` job: write the synthetic suite and, when asked, the tiny model's processor folder."""
+"""The ``build_data`` job: write the synthetic suite, a training set drawn from downloaded datasets
+(``training_set``, chosen with ``data/sources=<recipe>``) and, when asked, the tiny model's processor folder."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.data.config import SuiteConfig
+from sparsectx.data.sources import TrainingSetConfig, build_training_set
 from sparsectx.data.synthetic import SuiteReport, build_suite, corpus_pairs
 from sparsectx.models.tiny_processor import ProcessorConfig, build_processor, chat_texts
 
@@ -23,6 +25,8 @@ class BuildConfig:
     write_suite: bool
     """Write <data.out_dir>/<bench>.tsv and train.tsv."""
     processor: ProcessorConfig
+    training_set: TrainingSetConfig | None
+    """A recipe from conf/data/sources/ (``data/sources=llava_cot``): write its TSV; null = none."""
 
 
 def load_build_config(cfg: DictConfig) -> BuildConfig:
@@ -35,6 +39,8 @@ def run(cfg: DictConfig) -> SuiteReport | None:
     """Returns the suite report (None when ``write_suite`` is false) after building what the config asks."""
     build = load_build_config(cfg)
     report = build_suite(build.data) if build.write_suite else None
+    if build.training_set is not None:
+        build_training_set(build.training_set)
     if build.processor.write:
         proc = build.processor
         pairs = corpus_pairs(build.data, proc.corpus_per_family)

@@ -1,0 +1,83 @@
+"""The image bytes of drawn candidates, each checked to exist, decode and be large enough for the processor.
+
+Files are read as they are (JPEG stays JPEG): the TSV's base64 cell is the downloaded file, so the same
+download gives the same bytes. Parquet images are read per row group, one read for all drawn rows of it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from sparsectx.data.sources.records import Embedded
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One candidate's image: its bytes, or the counted reason and the detail why it is unusable."""
+
+    data: bytes | None
+    reason: str
+    detail: str
+
+
+def load_images(refs: list[Path | Embedded], image_field: str, min_side: int) -> list[Loaded]:
+    """Returns one ``Loaded`` per reference, in order: checked bytes, or why the image cannot be used."""
+    embedded = _embedded_bytes([ref for ref in refs if isinstance(ref, Embedded)], image_field)
+    out = []
+    for ref in refs:
+        if isinstance(ref, Embedded):
+            data = embedded[ref]
+            if data is None:
+                out.append(Loaded(None, "image missing", f"the embedded image of {ref.file} has no bytes"))
+                continue
+        else:
+            if not ref.is_file():
+                out.append(Loaded(None, "image missing", f"image file {ref} does not exist"))
+                continue
+            data = ref.read_bytes()
+        out.append(check_image(data, min_side))
+    return out
+
+
+def check_image(data: bytes, min_side: int) -> Loaded:
+    """Returns ``Loaded(data)`` when the bytes decode to an image at least ``min_side`` px on each side."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()  # a truncated file fails here, not in the training loop
+            size = image.size
+    except Exception as error:  # any decoder failure on downloaded bytes is a counted skip, never a crash
+        return Loaded(None, "image does not decode", f"{type(error).__name__}: {error}")
+    if min(size) < min_side:
+        return Loaded(None, "image too small", f"{size[0]}x{size[1]} px, below min_image_side={min_side}")
+    return Loaded(data, "", "")
+
+
+def _embedded_bytes(refs: list[Embedded], image_field: str) -> dict[Embedded, bytes | None]:
+    """Returns the bytes of each embedded image, reading each (file, row group) once."""
+    if not refs:
+        return {}
+    import pyarrow.parquet as pq  # imported here: JSON sources never load pyarrow
+
+    groups: dict[tuple[Path, int], list[Embedded]] = defaultdict(list)
+    for ref in refs:
+        groups[(ref.file, ref.row_group)].append(ref)
+    out: dict[Embedded, bytes | None] = {}
+    for (file, group), members in sorted(groups.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+        column = pq.ParquetFile(file).read_row_group(group, columns=[image_field]).column(0)
+        for ref in members:
+            cell = column[ref.offset].as_py()
+            out[ref] = _cell_bytes(cell if ref.position is None else cell[ref.position])
+    return out
+
+
+def _cell_bytes(cell: Any) -> bytes | None:
+    """Returns the bytes of a Hugging Face ``Image`` cell (``{"bytes": ..., "path": ...}``) or raw bytes."""
+    if isinstance(cell, dict):
+        cell = cell.get("bytes")
+    return cell if isinstance(cell, bytes) and cell else None
