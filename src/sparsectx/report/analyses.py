@@ -34,6 +34,7 @@ from sparsectx.report.collect import (
 )
 from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
 from sparsectx.report.tables import MISSING, NO_RECORD
+from sparsectx.report.uncertainty import BlockSpreads
 from sparsectx.workflow import BASE, Cell, Grid
 
 
@@ -68,8 +69,15 @@ class SideTable:
         return out.getvalue()
 
 
-def retain_plots(grid: Grid, entries: Mapping[Cell, Entry], labels: Mapping[str, str], out_dir: Path) -> list[Figure]:
-    """Returns the retain-ratio-vs-budget figure of every multi-budget table block and model."""
+def retain_plots(
+    grid: Grid,
+    entries: Mapping[Cell, Entry],
+    labels: Mapping[str, str],
+    out_dir: Path,
+    spreads: Mapping[str, Mapping[str, BlockSpreads]] | None = None,
+) -> list[Figure]:
+    """Returns the retain-ratio-vs-budget figure of every multi-budget table block and model, each point with
+    its interval (``spreads``: block -> model -> ``BlockSpreads``) where it has one."""
     figures = []
     reference = method_label(BASE, labels)
     for block in (b for b in grid.blocks if b.kind == "table"):
@@ -84,9 +92,11 @@ def retain_plots(grid: Grid, entries: Mapping[Cell, Entry], labels: Mapping[str,
                 continue
             source = f"experiment `{grid.experiment}`, model `{model}`, table `{block.name}` ({block.name}.md"
             source += ", whose footnotes say why a cell has no score)"
+            found = (spreads or {}).get(block.name, {}).get(model)
             path = plot_retain_vs_budget(
                 records, out_dir / f"{name}.png", benchmarks=block.benchmarks, reference_method=reference,
                 title=f"Retain ratio vs. budget: {block.name}, model {model}", notes=[f"Data: {source}."],
+                intervals=found.avg_intervals if found is not None else None,
             )  # fmt: skip
             figures.append(Figure(name, path, ""))
     return figures

@@ -26,6 +26,7 @@ from sparsectx.report.tables import (
     Table,
     build_table,
 )
+from sparsectx.report.uncertainty import BlockSpreads
 from sparsectx.workflow import BASE, Grid
 from sparsectx.workflow import Block as GridBlock
 from sparsectx.workflow import Cell as GridCell
@@ -52,9 +53,13 @@ def score_tables(
     labels: Mapping[str, str],
     avg_label: str,
     decimals: int,
+    spreads: Mapping[str, BlockSpreads] | None = None,
+    remark: str = "",
 ) -> dict[str, Table]:
-    """Returns model -> the score table of ``block`` (rows by budget, Vanilla first, average retain ratio)."""
+    """Returns model -> the score table of ``block`` (rows by budget, Vanilla first, average retain ratio),
+    with each model's intervals (``spreads``) and ``remark`` plus the cells without one under it."""
     methods = list(dict.fromkeys([BASE, *(m for row in block.rows for m in row.methods)]))
+    spreads = spreads or {}
     return {
         model: build_table(
             block_records(grid, block, model, entries, labels),
@@ -63,9 +68,49 @@ def score_tables(
             reference_method=method_label(BASE, labels),
             avg_label=avg_label,
             decimals=decimals,
+            spreads=spreads[model].spreads if model in spreads else None,
+            remarks=interval_remarks(remark, spreads.get(model)),
         )
         for model in block.models
     }
+
+
+def interval_remarks(remark: str, spreads: BlockSpreads | None) -> tuple[str, ...]:
+    """Returns the notes under a table: how its intervals were made, then each reason a scored cell has none."""
+    if not remark:
+        return ()
+    missing = spreads.unavailable if spreads is not None else {}
+    return (remark, *(f"No interval ({why}): {'; '.join(where)}." for why, where in missing.items()))
+
+
+DELTA_MISSING = "no paired difference: this row or the untrained row has no interval here (see the score table)"
+
+
+def delta_table(
+    grid: Grid, block: GridBlock, model: str, spreads: BlockSpreads, labels: Mapping[str, str], remark: str,
+    avg_label: str, decimals: int,
+) -> Table:  # fmt: skip
+    """Returns the differences of ``block``'s trained rows to the untrained row at the same pruner and budget,
+    each with its paired interval and an arrow where that interval excludes 0."""
+    trained = [c for c in ordered_cells(grid, block, model) if c.method != BASE]
+    rows = list(dict.fromkeys((c.method, c.pruner, c.budget) for c in trained))
+    columns = (*block.benchmarks, avg_label)
+    notes: list[str] = []
+    shown: dict[float, list[Row]] = {}
+    for method, pruner, budget in rows:
+        label = method_label(method, labels)
+        cells = []
+        for column in columns:
+            found = spreads.deltas.get((label, pruner, budget, column))
+            if found is None:
+                notes.append(f"{label} / {pruner} / {budget * 100:g}%: {column}")
+                cells.append(Cell(None, MISSING, "", 1))
+            else:
+                cells.append(Cell(found[0], f"{found[0]:+.{decimals}f}", "", None, found[1]))
+        shown.setdefault(budget, []).append(Row(label, pruner, tuple(cells)))
+    blocks = tuple(Block(b, tuple(shown[b])) for b in sorted(shown, reverse=True))
+    return Table(columns, blocks, ((DELTA_MISSING, tuple(notes)),) if notes else (), remarks=(remark,),
+                 decimals=decimals)  # fmt: skip
 
 
 def has_trained(block: GridBlock) -> bool:

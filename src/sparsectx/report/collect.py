@@ -11,6 +11,7 @@ predictions (``score_source: vlmeval``: the ``vlmeval`` block that ``src/vlmeval
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,11 @@ def method_label(method: str, labels: Mapping[str, str]) -> str:
     return labels.get(method, method)
 
 
+def record_of(entry: Mapping[str, Any]) -> ResultRecord:
+    """Returns the ``ResultRecord`` of a scored entry (a pooled entry's per-seed fields are left out)."""
+    return ResultRecord(**{f.name: entry[f.name] for f in fields(ResultRecord) if f.name in entry})
+
+
 def block_records(
     grid: Grid, block: Block, model: str, entries: Mapping[Cell, Entry], labels: Mapping[str, str]
 ) -> list[ResultRecord]:
@@ -156,14 +162,14 @@ def block_records(
     # the grid's pruner order (the 100% block still opens the table, and Vanilla each block).
     reference = [c for c in cells if c.method == BASE and c.budget == 1.0]
     cells = [c for c in cells if c not in reference] + reference
-    scored = [ResultRecord(**entries[c]) for c in cells if isinstance(entries[c], dict)]
+    scored = [record_of(entries[c]) for c in cells if isinstance(entries[c], dict)]
     versions = check_versions(scored)
     records = []
     for cell in cells:
         entry = entries[cell]
         label = method_label(cell.method, labels)
         if isinstance(entry, dict):
-            records.append(ResultRecord(**{**entry, "method": label}))
+            records.append(record_of({**entry, "method": label}))
         else:
             # a benchmark with no record: nothing to mix
             scorer, extractor = versions.get(cell.bench, (0, None))

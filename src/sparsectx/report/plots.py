@@ -146,8 +146,16 @@ def retain_series(
     return series, skipped
 
 
+Intervals = Mapping[str, Mapping[float, tuple[float, float]]]
+"""Series label -> budget (fraction) -> (lo, hi) of its average retain ratio."""
+
+
 def retain_figure(
-    series: Mapping[str, Mapping[float, float]], budgets: Sequence[float], *, title: str
+    series: Mapping[str, Mapping[float, float]],
+    budgets: Sequence[float],
+    *,
+    title: str,
+    intervals: Intervals | None = None,
 ) -> Figure:
     """Returns the figure of average retain ratio (%) against budget (%, log axis), one series per method / pruner.
 
@@ -155,19 +163,27 @@ def retain_figure(
         series: ``retain_series``' first value (budgets as fractions); the full-context row is not among them.
         budgets: Every budget the plot's table measures (drawn or not): the x ticks, and where lines break.
         title: The one title.
+        intervals: Error bars, in the series' colour, at the points that have an interval.
     """
     fig, ax = _new_axes(title)
+    tops = []
     for index, (label, points) in enumerate(series.items()):
         runs = measured_segments(points, budgets, joinable=1.0)
         _draw_series(
             ax, index, label, {100 * x: y for x, y in points.items()}, [[100 * x for x in r] for r in runs]
         )
+        bars = {x: b for x, b in (intervals or {}).get(label, {}).items() if x in points}
+        for x, (lo, hi) in bars.items():
+            y = points[x]
+            ax.errorbar([100 * x], [y], yerr=[[y - lo], [hi - y]], fmt="none", color=f"C{index % 10}", capsize=3)
+            tops.append(hi)
     ax.axhline(100.0, label=REFERENCE_LABEL, **REFERENCE_STYLE)
     ax.set_xscale("log")
     ax.set_xticks([100 * b for b in sorted(budgets)], [f"{100 * b:g}" for b in sorted(budgets)])
     ax.minorticks_off()
     ax.set_xlabel("visual tokens kept (% of the image's tokens, log scale)")
-    _percent_axis(ax, (y for points in series.values() for y in points.values()), "average retain ratio (%)")
+    values = [y for points in series.values() for y in points.values()] + tops
+    _percent_axis(ax, values, "average retain ratio (%)")
     ax.legend(**LEGEND_STYLE)
     return fig
 
@@ -179,6 +195,10 @@ RETAIN_CAPTION = (
     "series only (a gap means a budget without an average, listed below). The dashed line is the full context "
     "(unpruned model), 100% by definition."
 )
+INTERVAL_CAPTION = (
+    " Error bars are each average's bootstrap interval over items (and training seeds), as in the table's "
+    "interval note."
+)
 
 
 def plot_retain_vs_budget(
@@ -189,21 +209,23 @@ def plot_retain_vs_budget(
     benchmarks: Sequence[str] | None = None,
     reference_method: str = "Vanilla",
     notes: Sequence[str] = (),
+    intervals: Intervals | None = None,
 ) -> Path:
     """Writes the retain-ratio plot of ``records`` to ``path`` (PNG) and its caption; returns ``path``.
 
     The x ticks are the measured budgets below 100%, and 100% when a series other than the reference was
     measured there. Points without an average are not drawn; the caption lists each with its reason, then
-    ``notes``.
+    ``notes``. ``intervals`` draws error bars (``retain_figure``).
     """
     recs = to_records(records)
     series, skipped = retain_series(recs, benchmarks=benchmarks, reference_method=reference_method)
     budgets = sorted({r.budget for r in recs if r.budget < 1.0 or r.method != reference_method})
     benches = list(benchmarks) if benchmarks is not None else list(dict.fromkeys(r.benchmark for r in recs))
     description = RETAIN_CAPTION.format(reference=reference_method, benchmarks=", ".join(benches))
+    description += INTERVAL_CAPTION if intervals else ""
     not_drawn = [f"not drawn: {point}" for point in skipped]
     caption = caption_markdown(title, description, [*not_drawn, *notes])
-    return _save(retain_figure(series, budgets, title=title), path, caption)
+    return _save(retain_figure(series, budgets, title=title, intervals=intervals), path, caption)
 
 
 def pass_at_k_figure(

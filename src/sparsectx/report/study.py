@@ -35,9 +35,12 @@ from sparsectx.report.analyses import (
     passk_outputs,
     retain_plots,
 )
-from sparsectx.report.blocks import Rendered, has_trained, recovery_table, render, score_tables
-from sparsectx.report.collect import SCORE_SOURCES, collect_results
+from sparsectx.report.blocks import Rendered, delta_table, has_trained, recovery_table, render, score_tables
+from sparsectx.report.bootstrap import BootstrapConfig
+from sparsectx.report.collect import SCORE_SOURCES, Entry, collect_results
 from sparsectx.report.plots import caption_path
+from sparsectx.report.seeds import check_seed_list, check_trained, pooled_entries
+from sparsectx.report.uncertainty import BlockSpreads, Replicates, block_spreads, cell_replicates
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
 
 TABLES_DIR = "tables"
@@ -67,6 +70,12 @@ class TablesConfig:
     score_source: str
     """``sparsectx`` (the project's scorers) or ``vlmeval`` (VLMEvalKit's own evaluate of the same
     predictions, added to each result by ``src/vlmeval_score.py``); the table titles say which."""
+    bootstrap: BootstrapConfig
+    """The paired bootstrap over items behind every interval (``sparsectx.report.bootstrap``)."""
+    train_seeds: list[int] | None
+    """Training seeds pooled in every trained row (mean ± std over seeds, bootstrap over items and seeds);
+    null = the grid's one seed. Seed ``s`` other than ``grid.seed`` reads ``<results_root>/seed<s>/``
+    (``sparsectx.report.seeds``)."""
 
     def __post_init__(self) -> None:
         if self.grid is None:
@@ -77,6 +86,7 @@ class TablesConfig:
         check_choice(self.score_source, SCORE_SOURCES, "score_source")
         if wf.BASE not in self.method_labels:
             raise ValueError(f"method_labels lacks {wf.BASE!r}: set method_labels.{wf.BASE}=Vanilla")
+        check_seed_list(self.train_seeds)
         if not self.results_root:
             raise ValueError(
                 "results_root is empty; set it to the directory holding <experiment>/ (e.g. results)"
@@ -132,20 +142,74 @@ def _write_side(out: Path, stem: str, title: str, table: SideTable) -> Written:
     return Written(stem, title, files, table.csv(), missing)
 
 
-def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Written], list[Figure]]:
-    """Returns the tables and figures written to ``out``: block tables, recovery, Pass@K, efficiency, plots."""
+def study_entries(tc: TablesConfig, grid: wf.Grid) -> dict[wf.Cell, Entry]:
+    """Returns every table cell's entry, trained cells pooled over ``train_seeds`` when it is set."""
     entries = collect_results(grid, tc.results_root, tc.score_source)
+    if tc.train_seeds is None:
+        return entries
+    return pooled_entries(grid, tc.results_root, tc.train_seeds, entries, tc.score_source)
+
+
+def interval_remark(tc: TablesConfig, grid: wf.Grid) -> str:
+    """Returns the note under every score table saying how its intervals were made."""
+    boot = tc.bootstrap
+    seeds = tc.train_seeds or [grid.seed]
+    pooled = (
+        f"; trained rows pool training seeds {seeds}: mean ± standard deviation over seeds, and their "
+        "intervals resample the seeds too"
+        if len(seeds) > 1
+        else f"; trained rows: one training seed ({seeds[0]})"
+    )
+    return (
+        f"Intervals: [lo, hi] is the {boot.level * 100:g}% percentile interval of a paired bootstrap over "
+        f"items ({boot.resamples} resamples, bootstrap.seed={boot.seed}, the scorer's metric recomputed on each)"
+        f"{pooled}. ↑ / ↓: the trained row's difference to the untrained row at its pruner and budget has an "
+        "interval above / below 0 (<block>.delta.md). docs/tables.md"
+    )
+
+
+def study_spreads(
+    tc: TablesConfig, grid: wf.Grid, entries: Mapping[wf.Cell, Entry]
+) -> tuple[dict[str, dict[str, BlockSpreads]], str]:
+    """Returns block -> model -> its intervals, and the note under every score table ("" when the scores are
+    VLMEvalKit's, which the project's scorers cannot resample)."""
+    if tc.score_source != "sparsectx":
+        return {}, ""
+    reps: Replicates = cell_replicates(grid, tc.results_root, entries, tc.bootstrap)
+    level, labels = tc.bootstrap.level, tc.method_labels
+    spreads = {
+        block.name: {
+            m: block_spreads(grid, block, m, entries, reps, labels, tc.avg_label, level) for m in block.models
+        }
+        for block in grid.blocks
+        if block.kind == "table"
+    }
+    return spreads, interval_remark(tc, grid)
+
+
+def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Written], list[Figure]]:
+    """Returns the tables and figures written to ``out``: block tables (with intervals), differences to the
+    untrained rows, recovery, Pass@K, efficiency, plots."""
+    entries = study_entries(tc, grid)
+    spreads, remark = study_spreads(tc, grid, entries)
     labels, written = tc.method_labels, []
     source = "" if tc.score_source == "sparsectx" else ", VLMEvalKit's evaluate"
     for block in (b for b in grid.blocks if b.kind == "table"):
-        tables = score_tables(grid, block, entries, labels, tc.avg_label, tc.decimals)
+        mine = spreads.get(block.name, {})
+        tables = score_tables(grid, block, entries, labels, tc.avg_label, tc.decimals, mine, remark)
         title = f"{grid.experiment}: {block.name} (scores{source}; {tc.avg_label} = average retain ratio, %)"
         written.append(_write_rendered(out, block.name, title, render(title, tables)))
         if has_trained(block):
             rec = {m: recovery_table(grid, block, m, entries, labels, tc.decimals) for m in block.models}
             title = f"{grid.experiment}: {block.name} (compression-gap recovery{source}, %)"
             written.append(_write_rendered(out, f"{block.name}.recovery", title, render(title, rec)))
-    figures = retain_plots(grid, entries, labels, out)
+        if has_trained(block) and mine:
+            deltas = {
+                m: delta_table(grid, block, m, mine[m], labels, remark, tc.avg_label, tc.decimals) for m in mine
+            }
+            title = f"{grid.experiment}: {block.name} (trained minus untrained at the same pruner and budget)"
+            written.append(_write_rendered(out, f"{block.name}.delta", title, render(title, deltas)))
+    figures = retain_plots(grid, entries, labels, out, spreads)
     if has_block(grid, "passk"):
         summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals)
         written.append(_write_side(out, "passk", f"{grid.experiment}: fixed-context Pass@K", summary))
@@ -246,6 +310,9 @@ def run(cfg: DictConfig) -> list[Path]:
     """
     tc = load_tables_config(cfg)
     grid = load_study_grid(tc)
+    if tc.train_seeds is not None:  # seeds that were never trained fail before anything is read or written
+        trained = [c for c in grid.cells("table") if c.method != wf.BASE]
+        check_trained(grid, tc.results_root, tc.train_seeds, trained)
     out = tables_dir(tc.results_root, tc.experiment)
     resolved: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     tracker = start_run(

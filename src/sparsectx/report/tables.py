@@ -46,13 +46,27 @@ class ResultRecord:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A shown value's uncertainty (``sparsectx.report.uncertainty``): its bootstrap interval, the standard
+    deviation over training seeds (rows pooled over several), and ``shift``: ``"up"`` / ``"down"`` when the
+    row is trained and its difference to the untrained row at the same pruner and budget has an interval
+    above / below 0 (else "")."""
+
+    lo: float
+    hi: float
+    std: float | None = None
+    shift: str = ""
+
+
+@dataclass(frozen=True)
 class Cell:
-    """One displayed cell: its value, text, mark (``"best"``, ``"second"`` or ``""``) and footnote."""
+    """One displayed cell: its value, text, mark (``"best"``, ``"second"`` or ``""``), footnote and spread."""
 
     value: float | None
     text: str
     mark: str = ""
     note: int | None = None
+    spread: Spread | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,10 @@ class Table:
     """Footnote ``i + 1``: (reason, cells it applies to as "method / pruner / budget: column")."""
     caveats: frozenset[int] = frozenset()
     """Numbers of the footnotes on scored cells (``ResultRecord.caveat``); the others mark missing cells."""
+    remarks: tuple[str, ...] = ()
+    """Unnumbered notes printed under the table (how its intervals were made, which cells have none)."""
+    decimals: int = 2
+    """Digits after the point of every shown number (the intervals are printed with them too)."""
 
 
 def to_records(rows: Iterable[ResultRecord | Mapping[str, object]]) -> list[ResultRecord]:
@@ -183,7 +201,8 @@ def _mark(rows: list[list[Cell]], decimals: int) -> list[list[Cell]]:
         for row in rows:
             cell = row[col]
             if cell.value is not None:
-                row[col] = Cell(cell.value, cell.text, marks.get(round(cell.value, decimals), ""), cell.note)
+                mark = marks.get(round(cell.value, decimals), "")
+                row[col] = Cell(cell.value, cell.text, mark, cell.note, cell.spread)
     return rows
 
 
@@ -195,6 +214,8 @@ def build_table(
     reference_method: str = "Vanilla",
     avg_label: str = "Avg",
     decimals: int = 2,
+    spreads: Mapping[tuple[str, str, float, str], Spread] | None = None,
+    remarks: Sequence[str] = (),
 ) -> Table:
     """Returns the table of ``records``: budget blocks, marked cells and footnotes for missing ones.
 
@@ -207,6 +228,8 @@ def build_table(
         reference_method: Method whose budget-1.0 row normalises the average column.
         avg_label: Heading of the average retain ratio column.
         decimals: Digits shown; marks compare values rounded to this.
+        spreads: (method, pruner, budget, column) -> the interval of that cell's value, when it has one.
+        remarks: Unnumbered notes printed under the table.
     """
     recs = to_records(records)
     if not recs:
@@ -238,7 +261,7 @@ def build_table(
             )  # fmt: skip
             for m, p in rows
         ]
-        marked = _mark(grid, decimals)
+        marked = _mark(_spread(grid, rows, budget, (*benches, avg_label), spreads or {}), decimals)
         blocks.append(
             Block(budget, tuple(Row(m, p, tuple(c)) for (m, p), c in zip(rows, marked, strict=True)))
         )
@@ -247,7 +270,26 @@ def build_table(
         blocks=tuple(blocks),
         notes=tuple((reason, tuple(where)) for reason, where in notes.items()),
         caveats=frozenset(i for i, reason in enumerate(notes, start=1) if reason in caveats),
+        remarks=tuple(remarks),
+        decimals=decimals,
     )
+
+
+def _spread(
+    grid: list[list[Cell]],
+    rows: list[tuple[str, str]],
+    budget: float,
+    columns: tuple[str, ...],
+    spreads: Mapping[tuple[str, str, float, str], Spread],
+) -> list[list[Cell]]:
+    """Returns ``grid`` with each valued cell's spread attached (from ``spreads``, when it has one)."""
+    return [
+        [
+            Cell(c.value, c.text, c.mark, c.note, spreads.get((m, p, budget, col)) if c.value is not None else None)
+            for c, col in zip(cells, columns, strict=True)
+        ]
+        for (m, p), cells in zip(rows, grid, strict=True)
+    ]
 
 
 def _reference_scores(

@@ -1,0 +1,88 @@
+"""A leaf's per-item records, as the bootstrap needs them: each scored item with the model's extracted answer.
+
+A result JSON holds the headline only; its ``<bench>.predictions.jsonl`` holds each item's id and extracted
+``answer`` but not what the scorer also reads (reference, accepted answers, options, category, subset, pair
+key). Those come from the benchmark file the evaluation read: its path and spec are in the result's
+``provenance.config.bench.<bench>`` and its sha256 in ``provenance.inputs.bench_sha256``. The items are
+rebuilt exactly as ``evaluate.py`` built them (``sparsectx.eval.protocol.load_bench_items`` and
+``scored_item``), and the scorer's headline on them must equal the recorded score; otherwise (or when a file
+is missing or changed) the cell gets no interval and the reason, which the table's interval note lists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sparsectx.data import Item, Skip
+from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
+from sparsectx.eval.scorers import SCORERS, ScoredItem
+from sparsectx.io import read_jsonl
+from sparsectx.paths import predictions_path
+
+Benches = dict[tuple[str, str], tuple[list[Item], list[Skip]]]
+"""(benchmark file path, sha256) -> its items and skipped rows, read once for every cell that needs them."""
+
+
+@dataclass(frozen=True)
+class ItemRecords:
+    """One result's scored items (in the benchmark file's order) and the scorer that rates them."""
+
+    scorer: str
+    bench_sha256: str
+    items: tuple[ScoredItem, ...]
+
+
+def _spec(payload: dict[str, Any]) -> BenchSpec | str:
+    config = (payload.get("provenance") or {}).get("config") or {}
+    spec = (config.get("bench") or {}).get(payload["benchmark"])
+    names = [f.name for f in fields(BenchSpec)]
+    if not isinstance(spec, dict) or any(name not in spec for name in names):
+        return "its result JSON records no benchmark spec (provenance.config.bench), so its items are unknown"
+    return BenchSpec(**{name: spec[name] for name in names})
+
+
+def _bench_items(spec: BenchSpec, sha: str, skip: float, benches: Benches) -> list[Item] | str:
+    path = Path(spec.path)
+    if not path.is_file():
+        return f"the benchmark file {path} it was scored on is not there (its references are read from it)"
+    key = (str(path), sha)
+    if key not in benches:
+        if file_digest(path) != sha:
+            return f"the benchmark file {path} changed after it was scored (sha256 differs)"
+        benches[key] = load_bench_items(spec, skip)
+    return benches[key][0]
+
+
+def read_items(result: Path, payload: dict[str, Any], benches: Benches) -> ItemRecords | str:
+    """Returns the scored items of the result ``payload`` read from ``result``, or why they cannot be had.
+
+    ``benches`` caches the benchmark files read so far. The reasons are for the table's interval note.
+    """
+    preds = predictions_path(result.parent, payload["benchmark"])
+    if not preds.is_file():
+        return f"no per-item predictions ({preds.name})"
+    spec = _spec(payload)
+    if isinstance(spec, str):
+        return spec
+    provenance = payload["provenance"]
+    sha = (provenance.get("inputs") or {}).get("bench_sha256")
+    if sha is None:
+        return "its result JSON records no benchmark file digest (provenance.inputs.bench_sha256)"
+    if SCORERS.get(payload["scorer"]).version != payload["scorer_version"]:
+        return f"scored by {payload['scorer']} version {payload['scorer_version']}, not the installed one"
+    items = _bench_items(spec, sha, provenance["config"]["max_skip_fraction"], benches)
+    if isinstance(items, str):
+        return items
+    answers = {row["id"]: row["answer"] for row in read_jsonl(preds)}
+    absent = [sample_id(item) for item in items if sample_id(item) not in answers]
+    if absent or len(answers) != len(items):
+        return f"{preds.name} does not hold one row per item of the benchmark file (e.g. lacks {absent[:3]})"
+    scored = tuple(scored_item(item, spec, answers[sample_id(item)]) for item in items)
+    again = float(SCORERS.get(payload["scorer"])(scored)["score"])
+    if not math.isclose(again, float(payload["score"]), rel_tol=1e-9, abs_tol=1e-9):
+        return f"its items rescore to {again}, not the recorded {payload['score']}"
+    return ItemRecords(payload["scorer"], sha, scored)
