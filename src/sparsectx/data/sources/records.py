@@ -94,15 +94,19 @@ def _json_rows(path: Path) -> Iterator[RawRow]:
 
 
 def _parquet_rows(path: Path, image_field: str) -> Iterator[RawRow]:
-    import pyarrow.parquet as pq  # imported here: JSON sources and --help never load pyarrow
+    import pyarrow as pa  # imported here: JSON sources and --help never load pyarrow
+    import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
-    names = parquet.schema_arrow.names
-    others = [name for name in names if name != image_field]
+    schema = parquet.schema_arrow
+    # an image column of Image structs (or lists of them) is embedded; a string column is a path (PixMo's sha256)
+    kind = schema.field(image_field).type if image_field in schema.names else None
+    embedded = kind is not None and not (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    columns = [name for name in schema.names if not (embedded and name == image_field)]
     number = 0
     for group in range(parquet.num_row_groups):
-        table = parquet.read_row_group(group, columns=others)
-        shapes = _image_shapes(parquet, group, image_field) if image_field in names else None
+        table = parquet.read_row_group(group, columns=columns)
+        shapes = _image_shapes(parquet, group, image_field) if embedded else None
         for offset, record in enumerate(table.to_pylist()):
             if shapes is not None:
                 record[image_field] = _embedded(path, group, offset, shapes[offset])
@@ -116,7 +120,7 @@ def _image_shapes(parquet: Any, group: int, image_field: str) -> list[int | None
 
     column = parquet.read_row_group(group, columns=[image_field]).column(0).combine_chunks()
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-        return [None if value is None else len(value) for value in column.value_lengths().to_pylist()]
+        return list(column.value_lengths().to_pylist())
     return [None if not valid else -1 for valid in column.is_valid().to_pylist()]
 
 
