@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,7 +56,15 @@ def test_builds_the_quota_readable_by_training(tmp_path: Path) -> None:
             f"<answer>answer {i}</answer>"
         )
     counts = json.loads((tmp_path / "t.report.json").read_text())["sources"]["llava_cot"]
-    assert counts == {"quota": 7, "seed": 0, "rows_read": 12, "drawn": 7, "filtered": {}, "dropped": {}}
+    assert counts == {
+        "quota": 7,
+        "seed": 0,
+        "rows_read": 12,
+        "drawn": 7,
+        "filtered": {},
+        "dropped": {},
+        "first_row_per_reason": {},
+    }
 
 
 def test_same_seed_same_bytes_other_seed_other_rows(tmp_path: Path) -> None:
@@ -116,6 +127,10 @@ def test_bad_rows_within_budget_are_counted_by_reason(tmp_path: Path) -> None:
         "image missing": 1,
     }
     assert counts.rows == 13 and counts.drawn == 6 and len(read_tsv(out)[0]) == 6
+    assert counts.first["no image"] == f"{jsonl} line 4: the row has no image (a text-only row)"
+    assert counts.first["malformed row"].startswith(f"{jsonl} line 13: not a JSON object")
+    report = json.loads(out.with_suffix(".report.json").read_text())["sources"]["llava_cot"]
+    assert report["first_row_per_reason"]["empty question"].startswith(f"{jsonl} line 2: ")
     assert {item.extra["source_id"] for item in read_tsv(out)[0]} == {f"r{i}" for i in range(6, 12)}
     with pytest.raises(
         ValueError, match=rf"{jsonl} line \d+: .* dropped row 6, over training_set.skip_budget=5"
@@ -164,3 +179,22 @@ def test_openmmreasoner_parquet_with_embedded_images(tmp_path: Path) -> None:
         assert item.trace == f"<think>work {i}</think><answer>{i}</answer>" and item.image_bytes == png(
             500 + i
         )
+
+
+def test_cli_writes_the_recipe_and_its_resolved_config_beside_it(tmp_path: Path) -> None:
+    write_llava_cot(tmp_path / "cot", 6)
+    repo = Path(__file__).resolve().parents[2]
+    args = ["data/sources=llava_cot", *cot_recipe(Path("cot"), Path("out/t.tsv"), 3)]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    done = subprocess.run(
+        [sys.executable, str(repo / "src" / "build_data.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(read_tsv(tmp_path / "out" / "t.tsv")[0]) == 3
+    assert (tmp_path / "out" / "t.tsv.run" / ".hydra" / "config.yaml").is_file()
+    assert not (tmp_path / "data").exists()  # neither the synthetic suite nor data/tiny/.hydra

@@ -43,6 +43,8 @@ class SourceCounts:
     """Rows the source's rule leaves out (not budgeted)."""
     skipped: Counter[str] = field(default_factory=Counter)
     """Rows dropped for bad input (budgeted by ``training_set.skip_budget``)."""
+    first: dict[str, str] = field(default_factory=dict)
+    """Reason -> the first row dropped for it (``<file> <row>: <detail>``), so every reason names a row."""
 
 
 @dataclass
@@ -56,6 +58,7 @@ class SkipLedger:
     def drop(self, source: str, file: Path, label: str, drop: Drop) -> None:
         """Returns None after counting ``drop``; raises ValueError when it is a problem over the budget."""
         counts = self.counts[source]
+        counts.first.setdefault(drop.reason, f"{file} {label}: {drop.detail}")
         if drop.kind == FILTERED:
             counts.filtered[drop.reason] += 1
             return
@@ -216,6 +219,7 @@ def report_json(cfg: TrainingSetConfig, report: TrainingSetReport) -> dict[str, 
                 "drawn": counts.drawn,
                 "filtered": dict(sorted(counts.filtered.items())),
                 "dropped": dict(sorted(counts.skipped.items())),
+                "first_row_per_reason": dict(sorted(counts.first.items())),
             }
             for name, counts in report.sources.items()
         },
