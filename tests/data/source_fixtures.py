@@ -3,6 +3,7 @@ OpenMMReasoner parquet), and the shipped recipes composed to read them from a te
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -110,7 +111,7 @@ def write_pixmo(root: Path, count: int) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    shas = [f"{i:064x}" for i in range(count)]
+    shas = [hashlib.sha256(png(300 + i)).hexdigest() for i in range(count)]
     for i, sha in enumerate(shas):
         write_image(root / "images", sha, 300 + i)
     table = pa.table(

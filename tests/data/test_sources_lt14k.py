@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 
@@ -76,8 +77,9 @@ def test_quotas_batches_and_rows_as_training_reads_them(downloads: list[str], tm
         i = int(item.extra["source_id"])
         assert item.answer == str(i) and item.trace == f"<think>look {i}</think><answer>{i}</answer>"
         assert item.image_bytes == png(200 + i)
+    pixmo_index = {hashlib.sha256(png(300 + i)).hexdigest(): i for i in range(16)}
     for item in by_source["pixmo"]:
-        i = int(item.extra["source_id"], 16)
+        i = pixmo_index[item.extra["source_id"]]
         assert (item.question, item.answer, item.image_bytes) == (f"Ask {i}", f"Reply {i}", png(300 + i))
     assert {item.question for item in by_source["vision_opd"]} <= {f"Q{i}" for i in range(10)}
     counts = report.sources
@@ -106,13 +108,35 @@ def test_same_seeds_same_bytes_and_each_seed_moves_only_its_sources(
     ]
 
 
+def pixmo_image(tmp_path: Path, row: int) -> Path:
+    """Returns the fixture's PixMo image file of parquet row ``row``."""
+    return tmp_path / "pixmo" / "images" / hashlib.sha256(png(300 + row)).hexdigest()
+
+
 def test_missing_parquet_image_names_the_parquet_file_and_row(downloads: list[str], tmp_path: Path) -> None:
-    for image in (tmp_path / "pixmo" / "images").iterdir():
-        if image.name.endswith("3"):
-            image.unlink()
+    for row in range(16):
+        pixmo_image(tmp_path, row).unlink()
     parquet = tmp_path / "pixmo" / "train-00000-of-00001.parquet"
-    with pytest.raises(ValueError, match=rf"{parquet} row 3: image missing: image file .*03 does not exist"):
-        build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=0", f"{S}.pixmo.quota=10")
+    with pytest.raises(ValueError, match=rf"{parquet} row \d+: image missing: image file .* does not exist"):
+        build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=0")
+
+
+def test_a_fetched_image_that_is_not_the_annotated_one_is_dropped(
+    downloads: list[str], tmp_path: Path
+) -> None:
+    for row in range(16):  # the URLs now serve other pictures: every hash differs
+        pixmo_image(tmp_path, row).write_bytes(png(900 + row))
+    parquet = tmp_path / "pixmo" / "train-00000-of-00001.parquet"
+    with pytest.raises(
+        ValueError, match=rf"{parquet} row \d+: image sha256 mismatch: .* is not the annotated image"
+    ):
+        build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=0")
+    for row in range(16):
+        pixmo_image(tmp_path, row).write_bytes(png(300 + row if row >= 6 else 900 + row))
+    # 10 of 16 rows still match, the quota is 10: the draw reaches all six others, each counted
+    report = build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=6")
+    assert dict(report.sources["pixmo"].skipped) == {"image sha256 mismatch": 6}
+    assert report.sources["pixmo"].drawn == 10
 
 
 def test_run_writes_the_recipe_and_not_the_suite(downloads: list[str], tmp_path: Path) -> None:

@@ -56,6 +56,9 @@ class SourceConfig:
     the path; PixMo names images by their sha256)."""
     image_token: str
     """Placeholder removed from the question (LLaVA's ``<image>``); "" for none."""
+    sha256_field: str
+    """Row key holding the hex sha256 of the image file (PixMo's ``image_sha256``, published so that fetched
+    images can be checked against the annotated ones): a mismatch is a dropped row. "" = no check."""
     answer_style: str
     """One of ``ANSWER_STYLES``."""
     quota: int

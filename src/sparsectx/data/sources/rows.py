@@ -43,6 +43,8 @@ class Candidate:
     answer: str
     trace: str
     image: Path | Embedded
+    sha256: str
+    """The image's expected hex sha256 ("" = unchecked)."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,12 @@ def parse_row(raw: RawRow, name: str, source: SourceConfig) -> Candidate | Drop:
     styled = style_response(response, trace, source.answer_style)
     if isinstance(styled, Drop):
         return styled
+    sha256 = str(record.get(source.sha256_field) or "").lower() if source.sha256_field else ""
+    if source.sha256_field and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        return Drop(PROBLEM, "malformed row", f"field {source.sha256_field!r} is not a hex sha256")
     id_field = source.fields["id"]
     source_id = str(record.get(id_field, "")) if id_field else raw.label
-    return Candidate(name, raw.file, raw.label, source_id, question, *styled, image)
+    return Candidate(name, raw.file, raw.label, source_id, question, *styled, image, sha256)
 
 
 def _one_image(cell: Any, source: SourceConfig) -> Path | Embedded | Drop:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import io
 import logging
 from collections import Counter
@@ -111,10 +112,9 @@ def draw(
         for candidate, loaded in zip(
             chunk, load_images([c.image for c in chunk], source.fields["image"], min_side), strict=True
         ):
-            if loaded.data is None:
-                ledger.drop(
-                    name, candidate.file, candidate.label, Drop(PROBLEM, loaded.reason, loaded.detail)
-                )
+            drop = image_problem(candidate, loaded.data, loaded.reason, loaded.detail)
+            if drop is not None:
+                ledger.drop(name, candidate.file, candidate.label, drop)
             else:
                 accepted.append((candidate, loaded.data))
     if len(accepted) < source.quota:
@@ -126,6 +126,15 @@ def draw(
         )
     ledger.counts[name].drawn = len(accepted)
     return accepted
+
+
+def image_problem(candidate: Candidate, data: bytes | None, reason: str, detail: str) -> Drop | None:
+    """Returns the drop for a drawn row whose image failed its checks or its published sha256, else None."""
+    if data is None:
+        return Drop(PROBLEM, reason, detail)
+    if candidate.sha256 and hashlib.sha256(data).hexdigest() != candidate.sha256:
+        return Drop(PROBLEM, "image sha256 mismatch", f"{candidate.image} is not the annotated image")
+    return None
 
 
 def arrange(
