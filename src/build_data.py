@@ -1,7 +1,9 @@
-"""Writes the synthetic benchmark suite and the tiny model's tokenizer/processor.
+"""Writes the synthetic benchmark suite, a training set from downloaded datasets, and the tiny model's
+tokenizer/processor.
 
     python src/build_data.py                       # data/tiny/*.tsv and src/sparsectx/assets/tiny-vlm/
     python src/build_data.py processor.write=false data.train.size=500
+    python src/build_data.py data/sources=lt_14k   # data/lt_14k.tsv from your downloads (docs/training_data.md)
 
 Tests call ``sparsectx.data.build.run(cfg)`` with a config from Hydra's compose API.
 """
