@@ -198,3 +198,12 @@ def test_cli_writes_the_recipe_and_its_resolved_config_beside_it(tmp_path: Path)
     assert len(read_tsv(tmp_path / "out" / "t.tsv")[0]) == 3
     assert (tmp_path / "out" / "t.tsv.run" / ".hydra" / "config.yaml").is_file()
     assert not (tmp_path / "data").exists()  # neither the synthetic suite nor data/tiny/.hydra
+
+
+def test_image_below_one_merged_patch_is_a_counted_drop(tmp_path: Path) -> None:
+    root = tmp_path / "cot"
+    write_llava_cot(root, 4)
+    (root / "coco/train2017/000002.jpg").write_bytes(png(2, side=20))  # below min_image_side=28
+    report = build_training_set(recipe("llava_cot", cot_recipe(root, tmp_path / "t.tsv", 3)))
+    assert dict(report.sources["llava_cot"].skipped) == {"image too small": 1}
+    assert report.sources["llava_cot"].first["image too small"].endswith("20x20 px, below min_image_side=28")

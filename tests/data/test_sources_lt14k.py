@@ -179,3 +179,10 @@ def test_the_paper_geometry_of_lt14k() -> None:
         "pixmo": 20260824,
         "vision_opd": 20260830,
     }
+
+
+def test_a_json_source_that_is_not_one_array_names_its_file(downloads: list[str], tmp_path: Path) -> None:
+    llava = tmp_path / "llava" / "llava_v1_5_mix665k.json"
+    llava.write_text(llava.read_text()[:-40])  # a truncated download
+    with pytest.raises(ValueError, match=rf"{llava}: not valid JSON .* the whole file is unusable"):
+        build(downloads, tmp_path / "lt.tsv")
