@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from sparsectx.data.sources import build_training_set
 from sparsectx.data.sources.rows import style_response
@@ -117,7 +118,8 @@ def test_bad_rows_within_budget_are_counted_by_reason(tmp_path: Path) -> None:
     report = build_training_set(cfg)
     counts = report.sources["llava_cot"]
     assert dict(counts.filtered) == {"no image": 1}
-    # 6 usable rows for a quota of 6: the draw reaches the undecodable and the missing image too
+    # 6 usable rows for a quota of 6; seed 0's order visits the undecodable and the missing image before
+    # its sixth good row (a draw stops at its quota, so another seed may leave one of them undrawn)
     assert dict(counts.skipped) == {
         "missing LLaVA-CoT tag": 1,
         "empty question": 1,
@@ -200,10 +202,14 @@ def test_cli_writes_the_recipe_and_its_resolved_config_beside_it(tmp_path: Path)
     assert not (tmp_path / "data").exists()  # neither the synthetic suite nor data/tiny/.hydra
 
 
-def test_image_below_one_merged_patch_is_a_counted_drop(tmp_path: Path) -> None:
+def test_images_the_processor_cannot_take_well_are_counted_drops(tmp_path: Path) -> None:
     root = tmp_path / "cot"
-    write_llava_cot(root, 4)
+    write_llava_cot(root, 5)
     (root / "coco/train2017/000002.jpg").write_bytes(png(2, side=20))  # below min_image_side=28
-    report = build_training_set(recipe("llava_cot", cot_recipe(root, tmp_path / "t.tsv", 3)))
-    assert dict(report.sources["llava_cot"].skipped) == {"image too small": 1}
-    assert report.sources["llava_cot"].first["image too small"].endswith("20x20 px, below min_image_side=28")
+    Image.new("RGB", (6030, 30)).save(root / "coco/train2017/000003.jpg", format="PNG")  # 201:1
+    # seed 1 draws rows 2, 3, 4 first (draw_order(5, 1) == [2, 3, 4, 0, 1]): both bad images are reached
+    report = build_training_set(recipe("llava_cot", cot_recipe(root, tmp_path / "t.tsv", 3, f"{KEY}.seed=1")))
+    counts = report.sources["llava_cot"]
+    assert dict(counts.skipped) == {"image too small": 1, "image too elongated": 1}
+    assert counts.first["image too small"].endswith("20x20 px, below min_image_side=28")
+    assert counts.first["image too elongated"].endswith("6030x30 px, beyond max_aspect_ratio=200.0")

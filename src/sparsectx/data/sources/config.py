@@ -111,8 +111,12 @@ class TrainingSetConfig:
     with an error naming the file and the row. Rows filtered by design (text-only, several images, ``where``)
     are counted but not budgeted."""
     min_image_side: int
-    """Smallest image width or height accepted: below one merged patch (28 px for 14-px patches, merge 2)
-    the processors cannot take the image."""
+    """Smallest image width or height accepted (our choice: one merged patch, 28 px for 14-px patches with
+    merge 2; the processor would upsample a smaller image, inventing the detail a pruner then selects)."""
+    max_aspect_ratio: float
+    """Largest long-side / short-side ratio accepted: transformers' Qwen2-VL ``smart_resize`` (the image
+    processor of the Qwen2.5-VL, Qwen3-VL and Qwen3.5 checkpoints; GLM-4.6V's has the same check) raises
+    above 200."""
     sources: dict[str, SourceConfig]
     """Source name (written to the ``category`` column) -> its reading recipe, in sampler tie-break order."""
 
@@ -125,6 +129,8 @@ class TrainingSetConfig:
             raise ValueError(f"training_set.skip_budget={self.skip_budget} must be >= 0")
         if self.min_image_side < 1:
             raise ValueError(f"training_set.min_image_side={self.min_image_side} must be >= 1")
+        if self.max_aspect_ratio < 1:
+            raise ValueError(f"training_set.max_aspect_ratio={self.max_aspect_ratio} must be >= 1")
         total = sum(source.quota for source in self.sources.values())
         if (self.batch_size is None) != (self.num_batches is None):
             raise ValueError(

@@ -26,7 +26,9 @@ class Loaded:
     detail: str
 
 
-def load_images(refs: list[Path | Embedded], image_field: str, min_side: int) -> list[Loaded]:
+def load_images(
+    refs: list[Path | Embedded], image_field: str, min_side: int, max_ratio: float
+) -> list[Loaded]:
     """Returns one ``Loaded`` per reference, in order: checked bytes, or why the image cannot be used."""
     embedded = _embedded_bytes([ref for ref in refs if isinstance(ref, Embedded)], image_field)
     out = []
@@ -41,12 +43,13 @@ def load_images(refs: list[Path | Embedded], image_field: str, min_side: int) ->
                 out.append(Loaded(None, "image missing", f"image file {ref} does not exist"))
                 continue
             data = ref.read_bytes()
-        out.append(check_image(data, min_side))
+        out.append(check_image(data, min_side, max_ratio))
     return out
 
 
-def check_image(data: bytes, min_side: int) -> Loaded:
-    """Returns ``Loaded(data)`` when the bytes decode to an image at least ``min_side`` px on each side."""
+def check_image(data: bytes, min_side: int, max_ratio: float) -> Loaded:
+    """Returns ``Loaded(data)`` when the bytes decode to an image at least ``min_side`` px on each side and
+    no more than ``max_ratio`` times longer than wide (or the reverse)."""
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()  # a truncated file fails here, not in the training loop
@@ -55,6 +58,10 @@ def check_image(data: bytes, min_side: int) -> Loaded:
         return Loaded(None, "image does not decode", f"{type(error).__name__}: {error}")
     if min(size) < min_side:
         return Loaded(None, "image too small", f"{size[0]}x{size[1]} px, below min_image_side={min_side}")
+    if max(size) / min(size) > max_ratio:
+        return Loaded(
+            None, "image too elongated", f"{size[0]}x{size[1]} px, beyond max_aspect_ratio={max_ratio}"
+        )
     return Loaded(data, "", "")
 
 

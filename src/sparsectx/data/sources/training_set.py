@@ -100,7 +100,7 @@ def collect(name: str, source: SourceConfig, ledger: SkipLedger) -> list[Candida
 
 
 def draw(
-    name: str, source: SourceConfig, candidates: list[Candidate], ledger: SkipLedger, min_side: int
+    name: str, source: SourceConfig, candidates: list[Candidate], ledger: SkipLedger, cfg: TrainingSetConfig
 ) -> list[tuple[Candidate, bytes]]:
     """Returns ``source.quota`` candidates with checked image bytes, in draw order (``sampler`` rule 1)."""
     order = draw_order(len(candidates), source.seed)
@@ -110,7 +110,11 @@ def draw(
         chunk = [candidates[i] for i in order[cursor : cursor + source.quota - len(accepted)]]
         cursor += len(chunk)
         for candidate, loaded in zip(
-            chunk, load_images([c.image for c in chunk], source.fields["image"], min_side), strict=True
+            chunk,
+            load_images(
+                [c.image for c in chunk], source.fields["image"], cfg.min_image_side, cfg.max_aspect_ratio
+            ),
+            strict=True,
         ):
             drop = image_problem(candidate, loaded.data, loaded.reason, loaded.detail)
             if drop is not None:
@@ -191,7 +195,7 @@ def build_training_set(cfg: TrainingSetConfig) -> TrainingSetReport:
     drawn = {}
     for name, source in cfg.sources.items():
         candidates = collect(name, source, ledger)
-        drawn[name] = draw(name, source, candidates, ledger, cfg.min_image_side)
+        drawn[name] = draw(name, source, candidates, ledger, cfg)
     rows = arrange(cfg, drawn)
     out = Path(cfg.out_path)
     written = atomic_write_stream(
