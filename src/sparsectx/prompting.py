@@ -1,4 +1,5 @@
-"""Chat prompts in the seeds' protocol: system message, image(s) before the text, think/answer instruction."""
+"""Chat prompts in the seeds' protocol: system message, video(s) and image(s) before the text, think/answer
+instruction."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import TypeVar
 from PIL import Image
 from transformers import BatchFeature
 
+from sparsectx.data.video import Video
 from sparsectx.models.processor import ImageTextProcessor
+from sparsectx.models.video_input import video_refusal
 
 Row = TypeVar("Row")
 
@@ -27,6 +30,8 @@ class PromptItem:
         instruction: text appended after the question (the think/answer instruction), may be empty.
         extra_context: text the prompt carries after the instruction but pruners never see (e.g. the
             reference answer given to SCOPD+GT's teacher).
+        videos: the item's videos, placed before its images; each is one visual input of the encoded sample
+            (one budget over all of a video's tokens).
     """
 
     sample_id: str
@@ -35,6 +40,7 @@ class PromptItem:
     system: str
     instruction: str
     extra_context: str = field(default="")
+    videos: list[Video] = field(default_factory=list)
 
 
 def user_text(item: PromptItem) -> str:
@@ -43,8 +49,9 @@ def user_text(item: PromptItem) -> str:
 
 
 def chat_messages(item: PromptItem) -> list[dict]:
-    """Returns the chat messages for ``item`` (system, then a user turn with images before text)."""
-    content = [{"type": "image"} for _ in item.images] + [{"type": "text", "text": user_text(item)}]
+    """Returns the chat messages for ``item`` (system, then a user turn with videos, images, then text)."""
+    content = [{"type": "video"} for _ in item.videos] + [{"type": "image"} for _ in item.images]
+    content.append({"type": "text", "text": user_text(item)})
     return [
         {"role": "system", "content": [{"type": "text", "text": item.system}]},
         {"role": "user", "content": content},
@@ -65,7 +72,12 @@ def processor_inputs(processor: ImageTextProcessor, items: list[PromptItem]) -> 
         for item in items
     ]
     images = [image for item in items for image in item.images]
-    return processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+    videos = [video for item in items for video in item.videos]
+    if not videos:
+        return processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+    if not isinstance(processor, ImageTextProcessor):
+        raise video_refusal("llava_onevision", f"sample {items[0].sample_id!r} videos")
+    return processor(text=texts, images=images or None, return_tensors="pt", padding=True, videos=videos)
 
 
 def build_prompts(build: Callable[[Row], PromptItem], rows: Sequence[Row], workers: int) -> list[PromptItem]:

@@ -1,4 +1,4 @@
-"""Per-image encoded visual tokens, and what a pruner returns for them.
+"""Per-image (or per-video) encoded visual tokens, and what a pruner returns for them.
 
 These two records are the contract between the model adapters (which produce ``ImageTokens`` once per
 image), the pruning operators (which turn them into a ``Selection``) and the context builder (which
@@ -14,7 +14,10 @@ import torch
 
 @dataclass
 class ImageTokens:
-    """One image after the vision tower and merger, in raster order of its merged grid.
+    """One image, or one video, after the vision tower and merger, in raster order of its merged grid.
+
+    A video is one ``ImageTokens`` whose grid has t temporal patches: a pruner's budget covers all of its
+    tokens, and each kept token keeps its (temporal, row, column) position.
 
     Attributes:
         embeds: (N, D) post-merger tokens in the LLM's input-embedding space.
@@ -28,6 +31,10 @@ class ImageTokens:
             declared it (``VisionSignals.object_attention``).
         merger_sensitivity: (N,) fp32 zeroth-order sensitivity of the merger output to its input (ZOO-Prune);
             None unless the pruner declared it (``VisionSignals.merger_probe``).
+        temporal_step: M-RoPE temporal position step between temporal patches: 1 for an image, a Qwen2.5-VL
+            video's ``tokens_per_second * int(second_per_grid_t)`` (``models.positions.rope_positions``).
+        split_frames: the prompt holds each temporal patch as its own run between timestamps (a Qwen3-VL or
+            Qwen3.5 video), each positioned like a one-frame image.
     """
 
     embeds: torch.Tensor
@@ -37,6 +44,15 @@ class ImageTokens:
     deepstack: tuple[torch.Tensor, ...] = field(default_factory=tuple)
     object_attention: torch.Tensor | None = None
     merger_sensitivity: torch.Tensor | None = None
+    temporal_step: int = 1
+    split_frames: bool = False
+
+    def position_runs(self) -> list[tuple[tuple[int, int, int], int]]:
+        """Returns the prompt runs of this input as (grid, temporal step): one, or one per temporal patch."""
+        t, h, w = self.grid
+        if self.split_frames:
+            return [((1, h, w), 1)] * t
+        return [(self.grid, self.temporal_step)]
 
     @property
     def num_tokens(self) -> int:

@@ -7,20 +7,28 @@ shares), ``question``, option columns ``A``…``D`` where a file has multiple ch
 ``trace`` (reference ``<think>…</think><answer>…</answer>``) and ``scene`` (JSON of what was drawn).
 Other columns of real files (``hint``, ``l2-category``, …) are kept in ``Item.extra``.
 
+Video rows: ``frames`` (a JSON list of base64 frames, the synthetic video family's) or ``video`` (a video
+file or frame folder, as the benchmark's config resolves it) stands in for ``image``, which such a file may
+lack or leave empty; the clip's rate is the ``fps`` column (kept in ``Item.extra``). A video row without
+option columns takes its options from VLMEvalKit's ``candidates`` cell (a Python list, lettered A, B, ... in
+order, a leading "A. " dropped), and an answer given as a candidate's text becomes its letter.
+
 A bad row never stops the reader and is never dropped silently: ``read_tsv`` returns the good items and
 a ``Skip(index, reason)`` for every row it could not use.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 import csv
 import hashlib
 import io
+import json
 import string
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +40,9 @@ from sparsectx.io import atomic_write_bytes
 REQUIRED_COLUMNS = ("index", "image", "question", "answer")
 OPTION_COLUMNS = ("A", "B", "C", "D")
 OUR_COLUMNS = ("family", "subset", "trace", "scene")
+FRAMES_COLUMN, VIDEO_COLUMN, FPS_COLUMN, CANDIDATES_COLUMN = "frames", "video", "fps", "candidates"
+VIDEO_COLUMNS = (FRAMES_COLUMN, VIDEO_COLUMN)
+"""Either column makes a row a video row (``image`` may then be absent or empty)."""
 # VLMEvalKit writes a shared image as the index of the row that holds it: a cell of at most 64 characters
 # (ImageBaseDataset.__init__ reads every such cell as a reference).
 _MAX_REFERENCE_LENGTH = 64
@@ -54,6 +65,9 @@ class Item:
         trace: reference ``<think>…</think><answer>…</answer>``, "" for real files.
         scene: JSON of the drawn scene (``sparsectx.data.scenes.Scene``), "" for real files.
         extra: every other column of the file, by name.
+        frames: a video row's encoded frames (the ``frames`` column), each checked to decode; () otherwise.
+        more_images: a multi-image row's images after the first (its ``image`` cell a list), in order.
+        video: a video row's ``video`` cell (a file or frame folder name), "" otherwise.
     """
 
     index: int | str
@@ -67,15 +81,33 @@ class Item:
     trace: str
     scene: str
     extra: dict[str, str]
+    frames: tuple[bytes, ...] = ()
+    video: str = ""
+    more_images: tuple[bytes, ...] = ()
 
     def image(self) -> Image.Image:
         """Returns the decoded image in RGB."""
         with Image.open(io.BytesIO(self.image_bytes)) as image:
             return image.convert("RGB")
 
+    def images(self) -> list[Image.Image]:
+        """Returns every image of the row in order, decoded in RGB (one unless it is a multi-image row)."""
+        out = [self.image()]
+        for data in self.more_images:
+            with Image.open(io.BytesIO(data)) as image:
+                out.append(image.convert("RGB"))
+        return out
+
     def content_hash(self) -> str:
-        """Returns sha256 of the image pixels and the question: equal hashes mean the same test content."""
-        return content_hash(pixel_hash(self.image()), self.question)
+        """Returns sha256 of the image (or every frame's) pixels and the question: equal hashes mean the same
+        test content."""
+        if not self.frames:
+            return content_hash(pixel_hash(self.image()), self.question)
+        digests = []
+        for data in self.frames:
+            with Image.open(io.BytesIO(data)) as frame:
+                digests.append(pixel_hash(frame))
+        return content_hash(hashlib.sha256(":".join(digests).encode()).hexdigest(), self.question)
 
 
 def content_hash(image_digest: str, question: str) -> str:
@@ -94,7 +126,9 @@ def columns_for(items: list[Item]) -> list[str]:
     """Returns the header for ``items``: option columns only when some item has options."""
     options = list(OPTION_COLUMNS) if any(item.options for item in items) else []
     extra = sorted({key for item in items for key in item.extra})
-    return ["index", "image", "question", *options, "answer", "category", *OUR_COLUMNS, *extra]
+    video = [name for name, used in ((FRAMES_COLUMN, any(i.frames for i in items)),
+                                     (VIDEO_COLUMN, any(i.video for i in items))) if used]  # fmt: skip
+    return ["index", "image", *video, "question", *options, "answer", "category", *OUR_COLUMNS, *extra]
 
 
 def write_tsv(path: Path, items: list[Item]) -> None:
@@ -106,7 +140,7 @@ def write_tsv(path: Path, items: list[Item]) -> None:
     for item in items:
         cells = {
             "index": str(item.index),
-            "image": base64.b64encode(item.image_bytes).decode("ascii"),
+            "image": _image_cell(item),
             "question": item.question,
             "answer": item.answer,
             "category": item.category,
@@ -114,11 +148,21 @@ def write_tsv(path: Path, items: list[Item]) -> None:
             "subset": item.subset,
             "trace": item.trace,
             "scene": item.scene,
+            FRAMES_COLUMN: json.dumps([base64.b64encode(f).decode("ascii") for f in item.frames])
+            if item.frames
+            else "",
+            VIDEO_COLUMN: item.video,
             **item.options,
             **item.extra,
         }
         writer.writerow([cells.get(column, "") for column in header])
     atomic_write_bytes(path, buffer.getvalue().encode("utf-8"))
+
+
+def _image_cell(item: Item) -> str:
+    """Returns the ``image`` cell: base64 of the image, or for a multi-image row the list of them."""
+    cells = [base64.b64encode(data).decode("ascii") for data in (item.image_bytes, *item.more_images)]
+    return cells[0] if not item.more_images else json.dumps(cells)
 
 
 def _decode_image(text: str) -> tuple[bytes | None, str]:
@@ -154,8 +198,28 @@ def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[
             yield span, row
 
 
-def _item(cells: dict[str, str], index: int | str, image: bytes, letters: list[str]) -> Item:
-    known = {*REQUIRED_COLUMNS, *letters, "category", *OUR_COLUMNS}
+def _decode_frames(text: str, what: str = "frame") -> tuple[tuple[bytes, ...] | None, str]:
+    """Returns (image bytes, "") when ``text`` is a list (JSON or Python literal) of decodable base64 images,
+    else (None, why not); ``what`` names an element in the reason (``frame``, ``image``)."""
+    try:
+        cells = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as error:
+        return None, f"{what}s cell is not a list ({type(error).__name__})"
+    if not isinstance(cells, list) or not cells or not all(isinstance(c, str) for c in cells):
+        return None, f"{what}s cell is not a non-empty list of base64 strings"
+    decoded = []
+    for number, cell in enumerate(cells):
+        data, problem = _decode_image(cell)
+        if data is None:
+            return None, f"{what} {number}: {problem}"
+        decoded.append(data)
+    return tuple(decoded), ""
+
+
+def _item(
+    cells: dict[str, str], index: int | str, image: bytes, letters: list[str], frames: tuple[bytes, ...] = ()
+) -> Item:
+    known = {*REQUIRED_COLUMNS, *letters, "category", *OUR_COLUMNS, *VIDEO_COLUMNS}
     return Item(
         index=index,
         image_bytes=image,
@@ -168,6 +232,8 @@ def _item(cells: dict[str, str], index: int | str, image: bytes, letters: list[s
         trace=cells.get("trace", ""),
         scene=cells.get("scene", ""),
         extra={k: v for k, v in cells.items() if k not in known},
+        frames=frames,
+        video=cells.get(VIDEO_COLUMN, "").strip(),
     )
 
 
@@ -207,8 +273,9 @@ def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
 
 
 def missing_columns(header: list[str]) -> list[str]:
-    """Returns the required columns that ``header`` lacks."""
-    return [column for column in REQUIRED_COLUMNS if column not in header]
+    """Returns the required columns that ``header`` lacks (``image`` is optional beside a video column)."""
+    optional = {"image"} if any(column in header for column in VIDEO_COLUMNS) else set()
+    return [column for column in REQUIRED_COLUMNS if column not in header and column not in optional]
 
 
 def parse_index(cell: str) -> int | str:
@@ -241,9 +308,19 @@ def _resolve_images(
     items: dict[int | str, Item] = {}
     indexes = {parse_index(cells["index"]) for _, cells in parsed}
     for line, cells in parsed:
-        index, text = parse_index(cells["index"]), cells["image"].strip()
+        index, text = parse_index(cells["index"]), cells.get("image", "").strip()
+        if _video_row(cells, index, line, letters, items, skips):
+            continue
         if len(text) <= _MAX_REFERENCE_LENGTH and (text.isdigit() or text in indexes):
             references.append((line, cells))
+            continue
+        if text.startswith("["):  # VLMEvalKit's multi-image rows (MuirBench): a list of base64 images
+            decoded, problem = _decode_frames(text, "image")
+            if decoded is None:
+                skips.append(Skip(str(index), f"{line}: {problem}"))
+                continue
+            images[index] = decoded[0]
+            items[index] = replace(_item(cells, index, decoded[0], letters), more_images=decoded[1:])
             continue
         data, problem = _decode_image(text)
         if data is None:
@@ -259,3 +336,44 @@ def _resolve_images(
         items[index] = _item(cells, index, images[target], letters)
     order = [parse_index(cells["index"]) for _, cells in parsed]
     return [items[i] for i in order if i in items]
+
+
+def _video_row(
+    cells: dict[str, str],
+    index: int | str,
+    line: str,
+    letters: list[str],
+    items: dict[int | str, Item],
+    skips: list[Skip],
+) -> bool:
+    """Returns whether the row is a video row, after adding its item (or its ``Skip``)."""
+    frames_cell, video_cell = cells.get(FRAMES_COLUMN, "").strip(), cells.get(VIDEO_COLUMN, "").strip()
+    if not frames_cell and not video_cell:
+        return False
+    frames: tuple[bytes, ...] = ()
+    if frames_cell:
+        decoded, problem = _decode_frames(frames_cell)
+        if decoded is None:
+            skips.append(Skip(str(index), f"{line}: {problem}"))
+            return True
+        frames = decoded
+    item = _item(cells, index, b"", letters, frames)
+    items[index] = item if item.options else _with_candidates(item)
+    return True
+
+
+def _with_candidates(item: Item) -> Item:
+    """Returns a video row with options from its ``candidates`` cell (unchanged when it has none)."""
+    try:
+        candidates = ast.literal_eval(item.extra.get(CANDIDATES_COLUMN, ""))
+    except (ValueError, SyntaxError):
+        return item
+    if not isinstance(candidates, list) or not 1 <= len(candidates) <= len(string.ascii_uppercase):
+        return item
+    options = {}
+    for letter, text in zip(string.ascii_uppercase, map(str, candidates), strict=False):
+        options[letter] = text[3:] if text.startswith(f"{letter}. ") else text
+    by_text = {text: letter for letter, text in options.items()}
+    answer = by_text.get(item.answer.strip(), item.answer)
+    extra = {k: v for k, v in item.extra.items() if k != CANDIDATES_COLUMN}
+    return replace(item, options=options, answer=answer, extra=extra)

@@ -49,6 +49,8 @@ class VLMAdapter(Protocol):
     family: str
     model: PreTrainedModel
     image_token_id: int
+    video_token_id: int
+    """A video's pad token in the processor's ids; encoding turns its slots into ``image_token_id``."""
     vision_signals: VisionSignals
     """The extra pruner signals ``encode_images`` records (``sparsectx.pruning.declared_signals``)."""
 
@@ -58,6 +60,13 @@ class VLMAdapter(Protocol):
         ``grid_thw`` is the processor's per-image layout: (t, h, w) patch grids for the Qwen-VL and GLM
         towers, (views, height, width) for LLaVA-OneVision's tiles (``llava_onevision_processor``).
         """
+        ...
+
+    def encode_videos(
+        self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, second_per_grid: torch.Tensor | None
+    ) -> list[ImageTokens]:
+        """Returns one ``ImageTokens`` per video (grid (t, h, w), t temporal patches), or raises a config error
+        naming the family when it has no video path (``sparsectx.models.video_input``)."""
         ...
 
     def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:

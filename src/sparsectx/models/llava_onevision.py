@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.positions import flat_positions
+from sparsectx.models.video_input import video_refusal
 from sparsectx.models.vision_signals import attention_received, merger_sensitivity
 from sparsectx.visual import ImageTokens, VisionSignals
 
@@ -84,6 +85,7 @@ class LlavaOnevisionAdapter:
         self.model = model
         self.signal_chunk = signal_chunk
         self.image_token_id = int(config.image_token_id)
+        self.video_token_id = int(config.video_token_id)
         self.vision_calls = 0
         self.vision_signals = VisionSignals()
         """The extra signals ``encode_images`` records: what the job's pruner declared."""
@@ -157,6 +159,12 @@ class LlavaOnevisionAdapter:
             )
             for i in range(len(views))
         ]
+
+    def encode_videos(
+        self, _pixel_values: torch.Tensor, _grid_thw: torch.Tensor, _second_per_grid: torch.Tensor | None
+    ) -> list[ImageTokens]:
+        """Raises the config error of a family without a video path (its videos are pooled frame tiles)."""
+        raise video_refusal("llava_onevision", "videos")
 
     def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:
         """Returns the prompt's 1-D positions 0..L-1 (in all three rows) and L: images take one per token."""

@@ -21,7 +21,17 @@ from transformers import AutoConfig, AutoTokenizer, BatchFeature, PreTrainedToke
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from sparsectx.data.video import Video
 from sparsectx.models.llava_onevision_processor import LlavaOnevisionTextProcessor, load_llava_processor
+from sparsectx.models.video_input import (
+    VIDEO_LAYOUTS,
+    VIDEO_TOKEN,
+    check_video_family,
+    second_per_grid,
+    video_marker,
+    video_patches,
+    video_placeholder,
+)
 
 IMAGE_TOKEN = "<|image_pad|>"
 GLM_IMAGE_TOKEN = "<|image|>"
@@ -37,6 +47,7 @@ class ImageTextProcessor:
         image_processor: Qwen2VLImageProcessorPil,
         image_workers: int = 1,
         image_token: str = IMAGE_TOKEN,
+        family: str = "",
     ) -> None:
         self.tokenizer = tokenizer
         self.image_processor = image_processor
@@ -44,6 +55,8 @@ class ImageTextProcessor:
         self.image_workers = image_workers
         self.image_token = image_token
         """The prompt's one-per-image marker, expanded to one copy per visual token."""
+        self.family = family
+        """The checkpoint's ``model_type`` ("" for a processor-only folder); picks the video layout."""
 
     def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (pixel_values, image_grid_thw) of ``images``, ``image_workers`` images at a time.
@@ -67,23 +80,70 @@ class ImageTextProcessor:
             messages, tokenize=tokenize, add_generation_prompt=add_generation_prompt
         )
 
+    def process_videos(self, videos: list[Video]) -> dict[str, torch.Tensor]:
+        """Returns ``pixel_values_videos``, ``video_grid_thw`` (and Qwen2.5-VL's ``second_per_grid_ts``).
+
+        Raises:
+            ValueError: the checkpoint's family has no video path (``models.video_input``).
+        """
+        layout = check_video_family(self.family, "videos")
+        pairs = [video_patches(video, self.image_processor) for video in videos]
+        data = {
+            "pixel_values_videos": torch.cat([rows for rows, _ in pairs]),
+            "video_grid_thw": torch.stack([grid for _, grid in pairs]),
+        }
+        if layout == "grid":
+            temporal = int(self.image_processor.temporal_patch_size)
+            data["second_per_grid_ts"] = torch.tensor([second_per_grid(v, temporal) for v in videos])
+        return data
+
+    def _video_texts(self, text: list[str], videos: list[Video], grids: torch.Tensor) -> list[str]:
+        """Returns ``text`` with each templated video part (in order, across the batch) expanded."""
+        layout = VIDEO_LAYOUTS[self.family]
+        marker, temporal = video_marker(layout), int(self.image_processor.temporal_patch_size)
+        out, cursor = [], 0
+        for prompt in text:
+            parts = prompt.split(marker)
+            if cursor + len(parts) - 1 > len(videos):
+                raise ValueError(
+                    f"the prompts hold more video markers {marker!r} than the {len(videos)} videos"
+                )
+            pieces = [parts[0]]
+            for part in parts[1:]:
+                pieces.append(
+                    video_placeholder(layout, videos[cursor], grids[cursor], self.merge_unit, temporal)
+                )
+                pieces.append(part)
+                cursor += 1
+            out.append("".join(pieces))
+        if cursor != len(videos):
+            raise ValueError(
+                f"{len(videos)} videos were given but the prompts hold {cursor} markers {marker!r}"
+            )
+        return out
+
     def __call__(
         self,
         text: list[str],
         images: list[Image.Image] | None,
         return_tensors: str = "pt",
         padding: bool = True,
+        videos: list[Video] | None = None,
     ) -> BatchFeature:
-        """Returns token ids (left-padded), attention mask, modality ids (1 = image) and pixel values with grids.
+        """Returns token ids (left-padded), attention mask, modality ids (1 = image, 2 = video) and pixel values
+        with grids (``pixel_values_videos`` and ``video_grid_thw`` too when ``videos`` are given).
 
         Each image marker (``image_token``) in ``text`` (in order, across the batch) is expanded to N copies,
-        N the number of post-merger tokens of the matching image.
+        N the number of post-merger tokens of the matching image; each video part as its family lays it out.
         """
         data: dict[str, torch.Tensor] = {}
         counts: list[int] = []
         if images:
             data["pixel_values"], data["image_grid_thw"] = self.process_images(images)
             counts = (data["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
+        if videos:
+            data.update(self.process_videos(videos))
+            text = self._video_texts(text, videos, data["video_grid_thw"])
         expanded, cursor = [], 0
         for prompt in text:
             parts = prompt.split(self.image_token)
@@ -108,6 +168,9 @@ class ImageTextProcessor:
         data["attention_mask"] = tokens["attention_mask"]
         image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         data["mm_token_type_ids"] = (tokens["input_ids"] == image_id).long()
+        if videos:
+            video_id = self.tokenizer.convert_tokens_to_ids(VIDEO_TOKEN)
+            data["mm_token_type_ids"][tokens["input_ids"] == video_id] = 2
         return BatchFeature(data)
 
 
@@ -135,6 +198,6 @@ def load_processor(
         return load_llava_processor(path, tokenizer, image_workers)
     if family == "glm46v":
         image_processor = Glm46VImageProcessorPil.from_pretrained(str(path))
-        return ImageTextProcessor(tokenizer, image_processor, image_workers, GLM_IMAGE_TOKEN)
+        return ImageTextProcessor(tokenizer, image_processor, image_workers, GLM_IMAGE_TOKEN, family)
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
-    return ImageTextProcessor(tokenizer, image_processor, image_workers)
+    return ImageTextProcessor(tokenizer, image_processor, image_workers, IMAGE_TOKEN, family)

@@ -8,7 +8,7 @@ Each family module supplies those as a ``VisionLayout``; this class does the res
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.positions import rope_positions
+from sparsectx.models.video_input import check_video_family
 from sparsectx.models.vision_signals import merge_signals, merger_sensitivity, several_block_signals
 from sparsectx.visual import ImageTokens, VisionSignals
 
@@ -52,6 +53,7 @@ class QwenVLAdapter:
         self.layout = layout
         self.signal_chunk = signal_chunk
         self.image_token_id = int(model.config.image_token_id)
+        self.video_token_id = int(model.config.video_token_id)
         self.merge_unit = int(model.config.vision_config.spatial_merge_size) ** 2
         self.vision_calls = 0
         self.vision_signals = VisionSignals()
@@ -114,9 +116,40 @@ class QwenVLAdapter:
             )
         return images
 
+    def encode_videos(
+        self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, second_per_grid: torch.Tensor | None
+    ) -> list[ImageTokens]:
+        """Returns one ``ImageTokens`` per video (the tower runs once for the batch's videos).
+
+        ``second_per_grid`` is Qwen2.5-VL's ``second_per_grid_ts`` (None for the timestamp families): its
+        temporal patches are ``tokens_per_second * int(second_per_grid_t)`` positions apart, as transformers
+        5.17's ``get_rope_index`` spaces them. Qwen3-VL and Qwen3.5 prompts hold each temporal patch as its
+        own run between timestamps (``models.video_input``).
+
+        Raises:
+            ValueError: the family has no video path (GLM-4.6V).
+        """
+        layout = check_video_family(self.family, "videos")
+        videos = self.encode_images(pixel_values, grid_thw)
+        if layout == "timestamps":
+            return [replace(video, split_frames=True) for video in videos]
+        if second_per_grid is None:
+            raise ValueError(
+                f"model family {self.family!r}: videos need second_per_grid_ts from the processor"
+            )
+        per_second = int(self.model.config.vision_config.tokens_per_second)
+        steps = [per_second * int(seconds) for seconds in second_per_grid.tolist()]
+        return [replace(video, temporal_step=step) for video, step in zip(videos, steps, strict=True)]
+
     def prompt_positions(self, ids: torch.Tensor, images: list[ImageTokens]) -> tuple[torch.Tensor, int]:
-        """Returns the prompt's (3, L) unpruned M-RoPE positions and the next free position."""
-        return rope_positions(ids, self.image_token_id, [image.grid for image in images])
+        """Returns the prompt's (3, L) unpruned M-RoPE positions and the next free position.
+
+        ``images`` are the prompt's visual inputs in order, videos included (``ImageTokens.position_runs``).
+        """
+        runs = [run for image in images for run in image.position_runs()]
+        return rope_positions(
+            ids, self.image_token_id, [grid for grid, _ in runs], [step for _, step in runs]
+        )
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Returns the LLM input embeddings of ``ids``."""

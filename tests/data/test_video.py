@@ -1,0 +1,141 @@
+"""Video decoding (frame folders, PyAV files), the synthetic video family, and its TSV round trip.
+
+Bad input never passes silently: an undecodable video or frame, fewer frames than requested and frames of
+different sizes raise ``VideoError`` naming the file; a bad ``frames`` cell is a counted ``Skip``.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from PIL import Image
+
+from sparsectx.data import load_suite_config, read_tsv, write_tsv
+from sparsectx.data.video import (
+    VideoError,
+    embedded_video,
+    read_frame_folder,
+    read_video_file,
+    sample_indices,
+)
+from sparsectx.data.video_family import KINDS, build_video_bench, load_video_family_config, video_items
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.fixture(scope="module")
+def suite():  # noqa: ANN201
+    return load_suite_config(OmegaConf.load(CONF / "data" / "tiny.yaml"))
+
+
+@pytest.fixture(scope="module")
+def family():  # noqa: ANN201
+    return replace(
+        load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=12
+    )
+
+
+def _frame(value: int, size: tuple[int, int] = (32, 24)) -> Image.Image:
+    return Image.fromarray(np.full((size[1], size[0], 3), value, dtype=np.uint8))
+
+
+def _write_mp4(path: Path, count: int, fps: int) -> None:
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(count):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), 8 * i, dtype=np.uint8), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+
+
+def test_sampling_is_vlmevalkit_uniform_and_refuses_short_sources() -> None:
+    assert sample_indices(10, 4, "x") == [2, 4, 6, 8]
+    assert sample_indices(8, 8, "x") == list(range(8))
+    with pytest.raises(VideoError, match=r"clip\.mp4: 3 frames, fewer than the 4 requested"):
+        sample_indices(3, 4, "clip.mp4")
+
+
+def test_frame_folder_samples_in_name_order_and_names_bad_files(tmp_path: Path) -> None:
+    folder = tmp_path / "clip"
+    folder.mkdir()
+    for i in range(10):
+        _frame(10 * i).save(folder / f"{i:04d}.png")
+    (folder / "notes.txt").write_text("ignored")
+    video = read_frame_folder(folder, 4, fps=5.0)
+    assert video.frame_indices == (2, 4, 6, 8)
+    assert [f.getpixel((0, 0))[0] for f in video.frames] == [20, 40, 60, 80]
+    assert video.sampled_fps == pytest.approx(2.0) and video.timestamps() == [0.4, 0.8, 1.2, 1.6]
+    with pytest.raises(VideoError, match="fewer than the 32 requested"):
+        read_frame_folder(folder, 32, fps=5.0)
+    (folder / "0004.png").write_bytes(b"not a png")
+    with pytest.raises(VideoError, match=r"0004\.png: frame does not decode"):
+        read_frame_folder(folder, 4, fps=5.0)
+    with pytest.raises(VideoError, match="no frame folder"):
+        read_frame_folder(tmp_path / "missing", 4, fps=5.0)
+
+
+def test_video_file_decodes_with_pyav_and_bad_files_name_themselves(tmp_path: Path) -> None:
+    clip = tmp_path / "clip.mp4"
+    _write_mp4(clip, 12, fps=4)
+    video = read_video_file(clip, 3)
+    assert video.frame_indices == (3, 6, 9) and video.fps == 4.0 and video.total_frames == 12
+    assert all(f.size == (32, 32) for f in video.frames)
+    with pytest.raises(VideoError, match=r"clip\.mp4: 12 frames, fewer than the 32 requested"):
+        read_video_file(clip, 32)
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 50)
+    with pytest.raises(VideoError, match=r"broken\.mp4: video does not decode"):
+        read_video_file(broken, 3)
+    with pytest.raises(VideoError, match="no video file"):
+        read_video_file(tmp_path / "absent.mp4", 3)
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_frames_of_different_sizes_or_undecodable_are_refused() -> None:
+    with pytest.raises(VideoError, match="row 3: frames differ in size"):
+        embedded_video((_png(_frame(0, (32, 24))), _png(_frame(0, (24, 32)))), 2, 2.0, "row 3")
+    with pytest.raises(VideoError, match="row 4: frame 1 does not decode"):
+        embedded_video((_png(_frame(0)), b"junk"), 2, 2.0, "row 4")
+
+
+def test_family_is_deterministic_balanced_and_answerable_from_its_frames(
+    suite, family, tmp_path: Path
+) -> None:  # noqa: ANN001
+    first, second = video_items(suite, family), video_items(suite, family)
+    assert first == second
+    assert [item.category for item in first] == [KINDS[n % 3] for n in range(12)]
+    assert sorted(item.answer for item in first) == sorted("ABCD" * 3)
+    for item in first:
+        assert len(item.frames) == family.frames and item.options[item.answer].lower() in item.trace.lower()
+        frames = [np.asarray(Image.open(io.BytesIO(f))) for f in item.frames]
+        changed = [int((a != b).any()) for a, b in zip(frames, frames[1:], strict=False)]
+        assert sum(changed) > 0  # no item is answerable from one frame: something changes over time
+        if item.category == "blink":
+            count = int(item.options[item.answer])
+            assert changed.count(1) == 2 * count  # each one-frame blink is one change off and one back on
+    out = build_video_bench(replace(suite, out_dir=str(tmp_path)), family)
+    again = build_video_bench(replace(suite, out_dir=str(tmp_path / "again")), family)
+    assert out.read_bytes() == again.read_bytes()
+    back, skips = read_tsv(out)
+    assert skips == [] and back == first
+
+
+def test_a_bad_frames_cell_is_a_counted_skip(suite, family, tmp_path: Path) -> None:  # noqa: ANN001
+    items = video_items(suite, replace(family, size=3))
+    items[1] = replace(items[1], frames=(items[1].frames[0], b"junk"))
+    write_tsv(tmp_path / "v.tsv", items)
+    back, skips = read_tsv(tmp_path / "v.tsv")
+    assert [item.index for item in back] == [0, 2]
+    assert len(skips) == 1 and skips[0].index == "1" and "frame 1: image does not decode" in skips[0].reason
