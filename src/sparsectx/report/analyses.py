@@ -57,7 +57,9 @@ class SideTable:
     def markdown(self, title: str) -> str:
         """Returns the table as GitHub Markdown under a ``# title`` heading."""
         lines = [f"# {title}", "", "| " + " | ".join(self.columns) + " |"]
-        lines.append("|" + "|".join(":--" if i < 4 else "--:" for i in range(len(self.columns) - 1)) + "|:--|")
+        lines.append(
+            "|" + "|".join(":--" if i < 4 else "--:" for i in range(len(self.columns) - 1)) + "|:--|"
+        )
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows]
         return "\n".join(lines) + "\n"
 
@@ -157,7 +159,13 @@ def passk_outputs(
     rows, figures = [], []
     for model in block.models:
         for cell in ordered_cells(grid, block, model):
-            head = (model, cell.bench, method_label(cell.method, labels), cell.pruner, budget_tag(cell.budget))
+            head = (
+                model,
+                cell.bench,
+                method_label(cell.method, labels),
+                cell.pruner,
+                budget_tag(cell.budget),
+            )
             reason = grid.reason(cell)
             payload = None if reason else read_passk(root, grid.experiment, cell)
             why = reason or (NO_RECORD if payload is None else "")
@@ -216,7 +224,9 @@ def efficiency_table(grid: Grid, root: str | Path, labels: Mapping[str, str], de
         head = (run.model, method_label(run.method, labels), run.pruner)
         payload = read_efficiency(root, grid.experiment, run)
         if payload is None:
-            rows += [(*head, budget_tag(b), *[MISSING] * 8, NO_RECORD) for b in sorted({1.0, *run.budgets})[::-1]]
+            rows += [
+                (*head, budget_tag(b), *[MISSING] * 8, NO_RECORD) for b in sorted({1.0, *run.budgets})[::-1]
+            ]
             continue
         for row in payload["budgets"]:
             rows.append((*head, budget_tag(row["budget"]), *_efficiency_values(row, fmt), ""))

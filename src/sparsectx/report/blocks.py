@@ -83,7 +83,9 @@ def interval_remarks(remark: str, spreads: BlockSpreads | None) -> tuple[str, ..
     return (remark, *(f"No interval ({why}): {'; '.join(where)}." for why, where in missing.items()))
 
 
-DELTA_MISSING = "no paired difference: this row or the untrained row has no interval here (see the score table)"
+DELTA_MISSING = (
+    "no paired difference: this row or the untrained row has no interval here (see the score table)"
+)
 
 
 def delta_table(

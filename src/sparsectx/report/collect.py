@@ -11,8 +11,8 @@ predictions (``score_source: vlmeval``: the ``vlmeval`` block that ``src/vlmeval
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from sparsectx.data import Item, Skip
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
@@ -37,12 +40,19 @@ class ItemRecords:
 
 
 def _spec(payload: dict[str, Any]) -> BenchSpec | str:
+    """Returns the recorded benchmark spec as the current schema reads it (keys it no longer has dropped)."""
     config = (payload.get("provenance") or {}).get("config") or {}
     spec = (config.get("bench") or {}).get(payload["benchmark"])
-    names = [f.name for f in fields(BenchSpec)]
-    if not isinstance(spec, dict) or any(name not in spec for name in names):
+    if not isinstance(spec, dict):
         return "its result JSON records no benchmark spec (provenance.config.bench), so its items are unknown"
-    return BenchSpec(**{name: spec[name] for name in names})
+    names = {f.name for f in fields(BenchSpec)}
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(BenchSpec), {k: v for k, v in spec.items() if k in names}
+        )
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except (OmegaConfBaseException, ValueError, KeyError) as err:
+        return f"its recorded benchmark spec does not read as a BenchSpec ({type(err).__name__}: {err})"
 
 
 def _bench_items(spec: BenchSpec, sha: str, skip: float, benches: Benches) -> list[Item] | str:
@@ -53,7 +63,10 @@ def _bench_items(spec: BenchSpec, sha: str, skip: float, benches: Benches) -> li
     if key not in benches:
         if file_digest(path) != sha:
             return f"the benchmark file {path} changed after it was scored (sha256 differs)"
-        benches[key] = load_bench_items(spec, skip)
+        try:
+            benches[key] = load_bench_items(spec, skip)
+        except ValueError as err:  # the file the result was scored on no longer reads as it did
+            return f"its benchmark file no longer reads: {err}"
     return benches[key][0]
 
 

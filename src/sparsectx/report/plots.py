@@ -175,7 +175,9 @@ def retain_figure(
         bars = {x: b for x, b in (intervals or {}).get(label, {}).items() if x in points}
         for x, (lo, hi) in bars.items():
             y = points[x]
-            ax.errorbar([100 * x], [y], yerr=[[y - lo], [hi - y]], fmt="none", color=f"C{index % 10}", capsize=3)
+            ax.errorbar(
+                [100 * x], [y], yerr=[[y - lo], [hi - y]], fmt="none", color=f"C{index % 10}", capsize=3
+            )
             tops.append(hi)
     ax.axhline(100.0, label=REFERENCE_LABEL, **REFERENCE_STYLE)
     ax.set_xscale("log")

@@ -52,7 +52,9 @@ def to_markdown(table: Table) -> str:
         for row in block.rows:
             lines.append(
                 "| "
-                + " | ".join([esc(row.method), esc(row.pruner), *(_cell_md(c, table.decimals) for c in row.cells)])
+                + " | ".join(
+                    [esc(row.method), esc(row.pruner), *(_cell_md(c, table.decimals) for c in row.cells)]
+                )
                 + " |"
             )
     numbered = list(enumerate(table.notes, start=1))
@@ -71,6 +73,7 @@ def to_markdown(table: Table) -> str:
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_"}
 _TEX_SPECIAL |= {"{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX_SPECIAL |= {"±": r"$\pm$", "↑": r"$\uparrow$", "↓": r"$\downarrow$"}
 
 
 def tex_escape(text: str) -> str:
@@ -106,7 +109,11 @@ def to_latex(table: Table) -> str:
         for row in block.rows:
             lines.append(
                 " & ".join(
-                    [tex_escape(row.method), tex_escape(row.pruner), *(_cell_tex(c, table.decimals) for c in row.cells)]
+                    [
+                        tex_escape(row.method),
+                        tex_escape(row.pruner),
+                        *(_cell_tex(c, table.decimals) for c in row.cells),
+                    ]
                 )
                 + " \\\\"
             )
@@ -133,7 +140,9 @@ def to_csv(table: Table) -> str:
     column, and ``above_untrained`` / ``below_untrained`` (``;``-joined columns whose difference to the
     untrained row has an interval above / below 0); "" where a cell has no such value.
     """
-    spread = any(cell.spread is not None for block in table.blocks for row in block.rows for cell in row.cells)
+    spread = any(
+        cell.spread is not None for block in table.blocks for row in block.rows for cell in row.cells
+    )
     extra = [f"{col} {part}" for part in ("lo", "hi", "std") for col in table.columns] if spread else []
     extra += ["above_untrained", "below_untrained"] if spread else []
     out = io.StringIO()

@@ -28,7 +28,9 @@ def check_seed_list(seeds: Sequence[int] | None) -> None:
     if seeds is None:
         return
     if not seeds:
-        raise ValueError("train_seeds=[] names no seed: list the training seeds to pool, or null for grid.seed")
+        raise ValueError(
+            "train_seeds=[] names no seed: list the training seeds to pool, or null for grid.seed"
+        )
     repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if repeated:
         raise ValueError(
@@ -64,7 +66,9 @@ def check_trained(grid: Grid, results_root: str | Path, seeds: Sequence[int], ce
         mine = [c for c in cells if c.method == method]
         for seed in seeds:
             if not any(seed_result(grid, results_root, seed, c).is_file() for c in mine):
-                where = cell_leaf(seed_root(results_root, seed, grid.seed), grid.experiment, mine[0]).parents[2]
+                where = cell_leaf(seed_root(results_root, seed, grid.seed), grid.experiment, mine[0]).parents[
+                    2
+                ]
                 untrained.append(f"{method} seed {seed} (nothing under {where}/)")
     if untrained:
         raise ValueError(
@@ -75,7 +79,11 @@ def check_trained(grid: Grid, results_root: str | Path, seeds: Sequence[int], ce
 
 
 def pooled_entries(
-    grid: Grid, results_root: str | Path, seeds: Sequence[int], entries: Mapping[Cell, Entry], score_source: str
+    grid: Grid,
+    results_root: str | Path,
+    seeds: Sequence[int],
+    entries: Mapping[Cell, Entry],
+    score_source: str,
 ) -> dict[Cell, Entry]:
     """Returns ``entries`` with every trained cell pooled over ``seeds``: the mean score with ``seed_scores``
     and ``seed_paths``, or the reason when a seed has no result for it."""

@@ -205,7 +205,8 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
             written.append(_write_rendered(out, f"{block.name}.recovery", title, render(title, rec)))
         if has_trained(block) and mine:
             deltas = {
-                m: delta_table(grid, block, m, mine[m], labels, remark, tc.avg_label, tc.decimals) for m in mine
+                m: delta_table(grid, block, m, mine[m], labels, remark, tc.avg_label, tc.decimals)
+                for m in mine
             }
             title = f"{grid.experiment}: {block.name} (trained minus untrained at the same pruner and budget)"
             written.append(_write_rendered(out, f"{block.name}.delta", title, render(title, deltas)))

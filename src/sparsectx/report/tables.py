@@ -285,7 +285,13 @@ def _spread(
     """Returns ``grid`` with each valued cell's spread attached (from ``spreads``, when it has one)."""
     return [
         [
-            Cell(c.value, c.text, c.mark, c.note, spreads.get((m, p, budget, col)) if c.value is not None else None)
+            Cell(
+                c.value,
+                c.text,
+                c.mark,
+                c.note,
+                spreads.get((m, p, budget, col)) if c.value is not None else None,
+            )
             for c, col in zip(cells, columns, strict=True)
         ]
         for (m, p), cells in zip(rows, grid, strict=True)

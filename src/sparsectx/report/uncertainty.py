@@ -83,7 +83,9 @@ def cell_replicates(
             layouts[cell.bench] = (layout(found[0].scorer, found[0].items), found[0].bench_sha256)
     for bench, (lay, _) in layouts.items():
         check_enough(lay, boot.resamples, bench)
-    counts = {b: draw_counts(lay, boot.resamples, stream(boot.seed, "items", b)) for b, (lay, _) in layouts.items()}
+    counts = {
+        b: draw_counts(lay, boot.resamples, stream(boot.seed, "items", b)) for b, (lay, _) in layouts.items()
+    }
     out: Replicates = {}
     for cell, found in per_cell.items():
         if isinstance(found, str):
@@ -171,19 +173,29 @@ def block_spreads(
             spreads[key] = Spread(spreads[key].lo, spreads[key].hi, spreads[key].std, delta.shift)
     avg_intervals: dict[str, dict[float, tuple[float, float]]] = {}
     for (method, pruner, budget), ratios in avg_reps.items():
-        avg_intervals.setdefault(f"{method_label(method, labels)} / {pruner}", {})[budget] = interval(ratios, level)
+        avg_intervals.setdefault(f"{method_label(method, labels)} / {pruner}", {})[budget] = interval(
+            ratios, level
+        )
     return BlockSpreads(spreads, deltas, unavailable, avg_intervals)
 
 
 def _avg_std(
-    entries: Mapping[Cell, Entry], model: str, method: str, pruner: str, budget: float, benches: list[str], ref: str
+    entries: Mapping[Cell, Entry],
+    model: str,
+    method: str,
+    pruner: str,
+    budget: float,
+    benches: list[str],
+    ref: str,
 ) -> float | None:
     """Returns the standard deviation over training seeds of a pooled row's average retain ratio."""
     cells = [entries[Cell(model, method, pruner, budget, b)] for b in benches]
     full = [entries[Cell(model, BASE, ref, 1.0, b)] for b in benches]
     if any(seed_std(c) is None for c in cells) or not all(isinstance(f, dict) for f in full):
         return None
-    per_seed = np.mean([100.0 * np.array(c["seed_scores"]) / f["score"] for c, f in zip(cells, full, strict=True)], 0)  # type: ignore[index]
+    per_seed = np.mean(
+        [100.0 * np.array(c["seed_scores"]) / f["score"] for c, f in zip(cells, full, strict=True)], 0
+    )  # type: ignore[index]
     return float(np.std(per_seed, ddof=1))
 
 

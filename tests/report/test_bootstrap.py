@@ -1,0 +1,169 @@
+"""The bootstrap's replicates and intervals against brute force: every one of the n^n resamples of a tiny
+benchmark enumerated (item means, POPE's F1, MME's pairs), a large-sample check of the random draws against
+that exact distribution, stratified draws, seed pooling, and the refusals (too few items, too few resamples)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from sparsectx.eval.scorers import SCORERS, ScoredItem
+from sparsectx.report.bootstrap import (
+    BootstrapConfig,
+    check_enough,
+    counts_from_indices,
+    distinct_resamples,
+    draw_counts,
+    interval,
+    layout,
+    pool_seeds,
+    replicates,
+    seed_draws,
+    stream,
+)
+from sparsectx.report.units import RESAMPLING
+
+RIGHT = [True, True, False, True, False]
+
+
+def exact_items(right: list[bool]) -> list[ScoredItem]:
+    """Returns exact-match items, item i right when ``right[i]``."""
+    return [
+        ScoredItem(id=str(i), prediction="cat" if ok else "dog", reference="cat")
+        for i, ok in enumerate(right)
+    ]
+
+
+def all_resamples(n: int) -> np.ndarray:
+    """Returns every one of the n^n index tuples, one per row."""
+    return np.array(list(itertools.product(range(n), repeat=n)))
+
+
+def test_every_registered_scorer_has_a_resampling_rule() -> None:
+    assert sorted(SCORERS) == sorted(RESAMPLING)
+
+
+def test_item_mean_replicates_equal_brute_force_over_all_resamples() -> None:
+    items = exact_items(RIGHT)
+    lay = layout("exact_match", items)
+    tuples = all_resamples(len(items))
+    reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
+    reference = [
+        100.0 * sum(RIGHT[i] for i in t) / len(t) for t in tuples
+    ]  # the mean of each resample, by hand
+    assert reps == pytest.approx(reference)
+    assert interval(reps, 0.95) == pytest.approx(tuple(np.quantile(reference, [0.025, 0.975])))
+
+
+def _f1(gold: list[str], pred: list[str]) -> float:
+    """POPE's F1 in percent, written out independently of the scorer."""
+    tp = sum(g == p == "yes" for g, p in zip(gold, pred, strict=True))
+    fp = sum(g == "no" and p == "yes" for g, p in zip(gold, pred, strict=True))
+    fn = sum(g == "yes" and p == "no" for g, p in zip(gold, pred, strict=True))
+    return 0.0 if tp == 0 else 100.0 * 2 * tp / (2 * tp + fp + fn)
+
+
+def test_pope_f1_is_recomputed_on_every_resample_not_averaged() -> None:
+    gold, pred = ["yes", "yes", "no", "no", "yes"], ["yes", "no", "yes", "no", "yes"]
+    items = [ScoredItem(id=f"q{i}", prediction=p, reference=g, subset="random")
+             for i, (g, p) in enumerate(zip(gold, pred, strict=True))]  # fmt: skip
+    lay = layout("pope", items)
+    tuples = all_resamples(len(items))
+    reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
+    reference = [_f1([gold[i] for i in t], [pred[i] for i in t]) for t in tuples]
+    assert reps == pytest.approx(reference)
+    per_item_mean = [np.mean([_f1([gold[i]], [pred[i]]) for i in t]) for t in tuples]
+    assert not np.allclose(reps, per_item_mean)  # an F1 is not a mean of item F1s
+
+
+def test_mme_pairs_are_resampled_together() -> None:
+    # three images of one category, each asked two questions; pair i has right[i] answers right
+    right = [(True, True), (True, False), (False, False)]
+    items = [
+        ScoredItem(id=f"{i}{j}", prediction="yes" if ok else "no", reference="yes", category="existence",
+                   group=f"img{i}")
+        for i, pair in enumerate(right) for j, ok in enumerate(pair)
+    ]  # fmt: skip
+    lay = layout("mme", items)
+    assert len(lay.units) == 3 and [len(u) for u in lay.units] == [2, 2, 2]
+    tuples = all_resamples(3)
+    reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
+    acc = [100.0 * sum(sum(right[i]) for i in t) / 6 for t in tuples]
+    acc_plus = [100.0 * sum(all(right[i]) for i in t) / 3 for t in tuples]
+    assert reps == pytest.approx([a + b for a, b in zip(acc, acc_plus, strict=True)])
+
+
+def test_hallusionbench_sets_are_units_and_copies_stay_apart() -> None:
+    # two sets; set 0 has one figure asked two questions (both right), set 1 one question on two figures
+    ids = ["VS_chart_0_0_0_0", "VS_chart_0_0_0_1", "VS_chart_0_1_0_0", "VS_chart_0_1_1_0"]
+    right = [True, True, True, False]
+    items = [ScoredItem(id=i, prediction="yes" if ok else "no", reference="yes", subset="chart")
+             for i, ok in zip(ids, right, strict=True)]  # fmt: skip
+    lay = layout("hallusionbench", items)
+    assert [len(u) for u in lay.units] == [2, 2]
+    reps = replicates(lay, items, counts_from_indices(lay, [np.array([[0, 0], [1, 1]])]))
+    # set 0 twice: aAcc 100, fAcc 100 (2 figure groups), qAcc 100; set 1 twice: aAcc 50, fAcc 50, qAcc 0
+    assert reps == pytest.approx([100.0, (50.0 + 50.0 + 0.0) / 3])
+
+
+def test_large_sample_interval_matches_the_exact_bootstrap_distribution() -> None:
+    items = exact_items(RIGHT)
+    lay = layout("exact_match", items)
+    exact = replicates(lay, items, counts_from_indices(lay, [all_resamples(5)]))
+    drawn = replicates(lay, items, draw_counts(lay, 40_000, stream(0, "test")))
+    for value in np.unique(exact):  # the frequency of every value is the exact probability
+        assert np.mean(drawn == value) == pytest.approx(np.mean(exact == value), abs=0.01)
+    step = 100.0 / len(items)  # the distribution is discrete: quantiles agree to within one step
+    assert np.allclose(interval(drawn, 0.95), interval(exact, 0.95), atol=step)
+    assert drawn.std() == pytest.approx(exact.std(), rel=0.03)
+
+
+def test_stratified_draws_keep_every_stratum_size() -> None:
+    items = [ScoredItem(id=str(i), prediction="yes", reference="yes", subset="random" if i < 3 else "popular")
+             for i in range(7)]  # fmt: skip
+    lay = layout("pope", items)
+    counts = draw_counts(lay, 500, stream(3, "strata"))
+    assert (counts[:, :3].sum(axis=1) == 3).all() and (counts[:, 3:].sum(axis=1) == 4).all()
+
+
+def test_same_seed_same_draws_other_seed_other_draws() -> None:
+    lay = layout("exact_match", exact_items(RIGHT * 4))
+    first, again = (draw_counts(lay, 200, stream(0, "items", "b")) for _ in range(2))
+    assert (first == again).all()
+    assert not (first == draw_counts(lay, 200, stream(1, "items", "b"))).all()
+    assert not (first == draw_counts(lay, 200, stream(0, "items", "other bench"))).all()
+
+
+def test_pooled_seeds_average_the_drawn_seeds_replicates() -> None:
+    per_seed = np.arange(12, dtype=float).reshape(3, 4)  # 3 seeds x 4 resamples
+    draws = seed_draws(3, 4, stream(0, "seeds"))
+    expected = [statistics.fmean(per_seed[s, r] for s in draws[r]) for r in range(4)]
+    assert pool_seeds(per_seed, draws) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6])
+def test_distinct_resamples_counts_multisets(n: int) -> None:
+    lay = layout("exact_match", exact_items([True] * n))
+    multisets = sum(1 for _ in itertools.combinations_with_replacement(range(n), n))
+    assert distinct_resamples(lay, 10**9) == multisets == math.comb(2 * n - 1, n)
+
+
+def test_too_few_items_for_the_resamples_names_the_key() -> None:
+    lay = layout("exact_match", exact_items(RIGHT))  # 5 items: C(9, 5) = 126 distinct resamples
+    check_enough(lay, 126, "tiny_bench")
+    with pytest.raises(
+        ValueError, match=r"bootstrap.resamples=127: benchmark 'tiny_bench' has too few items"
+    ):
+        check_enough(lay, 127, "tiny_bench")
+
+
+def test_too_few_resamples_for_the_level_names_the_key() -> None:
+    BootstrapConfig(resamples=40, seed=0, level=0.95)
+    with pytest.raises(ValueError, match=r"bootstrap.resamples >= 40"):
+        BootstrapConfig(resamples=39, seed=0, level=0.95)
+    with pytest.raises(ValueError, match="bootstrap.level"):
+        BootstrapConfig(resamples=1000, seed=0, level=1.0)
