@@ -145,15 +145,22 @@ def _score(scorer: str, items: Sequence[ScoredItem]) -> float:
     return float(SCORERS.get(scorer)(items)["score"])
 
 
-def _resample_items(lay: Layout, items: Sequence[ScoredItem], counts: np.ndarray) -> list[ScoredItem]:
-    """Returns the items of one resample (a row of ``counts``), every repeat of a unit relabelled as a copy."""
+def _resample_items(
+    lay: Layout,
+    items: Sequence[ScoredItem],
+    counts: np.ndarray,
+    copies: dict[tuple[int, int], list[ScoredItem]],
+) -> list[ScoredItem]:
+    """Returns the items of one resample (a row of ``counts``), every repeat of a unit relabelled as a copy
+    (``copies`` caches the relabelled copies (unit, k) across the resamples of one row)."""
     copy = resampling(lay.scorer).copy
     out: list[ScoredItem] = []
     for unit in np.flatnonzero(counts):
-        members = [items[p] for p in lay.units[unit]]
-        out += members
+        out += [items[p] for p in lay.units[unit]]
         for k in range(1, int(counts[unit])):
-            out += [copy(item, k) for item in members]
+            if (unit, k) not in copies:
+                copies[(unit, k)] = [copy(items[p], k) for p in lay.units[unit]]
+            out += copies[(unit, k)]
     return out
 
 
@@ -168,14 +175,18 @@ def replicates(lay: Layout, items: Sequence[ScoredItem], counts: np.ndarray) -> 
     headlines and checked against the scorer on all items and on resample 0; a mismatch raises, naming
     ``sparsectx.report.units.RESAMPLING``.
     """
+    copies: dict[tuple[int, int], list[ScoredItem]] = {}
     if not resampling(lay.scorer).additive:
-        return np.array([_score(lay.scorer, _resample_items(lay, items, row)) for row in counts])
+        return np.array([_score(lay.scorer, _resample_items(lay, items, row, copies)) for row in counts])
     sizes = np.array([len(u) for u in lay.units], dtype=float)
     totals = np.array([_score(lay.scorer, [items[p] for p in u]) for u in lay.units]) * sizes
     reps = (counts @ totals) / (counts @ sizes)
     checks = {"all items": (_score(lay.scorer, items), totals.sum() / sizes.sum())}
     if len(counts):
-        checks["resample 0"] = (_score(lay.scorer, _resample_items(lay, items, counts[0])), float(reps[0]))
+        checks["resample 0"] = (
+            _score(lay.scorer, _resample_items(lay, items, counts[0], copies)),
+            float(reps[0]),
+        )
     for what, (direct, additive) in checks.items():
         if not _close(direct, additive):
             raise ValueError(

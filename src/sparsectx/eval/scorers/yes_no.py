@@ -31,6 +31,7 @@ as VLMEvalKit's ``str(nan)`` reads ``Unknown``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -60,10 +61,12 @@ def vlmeval_punctuation(text: str) -> str:
     return _PERIOD.sub("", out, count=_PERIOD_LIMIT)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_yes_no(prediction: str | None) -> str | None:
     """Returns ``"yes"``, ``"no"`` or ``None`` (unreadable: neither or both words) for a prediction.
 
-    VLMEvalKit's ``YOrN_Extraction`` (module docstring); ``None`` stays ``None``.
+    VLMEvalKit's ``YOrN_Extraction`` (module docstring); ``None`` stays ``None``. Cached: a pure function of
+    the text, read again for every bootstrap resample of the same predictions (``sparsectx.report.bootstrap``).
     """
     if prediction is None:
         return None
