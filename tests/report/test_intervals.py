@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
+from matplotlib.container import ErrorbarContainer
 from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 
@@ -24,6 +25,7 @@ from sparsectx.eval.results import BenchResult, as_dict, write_json, write_rows
 from sparsectx.eval.scorers import ScoredItem, score_items
 from sparsectx.paths import leaf_dir, predictions_path, result_path
 from sparsectx.report.bootstrap import draw_counts, interval, layout, replicates, stream
+from sparsectx.report.plots import retain_figure
 from sparsectx.report.study import load_tables_config, run
 
 N = 30
@@ -258,3 +260,12 @@ def test_leaves_without_per_item_records_keep_their_scores_and_say_why(results: 
         in md
     )
     assert np.isfinite(float(row["syn_pope"]))
+
+
+def test_retain_plot_draws_each_interval_as_an_error_bar() -> None:
+    series = {"SCOPD / visionzip": {0.2: 80.0, 0.1: 70.0}, "Vanilla / visionzip": {0.2: 75.0, 0.1: 60.0}}
+    intervals = {"SCOPD / visionzip": {0.2: (72.0, 88.0), 0.1: (61.0, 79.0)}}
+    ax = retain_figure(series, [0.2, 0.1], title="t", intervals=intervals).axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    ends = sorted(tuple(np.round(seg[:, 1], 6)) for c in bars for seg in c.lines[2][0].get_segments())
+    assert ends == [(61.0, 79.0), (72.0, 88.0)]  # one bar per point with an interval, spanning it
