@@ -90,6 +90,12 @@ class Item:
         with Image.open(io.BytesIO(self.image_bytes)) as image:
             return image.convert("RGB")
 
+    def thumbnail(self) -> Image.Image | None:
+        """Returns the row's image, or a video row's first embedded frame (None for a video-file row): the
+        picture a predictions table shows."""
+        data = self.image_bytes or (self.frames[0] if self.frames else b"")
+        return Image.open(io.BytesIO(data)) if data else None
+
     def images(self) -> list[Image.Image]:
         """Returns every image of the row in order, decoded in RGB (one unless it is a multi-image row)."""
         out = [self.image()]

@@ -35,6 +35,39 @@ def check_seed(seed: object, key: str) -> int:
     return seed
 
 
+BUDGET_UNITS = ("video",)
+
+
+@dataclass
+class VideoSpec:
+    """How a video benchmark's clips become model input (``bench.<name>.video``)."""
+
+    frames: int
+    """Frames sampled uniformly per video (VLMEvalKit's rule, ``sparsectx.data.video``); SCOPD: 32. A clip with
+    fewer frames is a counted skip, never scored on fewer."""
+    max_tokens: int
+    """Cap on one video's post-merger visual tokens (frames are resized to fit); SCOPD: 12,288."""
+    budget_unit: str
+    """What a budget b is a fraction of: ``video``, all of one video's tokens (k = clamp(round(b N), 1, N)
+    over its N tokens, every temporal patch together; each kept token keeps its temporal and spatial
+    position)."""
+    root: str
+    """Folder that the ``video`` column's names are relative to (the launch directory's relative path or
+    absolute); unused by files whose frames are embedded (``frames`` column)."""
+    suffix: str
+    """Appended to a ``video`` cell to name its file (``.mp4``); "" names a frame folder or a full name."""
+    folder_fps: float
+    """Frame rate of pre-extracted frame folders (their frames' times); video files carry their own."""
+
+    def __post_init__(self) -> None:
+        if self.frames < 1 or self.max_tokens < 1 or not self.folder_fps > 0:
+            raise ValueError(
+                f"bench.*.video: frames={self.frames} and max_tokens={self.max_tokens} must be >= 1 and "
+                f"folder_fps={self.folder_fps} > 0"
+            )
+        check_choice(self.budget_unit, BUDGET_UNITS, "bench.*.video.budget_unit")
+
+
 @dataclass
 class BenchSpec:
     """One benchmark (``conf/bench/<name>.yaml``, stored under ``bench.<name>``)."""
@@ -60,6 +93,8 @@ class BenchSpec:
     """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE), ``category``
     (VLMEvalKit's POPE file), ``l2-category`` (VLMEvalKit's HallusionBench file) or ``cycle_category``
     (HR-Bench)."""
+    video: VideoSpec | None = None
+    """A video benchmark's frame settings; None (the default, every image benchmark) = no videos."""
 
     def __post_init__(self) -> None:
         key = f"bench.{self.name}"

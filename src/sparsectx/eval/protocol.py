@@ -21,6 +21,7 @@ from sparsectx.budget import tokens_to_keep
 from sparsectx.context import keep_all
 from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
 from sparsectx.data.config import PromptConfig
+from sparsectx.data.video import VideoSource, clip_problem, row_video
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import EngineConfig, Prompts, engine_for, pruned_prompts
 from sparsectx.eval.config import BenchSpec
@@ -42,6 +43,7 @@ from sparsectx.models import (
     LoadedModel,
 )
 from sparsectx.models.adapter import VLMAdapter
+from sparsectx.models.video_input import check_video_family
 from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
@@ -80,6 +82,11 @@ def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> tuple[list[It
     """
     path = bench_file(spec)
     items, skips = read_tsv(path)
+    source = video_source(spec)
+    if source is not None:
+        problems = {item.index: clip_problem(item, source) for item in items}
+        skips += [Skip(str(index), reason) for index, reason in problems.items() if reason]
+        items = [item for item in items if not problems[item.index]]
     if not items and not skips:
         raise ValueError(f"benchmark {spec.name!r}: {path} has a header but no rows; rebuild or replace it")
     if not skips:
@@ -110,19 +117,36 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def video_source(spec: BenchSpec) -> VideoSource | None:
+    """Returns where a video benchmark's clips are and how they are sampled; None for an image benchmark."""
+    if spec.video is None:
+        return None
+    video = spec.video
+    return VideoSource(
+        Path(spec.path), Path(video.root), video.suffix, video.frames, video.max_tokens, video.folder_fps
+    )
+
+
 def sample_id(item: Item) -> str:
     """Returns the item's sample id: its ``index`` as a string."""
     return str(item.index)
 
 
-def prompt_item(item: Item, prompt: PromptConfig, with_image: bool) -> PromptItem:
-    """Returns the prompt of ``item``; ``with_image=False`` asks the same text without the image."""
+def prompt_item(
+    item: Item, prompt: PromptConfig, with_image: bool, video: VideoSource | None = None
+) -> PromptItem:
+    """Returns the prompt of ``item``; ``with_image=False`` asks the same text without the image (or video).
+
+    A video benchmark's row (``video`` from ``video_source``) asks about its sampled clip instead of an image.
+    """
+    visual = with_image and video is None
     return PromptItem(
         sample_id=sample_id(item),
-        images=[item.image()] if with_image else [],
+        images=item.images() if visual else [],
         question=format_question(item.question, item.options, prompt.mcq_hint),
         system=prompt.system,
         instruction=prompt.instruction,
+        videos=[row_video(item, video)] if with_image and video is not None else [],
     )
 
 
@@ -310,7 +334,10 @@ def generate_rows(
     A runtime failure (e.g. out of memory) becomes ``status="error"`` rows for every item of the call:
     recorded and counted, never scored as an answer.
     """
-    build = lambda item: prompt_item(item, prompt, with_image=True)  # noqa: E731
+    video = video_source(spec)
+    if video is not None:
+        check_video_family(loaded.adapter.family, f"bench.{spec.name}.video")
+    build = lambda item: prompt_item(item, prompt, with_image=True, video=video)  # noqa: E731
     prompts = build_prompts(build, items, loaded.processor.image_workers)
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)

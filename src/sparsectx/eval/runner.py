@@ -12,7 +12,6 @@ whose output holds the same run-key hash (config, benchmark file content, weight
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import time
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from PIL import Image
 from tqdm import tqdm
 
 from sparsectx.data import Item, Skip
@@ -280,7 +278,7 @@ def _log(
     limit = job.cfg.logger.prediction_rows
     table = [
         [
-            Image.open(io.BytesIO(item.image_bytes)),
+            item.thumbnail(),
             row["id"],
             item.question,
             row["answer"],

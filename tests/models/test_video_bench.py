@@ -1,0 +1,93 @@
+"""Greedy evaluation of the synthetic video benchmark end to end (``sparsectx.eval.runner.run``, what
+``src/evaluate.py`` calls), on tiny random-weight checkpoints of every video-capable family.
+
+``conf/bench/tiny_video.yaml`` reads the family's TSV (frames embedded); pruning keeps k per video. A
+checkpoint family without a video path is a config error naming ``bench.tiny_video.video``; a row with
+fewer frames than the benchmark asks for is a named, counted skip.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from eval.test_runner_support import base_overrides, compose_eval
+from family_models import family_model
+from omegaconf import OmegaConf
+from video_setup import BUILDERS, video_family
+
+from sparsectx.budget import tokens_to_keep
+from sparsectx.data import load_suite_config
+from sparsectx.data.tsv import write_tsv
+from sparsectx.data.video_family import build_video_bench, load_video_family_config, video_items
+from sparsectx.eval.runner import run
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+ROWS = 3
+
+
+def _video_bench(out_dir: Path) -> Path:
+    suite = load_suite_config(OmegaConf.load(CONF / "data" / "tiny.yaml"))
+    family = load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml"))
+    return build_video_bench(replace(suite, out_dir=str(out_dir)), replace(family, size=ROWS))
+
+
+def _model_dir(family: str, directory: Path) -> Path:
+    tiny = video_family(family, directory)
+    tiny.adapter.model.save_pretrained(directory)
+    tiny.processor.tokenizer.save_pretrained(directory)  # keeps the video-part chat template
+    return directory
+
+
+def _overrides(model_dir: Path, tmp: Path, bench: Path) -> list[str]:
+    cap = "bench.tiny_video.video.max_tokens=64"  # 16 merged tokens per temporal patch: CPU-sized
+    return ["bench=tiny_video", *base_overrides(model_dir, tmp / "results", {"tiny_video": bench}, 4), cap]
+
+
+@pytest.mark.parametrize("family", sorted(BUILDERS))
+def test_video_benchmark_evaluates_with_pruning(family: str, tmp_path: Path) -> None:
+    bench = _video_bench(tmp_path / "data")
+    model_dir = _model_dir(family, tmp_path / "model")
+    cfg = compose_eval([*_overrides(model_dir, tmp_path, bench), "pruner=divprune", "budget=0.1"])
+    (out,) = run(cfg)
+    result = json.loads(out.read_text())
+    assert result["n_rows"] == result["n_scored"] == ROWS and result["skipped"] == []
+    rows = [json.loads(line) for line in out.with_suffix(".predictions.jsonl").read_text().splitlines()]
+    # 8 frames -> 4 temporal patches of 4 x 4 merged tokens under the 64-token cap: k = round(0.1 * 64)
+    assert [row["kept_visual"] for row in rows] == [tokens_to_keep(0.1, 64)] * ROWS
+    assert all(row["status"] != "error" for row in rows)
+
+
+def test_short_clips_are_counted_skips_and_other_families_refuse(tmp_path: Path) -> None:
+    bench = _video_bench(tmp_path / "data")
+    suite = load_suite_config(OmegaConf.load(CONF / "data" / "tiny.yaml"))
+    family = replace(
+        load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=ROWS
+    )
+    items = video_items(suite, family)
+    items[1] = replace(items[1], frames=items[1].frames[:5])
+    write_tsv(bench, items)
+    model_dir = _model_dir("qwen2_5_vl", tmp_path / "model")
+    overrides = [
+        *_overrides(model_dir, tmp_path, bench),
+        "pruner=random",
+        "budget=0.5",
+        "max_skip_fraction=0.5",
+    ]
+    (out,) = run(compose_eval(overrides))
+    result = json.loads(out.read_text())
+    assert result["n_rows"] == ROWS and result["n_scored"] == ROWS - 1
+    assert len(result["skipped"]) == 1 and "5 frames, fewer than the 8 requested" in json.dumps(
+        result["skipped"]
+    )
+
+    glm, _ = family_model("glm46v", tmp_path / "glm")
+    glm.save_pretrained(tmp_path / "glm")
+    fresh = _video_bench(tmp_path / "fresh")
+    cfg = compose_eval([*_overrides(tmp_path / "glm", tmp_path / "glm_results", fresh), "pruner=random"])
+    with pytest.raises(
+        ValueError, match=r"bench\.tiny_video\.video: model family 'glm46v' has no video input"
+    ):
+        run(cfg)
