@@ -149,6 +149,7 @@ def test_every_score_and_average_has_an_interval_in_every_format(results: Path) 
         f"| Vanilla | visionzip | <u>50.00</u> [{pruned['syn_count lo']}, {pruned['syn_count hi']}] |" in md
     )
     assert "Intervals: [lo, hi] is the 95% percentile interval of a paired bootstrap over items" in md
+    assert "(main.delta.md)" in md
     assert "\\scriptsize" in (out / "main.tex").read_text()
     assert (out / "main.delta.md").is_file() and (out / "main.delta.csv").is_file()
     assert (

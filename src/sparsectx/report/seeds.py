@@ -66,9 +66,8 @@ def check_trained(grid: Grid, results_root: str | Path, seeds: Sequence[int], ce
         mine = [c for c in cells if c.method == method]
         for seed in seeds:
             if not any(seed_result(grid, results_root, seed, c).is_file() for c in mine):
-                where = cell_leaf(seed_root(results_root, seed, grid.seed), grid.experiment, mine[0]).parents[
-                    2
-                ]
+                leaf = cell_leaf(seed_root(results_root, seed, grid.seed), grid.experiment, mine[0])
+                where = leaf.parents[1]  # <root>/<experiment>/<model>/<method>
                 untrained.append(f"{method} seed {seed} (nothing under {where}/)")
     if untrained:
         raise ValueError(

@@ -150,31 +150,38 @@ def study_entries(tc: TablesConfig, grid: wf.Grid) -> dict[wf.Cell, Entry]:
     return pooled_entries(grid, tc.results_root, tc.train_seeds, entries, tc.score_source)
 
 
-def interval_remark(tc: TablesConfig, grid: wf.Grid) -> str:
-    """Returns the note under every score table saying how its intervals were made."""
+def interval_remark(tc: TablesConfig, grid: wf.Grid, block: wf.Block) -> str:
+    """Returns the note under ``block``'s score table saying how its intervals were made ("" when the scores are
+    VLMEvalKit's, which the project's scorers cannot resample)."""
+    if tc.score_source != "sparsectx":
+        return ""
     boot = tc.bootstrap
     seeds = tc.train_seeds or [grid.seed]
-    pooled = (
-        f"; trained rows pool training seeds {seeds}: mean ± standard deviation over seeds, and their "
-        "intervals resample the seeds too"
-        if len(seeds) > 1
-        else f"; trained rows: one training seed ({seeds[0]})"
+    text = (
+        f"Intervals: [lo, hi] is the {boot.level * 100:g}% percentile interval of a paired bootstrap over items "
+        f"({boot.resamples} resamples, bootstrap.seed={boot.seed}, the scorer's metric recomputed on each)"
     )
+    if not has_trained(block):
+        return text + ". docs/tables.md"
+    if len(seeds) > 1:
+        text += (
+            f"; trained rows pool training seeds {seeds}: mean ± standard deviation over seeds, and their "
+            "intervals resample the seeds too"
+        )
+    else:
+        text += f"; trained rows: one training seed ({seeds[0]})"
     return (
-        f"Intervals: [lo, hi] is the {boot.level * 100:g}% percentile interval of a paired bootstrap over "
-        f"items ({boot.resamples} resamples, bootstrap.seed={boot.seed}, the scorer's metric recomputed on each)"
-        f"{pooled}. ↑ / ↓: the trained row's difference to the untrained row at its pruner and budget has an "
-        "interval above / below 0 (<block>.delta.md). docs/tables.md"
+        f"{text}. ↑ / ↓: the trained row's difference to the untrained row at its pruner and budget has an "
+        f"interval above / below 0 ({block.name}.delta.md). docs/tables.md"
     )
 
 
 def study_spreads(
     tc: TablesConfig, grid: wf.Grid, entries: Mapping[wf.Cell, Entry]
-) -> tuple[dict[str, dict[str, BlockSpreads]], str]:
-    """Returns block -> model -> its intervals, and the note under every score table ("" when the scores are
-    VLMEvalKit's, which the project's scorers cannot resample)."""
+) -> dict[str, dict[str, BlockSpreads]]:
+    """Returns block -> model -> its intervals ({} when the scores are VLMEvalKit's)."""
     if tc.score_source != "sparsectx":
-        return {}, ""
+        return {}
     reps: Replicates = cell_replicates(grid, tc.results_root, entries, tc.bootstrap)
     level, labels = tc.bootstrap.level, tc.method_labels
     spreads = {
@@ -184,18 +191,18 @@ def study_spreads(
         for block in grid.blocks
         if block.kind == "table"
     }
-    return spreads, interval_remark(tc, grid)
+    return spreads
 
 
 def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Written], list[Figure]]:
     """Returns the tables and figures written to ``out``: block tables (with intervals), differences to the
     untrained rows, recovery, Pass@K, efficiency, plots."""
     entries = study_entries(tc, grid)
-    spreads, remark = study_spreads(tc, grid, entries)
+    spreads = study_spreads(tc, grid, entries)
     labels, written = tc.method_labels, []
     source = "" if tc.score_source == "sparsectx" else ", VLMEvalKit's evaluate"
     for block in (b for b in grid.blocks if b.kind == "table"):
-        mine = spreads.get(block.name, {})
+        mine, remark = spreads.get(block.name, {}), interval_remark(tc, grid, block)
         tables = score_tables(grid, block, entries, labels, tc.avg_label, tc.decimals, mine, remark)
         title = f"{grid.experiment}: {block.name} (scores{source}; {tc.avg_label} = average retain ratio, %)"
         written.append(_write_rendered(out, block.name, title, render(title, tables)))
