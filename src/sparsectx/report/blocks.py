@@ -84,7 +84,8 @@ def interval_remarks(remark: str, spreads: BlockSpreads | None) -> tuple[str, ..
 
 
 DELTA_MISSING = (
-    "no paired difference: this row or the untrained row has no interval here (see the score table)"
+    "no paired difference: this row or the untrained row at its pruner and budget has no score or no interval "
+    "here (the score table says why)"
 )
 
 
