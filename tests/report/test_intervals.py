@@ -270,3 +270,30 @@ def test_retain_plot_draws_each_interval_as_an_error_bar() -> None:
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     ends = sorted(tuple(np.round(seg[:, 1], 6)) for c in bars for seg in c.lines[2][0].get_segments())
     assert ends == [(61.0, 79.0), (72.0, 88.0)]  # one bar per point with an interval, spanning it
+
+
+def test_average_retain_ratio_is_recomputed_on_every_resample(results: Path) -> None:
+    """The Avg interval is the quantiles of, per resample r, mean_b 100 x score_r / full_r (both rows scored on
+    resample r of benchmark b), rebuilt here from the bootstrap's primitives; not a ratio of intervals."""
+    run(compose_tables(results))
+    row = read_csv(results / "tiny" / "tables" / "main.csv")[("0.1", "Vanilla")]
+    scorer = {"syn_count": "number_match", "syn_pope": "pope"}
+    ratios = []
+    for bench in BENCHES:
+        rows = {}
+        for budget in (1.0, 0.1):
+            items = [
+                ScoredItem(str(it.index), it.answer if it.index in RIGHT[("base", budget)] else
+                           ("99" if bench == "syn_count" else {"yes": "no", "no": "yes"}[it.answer]),
+                           it.answer, subset=it.subset)
+                for it in bench_items(bench)
+            ]  # fmt: skip
+            lay = layout(scorer[bench], items)
+            rows[budget] = replicates(lay, items, draw_counts(lay, 1000, stream(0, "items", bench)))
+        ratios.append(100.0 * rows[0.1] / rows[1.0])
+    lo, hi = interval(np.mean(ratios, axis=0), 0.95)
+    assert (row["Avg lo"], row["Avg hi"]) == (f"{lo:.2f}", f"{hi:.2f}")
+    per_bench = [(float(row[f"{b} lo"]), float(row[f"{b} hi"])) for b in BENCHES]
+    naive = np.mean([100.0 * lo_b / float(read_csv(results / "tiny" / "tables" / "main.csv")[("1", "Vanilla")][b])
+                     for (lo_b, _), b in zip(per_bench, BENCHES, strict=True)])  # fmt: skip
+    assert abs(naive - lo) > 0.5  # the ratio of the bounds is a different (wrong) number
