@@ -176,6 +176,9 @@ def real_model(
     preset = OmegaConf.load(ROOT / "conf/model" / f"{arch}.yaml")
     processor = bench_processor(arch, preset.image_workers, scratch)
     config = architecture(config_dir, arch, processor.tokenizer)
+    if arch in SPECIAL_TOKENS:  # the processor recognises GLM's prompt format from the saved config.json
+        config.save_pretrained(scratch)
+        processor = load_processor(scratch, preset.image_workers)
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = AutoModelForImageTextToText.from_config(
@@ -185,7 +188,9 @@ def real_model(
     side = vision.patch_size * vision.spatial_merge_size * round(visual_tokens**0.5)
     image_processor = processor.image_processor
     image_processor.patch_size = vision.patch_size
-    image_processor.size = {"shortest_edge": side * side, "longest_edge": side * side}
+    # GLM's resize bounds count the pixels of both temporal copies of an image (its smart_resize: t x h x w).
+    pixels = side * side * (vision.temporal_patch_size if arch == "glm46v_9b" else 1)
+    image_processor.size = {"shortest_edge": pixels, "longest_edge": pixels}
     model.eval()
     set_vision_attention(model, "grouped")
     align_vision_mlps(model, preset.vision_mlp_multiple)
