@@ -83,11 +83,12 @@ def test_short_clips_are_counted_skips_and_other_families_refuse(tmp_path: Path)
         result["skipped"]
     )
 
-    glm, _ = family_model("glm46v", tmp_path / "glm")
-    glm.save_pretrained(tmp_path / "glm")
+    llava, _ = family_model("llava_onevision", tmp_path / "llava")
+    llava.save_pretrained(tmp_path / "llava")
     fresh = _video_bench(tmp_path / "fresh")
-    cfg = compose_eval([*_overrides(tmp_path / "glm", tmp_path / "glm_results", fresh), "pruner=random"])
+    overrides = [*_overrides(tmp_path / "llava", tmp_path / "llava_results", fresh), "pruner=random"]
+    cfg = compose_eval([*overrides, "model.tile_budget=pooled"])
     with pytest.raises(
-        ValueError, match=r"bench\.tiny_video\.video: model family 'glm46v' has no video input"
+        ValueError, match=r"bench\.tiny_video\.video: model family 'llava_onevision' has no video input"
     ):
         run(cfg)

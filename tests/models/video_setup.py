@@ -1,7 +1,8 @@
 """Tiny random-weight video-capable families (the real HF classes) and items for the video tests.
 
 Each family's processor folder holds the model's config.json, so ``load_processor`` picks the family's video
-layout; the character tokenizer's chat template gains the hub templates' video part.
+layout; the character tokenizer's chat template gains the hub templates' video part (GLM-4.6V's:
+``<|begin_of_video|><|video|><|end_of_video|>``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from family_models import GLM_TEMPLATE, glm_processor_dir, tiny_glm46v
 from omegaconf import OmegaConf
 from qwen3_5_models import tiny_qwen3_5
 from tiny_models import TEMPLATE, char_processor, noise_image, tiny_qwen2_5_vl, tiny_qwen3_vl
@@ -26,20 +28,28 @@ VIDEO_TEMPLATE = TEMPLATE.replace(
     "{% elif c['type'] == 'text' %}",
     "{% elif c['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>{% elif c['type'] == 'text' %}",
 )
+GLM_VIDEO_TEMPLATE = GLM_TEMPLATE.replace(
+    "{% elif c['type'] == 'text' %}",
+    "{% elif c['type'] == 'video' %}<|begin_of_video|><|video|><|end_of_video|>{% elif c['type'] == 'text' %}",
+)
 BUILDERS = {
     "qwen2_5_vl": (tiny_qwen2_5_vl, 14),
     "qwen3_vl": (tiny_qwen3_vl, 16),
     "qwen3_5": (tiny_qwen3_5, 16),
+    "glm46v": (tiny_glm46v, 14),
 }
 """Video-capable family -> (builder, vision patch size)."""
+SEPARATE_MODALITIES = ("glm46v",)
+"""Families whose HF forward takes images or videos, not both (GLM-4.6V's placeholder masks overlap)."""
 VIDEO_MAX_TOKENS = 48
 """Caps the test clips at 16 merged tokens per temporal patch (frames resized to 4 x 4 merged tokens)."""
 
 
 @dataclass
 class VideoFamily:
-    """A tiny model under test: its adapter, its processor (with the family's video layout), patch size."""
+    """A tiny model under test: its family, adapter, processor (with the family's video layout), patch size."""
 
+    name: str
     adapter: VLMAdapter
     processor: ImageTextProcessor
     patch: int
@@ -48,12 +58,12 @@ class VideoFamily:
 def video_family(family: str, tmp: Path, seed: int = 0) -> VideoFamily:
     """Returns the tiny ``family`` model (fp32, sdpa, CPU) with a video-templated processor saved in ``tmp``."""
     build, patch = BUILDERS[family]
-    processor = char_processor(patch, tmp)
-    model = build(processor.tokenizer, seed=seed)
+    tokenizer = glm_processor_dir(tmp) if family == "glm46v" else char_processor(patch, tmp).tokenizer
+    model = build(tokenizer, seed=seed)
     model.config.save_pretrained(tmp)
     processor = load_processor(tmp)
-    processor.tokenizer.chat_template = VIDEO_TEMPLATE
-    return VideoFamily(adapter_for(model, signal_chunk=8), processor, patch)
+    processor.tokenizer.chat_template = GLM_VIDEO_TEMPLATE if family == "glm46v" else VIDEO_TEMPLATE
+    return VideoFamily(family, adapter_for(model, signal_chunk=8), processor, patch)
 
 
 def synthetic_videos(count: int) -> list[tuple[str, Video]]:
@@ -64,6 +74,16 @@ def synthetic_videos(count: int) -> list[tuple[str, Video]]:
     family = replace(family, size=count, frames=6, blinks=[1, 2])
     source = VideoSource(Path("tiny_video.tsv"), Path("."), "", 6, VIDEO_MAX_TOKENS, family.fps)
     return [(item.question, row_video(item, source)) for item in video_items(suite, family)]
+
+
+def item_batches(family: str, patch: int) -> list[list[PromptItem]]:
+    """Returns the batches a family is checked on: one mixed batch (``video_and_multi_image_items``), or for
+    ``SEPARATE_MODALITIES`` its video items and its image items apart."""
+    items = video_and_multi_image_items(patch)
+    if family not in SEPARATE_MODALITIES:
+        return [items]
+    videos = [item for item in items if item.videos and not item.images]
+    return [videos, [item for item in items if not item.videos]]
 
 
 def video_and_multi_image_items(patch: int) -> list[PromptItem]:

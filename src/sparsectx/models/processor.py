@@ -25,12 +25,12 @@ from sparsectx.data.video import Video
 from sparsectx.models.llava_onevision_processor import LlavaOnevisionTextProcessor, load_llava_processor
 from sparsectx.models.video_input import (
     VIDEO_LAYOUTS,
-    VIDEO_TOKEN,
     check_video_family,
     second_per_grid,
     video_marker,
     video_patches,
     video_placeholder,
+    video_slots,
 )
 
 IMAGE_TOKEN = "<|image_pad|>"
@@ -141,9 +141,6 @@ class ImageTextProcessor:
         if images:
             data["pixel_values"], data["image_grid_thw"] = self.process_images(images)
             counts = (data["image_grid_thw"].prod(-1) // self.merge_unit).tolist()
-        if videos:
-            data.update(self.process_videos(videos))
-            text = self._video_texts(text, videos, data["video_grid_thw"])
         expanded, cursor = [], 0
         for prompt in text:
             parts = prompt.split(self.image_token)
@@ -160,6 +157,9 @@ class ImageTextProcessor:
             raise ValueError(
                 f"{len(counts)} images were given but the prompts hold {cursor} {self.image_token} markers"
             )
+        if videos:  # after the images: GLM-4.6V's video frames are image tokens, never image markers
+            data.update(self.process_videos(videos))
+            expanded = self._video_texts(expanded, videos, data["video_grid_thw"])
         self.tokenizer.padding_side = "left"
         tokens = self.tokenizer(
             expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False
@@ -169,8 +169,8 @@ class ImageTextProcessor:
         image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         data["mm_token_type_ids"] = (tokens["input_ids"] == image_id).long()
         if videos:
-            video_id = self.tokenizer.convert_tokens_to_ids(VIDEO_TOKEN)
-            data["mm_token_type_ids"][tokens["input_ids"] == video_id] = 2
+            slots = video_slots(tokens["input_ids"], VIDEO_LAYOUTS[self.family], self.tokenizer)
+            data["mm_token_type_ids"][slots] = 2
         return BatchFeature(data)
 
 

@@ -123,13 +123,22 @@ class QwenVLAdapter:
 
         ``second_per_grid`` is Qwen2.5-VL's ``second_per_grid_ts`` (None for the timestamp families): its
         temporal patches are ``tokens_per_second * int(second_per_grid_t)`` positions apart, as transformers
-        5.17's ``get_rope_index`` spaces them. Qwen3-VL and Qwen3.5 prompts hold each temporal patch as its
-        own run between timestamps (``models.video_input``).
+        5.17's ``get_rope_index`` spaces them. Qwen3-VL, Qwen3.5 and GLM-4.6V prompts hold each temporal
+        patch as its own run between timestamps (``models.video_input``); GLM-4.6V's tower also encodes each
+        temporal patch as its own image, and its patches are joined back into one video.
 
         Raises:
-            ValueError: the family has no video path (GLM-4.6V).
+            ValueError: the family has no video path.
         """
         layout = check_video_family(self.family, "videos")
+        if layout == "glm_frames":  # the tower sees each temporal patch as a (1, h, w) image, as HF's does
+            frames = self.encode_images(pixel_values, _per_frame(grid_thw))
+            counts = grid_thw[:, 0].tolist()
+            starts = [sum(counts[:i]) for i in range(len(counts))]
+            return [
+                _join_frames(frames[start : start + count], tuple(frames[start].grid[1:]), count)
+                for start, count in zip(starts, counts, strict=True)
+            ]
         videos = self.encode_images(pixel_values, grid_thw)
         if layout == "timestamps":
             return [replace(video, split_frames=True) for video in videos]
@@ -185,3 +194,28 @@ class QwenVLAdapter:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns logits of ``hidden`` through the LM head."""
         return self.model.lm_head(hidden)
+
+
+def _per_frame(grid_thw: torch.Tensor) -> torch.Tensor:
+    """Returns the (sum t, 3) grids of every temporal patch as its own (1, h, w) image (GLM's video tower)."""
+    spatial = torch.repeat_interleave(grid_thw[:, 1:], grid_thw[:, 0], dim=0)
+    return torch.cat([torch.ones_like(spatial[:, :1]), spatial], dim=1)
+
+
+def _join_frames(frames: list[ImageTokens], spatial: tuple[int, int], count: int) -> ImageTokens:
+    """Returns one video's ``ImageTokens`` (grid (t, h, w), split into frame runs) from its t frames' own."""
+    join = lambda name: torch.cat([getattr(f, name) for f in frames])  # noqa: E731
+    optional = {
+        name: join(name)
+        for name in ("object_attention", "merger_sensitivity")
+        if getattr(frames[0], name) is not None
+    }
+    return ImageTokens(
+        embeds=join("embeds"),
+        grid=(count, *spatial),
+        attention_received=join("attention_received"),
+        keys=join("keys"),
+        deepstack=tuple(torch.cat(level) for level in zip(*(f.deepstack for f in frames), strict=True)),
+        split_frames=True,
+        **optional,
+    )

@@ -18,6 +18,11 @@ The families place a video in the prompt differently (``VIDEO_LAYOUTS``):
   each frame group takes image positions (``get_rope_index`` splits the grid into t grids of one frame).
   transformers 5.17's ``Qwen3VLProcessor`` replaces only the pad token, nesting the groups inside the
   template's own start/end markers; we follow the released Qwen3-VL layout, one start/end pair per group.
+- ``glm_frames`` (GLM-4.6V): the template's ``<|video|>`` (inside ``<|begin_of_video|>`` ...
+  ``<|end_of_video|>``) becomes, per temporal patch, ``<|begin_of_image|>`` + h*w/m^2 image tokens +
+  ``<|end_of_image|>{t:.1f} seconds``, t the patch's first frame's time (``Glm46VProcessor``); the tower
+  runs each temporal patch as its own (1, h, w) grid (``get_video_features``), and each group takes image
+  positions. A video's slots are image tokens; the video segment markers tell them apart.
 
 Other families are refused with an error naming the family (``check_video_family``).
 """
@@ -34,7 +39,16 @@ from sparsectx.data.video import Video, VideoError
 
 VIDEO_TOKEN = "<|video_pad|>"
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
-VIDEO_LAYOUTS = {"qwen2_5_vl": "grid", "qwen3_vl": "timestamps", "qwen3_5": "timestamps", "": "grid"}
+GLM_VIDEO_TOKEN, GLM_IMAGE_TOKEN = "<|video|>", "<|image|>"
+GLM_VIDEO_START, GLM_VIDEO_END = "<|begin_of_video|>", "<|end_of_video|>"
+GLM_FRAME_START, GLM_FRAME_END = "<|begin_of_image|>", "<|end_of_image|>"
+VIDEO_LAYOUTS = {
+    "qwen2_5_vl": "grid",
+    "qwen3_vl": "timestamps",
+    "qwen3_5": "timestamps",
+    "glm46v": "glm_frames",
+    "": "grid",
+}
 """Checkpoint ``model_type`` -> how its prompts hold a video ("" = a processor-only folder: Qwen2.5-VL's)."""
 
 
@@ -115,6 +129,12 @@ def video_placeholder(layout: str, video: Video, grid: torch.Tensor, merge_unit:
     per_group = h * w // merge_unit
     if layout == "grid":
         return VIDEO_TOKEN * (t * per_group)
+    if layout == "glm_frames":
+        starts = video.timestamps()[::temporal]
+        return "".join(
+            f"{GLM_FRAME_START}{GLM_IMAGE_TOKEN * per_group}{GLM_FRAME_END}{stamp:.1f} seconds"
+            for stamp in starts
+        )
     return "".join(
         f"<{stamp:.1f} seconds>{VISION_START}{VIDEO_TOKEN * per_group}{VISION_END}"
         for stamp in group_timestamps(video, temporal)
@@ -123,7 +143,22 @@ def video_placeholder(layout: str, video: Video, grid: torch.Tensor, merge_unit:
 
 def video_marker(layout: str) -> str:
     """Returns the templated text one video part renders to, which ``video_placeholder`` replaces."""
-    return VIDEO_TOKEN if layout == "grid" else f"{VISION_START}{VIDEO_TOKEN}{VISION_END}"
+    return {"grid": VIDEO_TOKEN, "glm_frames": GLM_VIDEO_TOKEN}.get(
+        layout, f"{VISION_START}{VIDEO_TOKEN}{VISION_END}"
+    )
+
+
+def video_slots(ids: torch.Tensor, layout: str, tokenizer: object) -> torch.Tensor:
+    """Returns (B, L) bool, True at the video tokens' slots of a batch's ``ids`` (``mm_token_type_ids`` 2).
+
+    GLM-4.6V's video frames are image tokens between its video start and end markers; the Qwen families'
+    are the video pad.
+    """
+    get = tokenizer.convert_tokens_to_ids
+    if layout != "glm_frames":
+        return ids == get(VIDEO_TOKEN)
+    inside = (ids == get(GLM_VIDEO_START)).cumsum(-1) > (ids == get(GLM_VIDEO_END)).cumsum(-1)
+    return inside & (ids == get(GLM_IMAGE_TOKEN))
 
 
 def second_per_grid(video: Video, temporal: int) -> float:
