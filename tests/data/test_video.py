@@ -19,9 +19,12 @@ from PIL import Image
 from sparsectx.data import load_suite_config, read_tsv, write_tsv
 from sparsectx.data.video import (
     VideoError,
+    VideoSource,
+    clip_problem,
     embedded_video,
     read_frame_folder,
     read_video_file,
+    row_video,
     sample_indices,
 )
 from sparsectx.data.video_family import KINDS, build_video_bench, load_video_family_config, video_items
@@ -139,3 +142,26 @@ def test_a_bad_frames_cell_is_a_counted_skip(suite, family, tmp_path: Path) -> N
     back, skips = read_tsv(tmp_path / "v.tsv")
     assert [item.index for item in back] == [0, 2]
     assert len(skips) == 1 and skips[0].index == "1" and "frame 1: image does not decode" in skips[0].reason
+
+
+def test_clip_problems_are_found_before_decoding(suite, family, tmp_path: Path) -> None:  # noqa: ANN001
+    folder = tmp_path / "clips" / "short"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        _frame(i).save(folder / f"{i}.png")
+    _write_mp4(tmp_path / "clips" / "long.mp4", 12, fps=4)
+    source = VideoSource(tmp_path / "b.tsv", tmp_path / "clips", "", 8, 256, 1.0)
+    row = replace(video_items(suite, replace(family, size=1))[0], frames=(), video="short")
+    assert clip_problem(row, source) == f"{folder}: 3 frames, fewer than the 8 requested"
+    assert clip_problem(replace(row, video="absent"), source).endswith(
+        "absent: no video file or frame folder there"
+    )
+    assert clip_problem(replace(row, video="long.mp4"), source) == ""
+    assert row_video(replace(row, video="long.mp4"), source).frame_indices == (1, 2, 4, 5, 6, 8, 9, 10)
+    assert (
+        clip_problem(replace(row, video=""), source)
+        == "a video benchmark row needs a 'frames' or 'video' cell"
+    )
+    embedded = video_items(suite, replace(family, size=1))[0]
+    with pytest.raises(VideoError, match="b.tsv row 0: embedded frames need a numeric 'fps' column"):
+        row_video(replace(embedded, extra={}), source)

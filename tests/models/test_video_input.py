@@ -147,3 +147,19 @@ def test_a_frame_size_the_processor_cannot_take_is_an_error_naming_the_video(tin
     tight = replace(synthetic_videos(1)[0][1], max_tokens=2, source="tiny_video row 0")
     with pytest.raises(VideoError, match="tiny_video row 0: max_tokens=2 leaves no token for each of 3"):
         processor_inputs(tiny.processor, [PromptItem("v", [], "what?", "s", "", videos=[tight])])
+
+
+@torch.no_grad()
+def test_sub_second_temporal_patches_follow_hf_integer_seconds(tmp_path) -> None:  # noqa: ANN001
+    # 6 frames at 4 fps: 0.5 s per temporal patch, which transformers 5.17's Qwen2.5-VL get_rope_index
+    # truncates to int(0.5) = 0 seconds, so every temporal patch shares one temporal position.
+    tiny = video_family("qwen2_5_vl", tmp_path)
+    clip = replace(synthetic_videos(1)[0][1], fps=4.0)
+    items = [PromptItem("fast", [], "what?", "s", "", videos=[clip])]
+    batch = processor_inputs(tiny.processor, items)
+    assert batch["second_per_grid_ts"].tolist() == [0.5]
+    want = _rope_index(tiny.adapter.model, batch)[:, 0]
+    (sample,) = encode_samples(tiny.adapter, tiny.processor, items)
+    assert torch.equal(sample.positions, want)
+    visual = sample.positions[:, sample.prompt_ids == tiny.adapter.image_token_id]
+    assert visual[0].unique().numel() == 1 and sample.images[0].temporal_step == 0

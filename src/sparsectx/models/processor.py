@@ -6,7 +6,9 @@ need do not depend on torchvision: the tokenizer (with its chat template), the P
 and the expansion of each ``<|image_pad|>`` into one token per post-merger visual token. This module
 composes them, reading the same files a hub checkpoint ships, so one code path serves every machine.
 GLM-4.6V's patches work the same way (its own image processor and ``<|image|>`` marker); LLaVA-OneVision's
-tiles have their own processor (``sparsectx.models.llava_onevision_processor``).
+tiles have their own processor (``sparsectx.models.llava_onevision_processor``). Videos (sampled frames,
+``sparsectx.data.video``) become temporal patches through the same image processor and each family's
+prompt layout (``sparsectx.models.video_input``).
 """
 
 from __future__ import annotations
