@@ -34,8 +34,8 @@ def _video_bench(out_dir: Path) -> Path:
     return build_video_bench(replace(suite, out_dir=str(out_dir)), replace(family, size=ROWS))
 
 
-def _model_dir(family: str, directory: Path) -> Path:
-    tiny = video_family(family, directory)
+def _model_dir(family: str, directory: Path, layers: int = 2) -> Path:
+    tiny = video_family(family, directory, layers=layers)
     tiny.adapter.model.save_pretrained(directory)
     tiny.processor.tokenizer.save_pretrained(directory)  # keeps the video-part chat template
     return directory
@@ -57,6 +57,16 @@ def test_video_benchmark_evaluates_with_pruning(family: str, tmp_path: Path) -> 
     rows = [json.loads(line) for line in out.with_suffix(".predictions.jsonl").read_text().splitlines()]
     # 8 frames -> 4 temporal patches of 4 x 4 merged tokens under the 64-token cap: k = round(0.1 * 64)
     assert [row["kept_visual"] for row in rows] == [tokens_to_keep(0.1, 64)] * ROWS
+    assert all(row["status"] != "error" for row in rows)
+
+
+@pytest.mark.parametrize("pruner", ["fastv", "dart"])
+def test_in_llm_pruners_keep_k_of_each_video_after_layer_k(pruner: str, tmp_path: Path) -> None:
+    bench = _video_bench(tmp_path / "data")
+    model_dir = _model_dir("qwen2_5_vl", tmp_path / "model", layers=3)
+    (out,) = run(compose_eval([*_overrides(model_dir, tmp_path, bench), f"pruner={pruner}", "budget=0.25"]))
+    rows = [json.loads(line) for line in out.with_suffix(".predictions.jsonl").read_text().splitlines()]
+    assert [row["kept_visual"] for row in rows] == [tokens_to_keep(0.25, 64)] * ROWS
     assert all(row["status"] != "error" for row in rows)
 
 

@@ -55,11 +55,12 @@ class VideoFamily:
     patch: int
 
 
-def video_family(family: str, tmp: Path, seed: int = 0) -> VideoFamily:
-    """Returns the tiny ``family`` model (fp32, sdpa, CPU) with a video-templated processor saved in ``tmp``."""
+def video_family(family: str, tmp: Path, seed: int = 0, **kwargs: object) -> VideoFamily:
+    """Returns the tiny ``family`` model (fp32, sdpa, CPU) with a video-templated processor saved in ``tmp``;
+    ``kwargs`` go to the family's builder (e.g. ``layers``)."""
     build, patch = BUILDERS[family]
     tokenizer = glm_processor_dir(tmp) if family == "glm46v" else char_processor(patch, tmp).tokenizer
-    model = build(tokenizer, seed=seed)
+    model = build(tokenizer, seed=seed, **kwargs)
     model.config.save_pretrained(tmp)
     processor = load_processor(tmp)
     processor.tokenizer.chat_template = GLM_VIDEO_TEMPLATE if family == "glm46v" else VIDEO_TEMPLATE
