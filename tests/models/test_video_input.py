@@ -26,6 +26,8 @@ from sparsectx.data.video import Video, VideoError
 from sparsectx.encoding import encode_samples
 from sparsectx.engine import DecodeEngine, pruned_prompts
 from sparsectx.generation import SamplingConfig
+from sparsectx.models import resolve_model_path
+from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.pruning import declared_signals, select_tokens
 
@@ -163,3 +165,12 @@ def test_sub_second_temporal_patches_follow_hf_integer_seconds(tmp_path) -> None
     assert torch.equal(sample.positions, want)
     visual = sample.positions[:, sample.prompt_ids == tiny.adapter.image_token_id]
     assert visual[0].unique().numel() == 1 and sample.images[0].temporal_step == 0
+
+
+def test_a_chat_template_without_video_parts_is_named() -> None:
+    processor = load_processor(resolve_model_path("package:tiny-vlm"))
+    item = PromptItem("v", [], "what?", "s", "", videos=[synthetic_videos(1)[0][1]])
+    with pytest.raises(
+        ValueError, match=r"1 videos were given but the prompts hold 0 markers .* chat template"
+    ):
+        processor_inputs(processor, [item])

@@ -120,7 +120,8 @@ class ImageTextProcessor:
             out.append("".join(pieces))
         if cursor != len(videos):
             raise ValueError(
-                f"{len(videos)} videos were given but the prompts hold {cursor} markers {marker!r}"
+                f"{len(videos)} videos were given but the prompts hold {cursor} markers {marker!r}: does the "
+                "checkpoint's chat template render {'type': 'video'} parts (the shipped tiny model's does not)?"
             )
         return out
 
