@@ -158,7 +158,7 @@ def test_efficiency_runs_group_budgets_per_model_method_pruner() -> None:
         wf.EfficiencyRun("tiny", "base", "visionzip", (0.05, 0.1, 0.2), "syn_pope"),
         wf.EfficiencyRun("tiny", "lt_opd", "cdpruner", (0.05,), "syn_pope"),
     ]
-    args = grid.efficiency_args(grid.efficiency_run("tiny", "lt_opd", "cdpruner"))
+    args = wf.efficiency_args(grid, grid.efficiency_run("tiny", "lt_opd", "cdpruner"))
     assert (
         "mode=efficiency" in args
         and "efficiency.budgets=[0.05]" in args
@@ -184,7 +184,7 @@ def test_stage_targets_partition_the_table_leaves() -> None:
 def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> None:
     grid = wf.Grid("tiny", tiny_raw(), {"evaluate": ["batch_size=2"], "passk": ["passk.n=2"]})
     cell = wf.Cell("tiny", "scopd", "visionzip", 1.0, "syn_count")
-    assert grid.evaluate_args(cell) == [
+    assert wf.evaluate_args(grid, cell) == [
         "experiment=tiny",
         "model=tiny",
         "method=scopd",
@@ -197,9 +197,9 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
         "logger=none",
         "batch_size=2",
     ]
-    passk = grid.evaluate_args(wf.Cell("tiny", "base", "visionzip", 0.1, "syn_count"), mode="passk")
+    passk = wf.evaluate_args(grid, wf.Cell("tiny", "base", "visionzip", 0.1, "syn_count"), mode="passk")
     assert "passk.full_context_leaf=results/tiny/tiny/base/visionzip/1" in passk and passk[-1] == "passk.n=2"
-    train = grid.train_args(wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
+    train = wf.train_args(grid, wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
     assert train[:6] == [
         "experiment=tiny",
         "model=tiny",
@@ -216,9 +216,9 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
 
 def test_train_command_launches_accelerate_only_for_several_gpus() -> None:
     raw = tiny_raw()
-    assert build(raw).train_command()[1].endswith("src/train.py")
+    assert wf.train_command(build(raw))[1].endswith("src/train.py")
     raw["resources"]["train"]["gpu"] = 4
-    assert build(raw).train_command()[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
+    assert wf.train_command(build(raw))[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
 
 
 def test_entry_point_is_relative_to_the_working_directory(tmp_path: Path) -> None:
@@ -259,7 +259,9 @@ def test_tiny_data_files_come_from_the_data_config() -> None:
     assert grid.data_dir().startswith(f"{data['out_dir']}-")
     assert files["train"] == f"{grid.data_dir()}/train.tsv"
     assert set(files) == set(data["benches"]) | {"train"}
-    assert grid.data_args("build_data") == grid.data_args("train") == [f"data.out_dir={grid.data_dir()}"]
+    assert (
+        wf.data_args(grid, "build_data") == wf.data_args(grid, "train") == [f"data.out_dir={grid.data_dir()}"]
+    )
     assert wf.load_grid("scopd_qwen2_5_vl_7b").data_files() == {}
 
 
@@ -356,7 +358,7 @@ def test_method_overrides_follow_the_train_stage_overrides_for_that_method_only(
     raw["methods"]["scopd"]["overrides"] = ["method.optim.lr=5e-4"]
     raw["methods"]["lt_opd"].pop("overrides", None)
     grid = wf.Grid("tiny", raw)
-    scopd = grid.train_args(wf.TrainRun("tiny", "scopd", "visionzip", 0.1))
+    scopd = wf.train_args(grid, wf.TrainRun("tiny", "scopd", "visionzip", 0.1))
     assert scopd[-1] == "method.optim.lr=5e-4"
     assert scopd.index("method.optim.lr=5e-4") > max(scopd.index(o) for o in grid.overrides("train"))
-    assert "method.optim.lr=5e-4" not in grid.train_args(wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
+    assert "method.optim.lr=5e-4" not in wf.train_args(grid, wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))

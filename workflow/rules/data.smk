@@ -16,7 +16,7 @@ rule build_data:
         f"benchmarks/build_data/{Path(GRID.data_dir() or 'none').name}.tsv"
     params:
         cli=wf.entry_point("build_data.py"),
-        args=["processor.write=false", *GRID.data_args("build_data"), *GRID.overrides("build_data")],
+        args=["processor.write=false", *wf.data_args(GRID, "build_data"), *GRID.overrides("build_data")],
     threads: RES["build_data"]["cpus_per_task"]
     resources:
         **RES["build_data"],

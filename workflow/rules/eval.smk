@@ -17,7 +17,7 @@ rule evaluate_trained:
         method=GRID.constraint("method", exclude=[wf.BASE]),
     params:
         cli=wf.entry_point("evaluate.py"),
-        args=lambda w: GRID.evaluate_args(wf.cell_of(w)),
+        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:
         **RES["evaluate"],
@@ -39,7 +39,7 @@ rule passk:
         wf.mirror(wf.PASSK_PATTERN, "benchmarks", "passk", ".tsv")
     params:
         cli=wf.entry_point("evaluate.py"),
-        args=lambda w: GRID.evaluate_args(wf.cell_of(w), mode="passk"),
+        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), mode="passk"),
     threads: RES["passk"]["cpus_per_task"]
     resources:
         **RES["passk"],
@@ -60,7 +60,7 @@ rule efficiency:
         wf.mirror(wf.EFFICIENCY_PATTERN, "benchmarks", "efficiency", ".tsv")
     params:
         cli=wf.entry_point("evaluate.py"),
-        args=lambda w: GRID.efficiency_args(GRID.efficiency_run(w.model, w.method, w.pruner)),
+        args=lambda w: wf.efficiency_args(GRID, GRID.efficiency_run(w.model, w.method, w.pruner)),
     threads: RES["efficiency"]["cpus_per_task"]
     resources:
         **RES["efficiency"],

@@ -15,7 +15,7 @@ rule evaluate_base:
         method=wf.BASE,
     params:
         cli=wf.entry_point("evaluate.py"),
-        args=lambda w: GRID.evaluate_args(wf.cell_of(w)),
+        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:
         **RES["evaluate"],

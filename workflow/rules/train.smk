@@ -19,8 +19,8 @@ rule train:
     wildcard_constraints:
         method=GRID.constraint("method", exclude=[wf.BASE]),
     params:
-        cli=GRID.train_command(),
-        args=lambda w: GRID.train_args(wf.run_of(w)),
+        cli=wf.train_command(GRID),
+        args=lambda w: wf.train_args(GRID, wf.run_of(w)),
     threads: RES["train"]["cpus_per_task"]
     resources:
         **RES["train"],

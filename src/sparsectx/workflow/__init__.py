@@ -1,0 +1,99 @@
+"""Which leaves an experiment has: the grid behind the Snakefile, and the cells it cannot run yet.
+
+An experiment preset (``conf/experiment/<name>.yaml``) carries a ``grid:`` block. It declares the models,
+pruners, benchmarks and training methods the study names, each supported or marked ``unsupported: <reason>``,
+and blocks of cells: ``tables`` (one per paper table), ``passk`` and ``efficiency``. A block is a union of
+products ``models x methods x pruners x budgets x benchmarks``; table and Pass@K blocks also get the
+full-context reference cells (method ``base`` with ``reference_pruner`` at budget 1.0). A cell whose model,
+pruner, method, training pruner or benchmark is unsupported is reported by ``missing_cells`` with every
+reason; each other cell is a leaf the Snakefile schedules. Nothing is dropped silently: every declared entry
+must appear in some block, so every unsupported one shows up as missing cells in the tables.
+
+The package, in the order a config travels through it:
+
+- ``config``: the Snakemake config, the preset's grid merged with the user's keys, the JSON-schema check;
+- ``parse``: the grid mapping read into typed entries, and the checks that need several keys at once;
+- ``cells``: the vocabulary (cells, runs, blocks) and the Snakefile's output patterns;
+- ``grid``: ``Grid``, the expansion (cells, runs, wildcard values) and every output's path;
+- ``commands``: each job's command line (entry point and Hydra overrides).
+
+Everything a rule file or a caller needs is importable from ``sparsectx.workflow`` itself.
+"""
+
+from sparsectx.workflow.cells import (
+    BASE,
+    CHECKPOINT_MARKER,
+    CHECKPOINT_PATTERN,
+    EFFICIENCY_PATTERN,
+    EVAL_METHOD_KEY,
+    PASSK_PATTERN,
+    RESULT_PATTERN,
+    STAGES,
+    TABLES_PATTERN,
+    TARGET_STAGES,
+    Block,
+    Cell,
+    EfficiencyRun,
+    Method,
+    MissingCell,
+    Row,
+    TrainRun,
+    cell_of,
+    mirror,
+    run_of,
+)
+from sparsectx.workflow.commands import (
+    data_args,
+    efficiency_args,
+    entry_point,
+    evaluate_args,
+    train_args,
+    train_command,
+)
+from sparsectx.workflow.config import (
+    CONF_DIR,
+    REPO_DIR,
+    SCHEMA_PATH,
+    load_yaml,
+    resolve_config,
+    validate_config,
+)
+from sparsectx.workflow.grid import Grid, load_grid, missing_cells
+
+__all__ = [
+    "BASE",
+    "CHECKPOINT_MARKER",
+    "CHECKPOINT_PATTERN",
+    "CONF_DIR",
+    "EFFICIENCY_PATTERN",
+    "EVAL_METHOD_KEY",
+    "PASSK_PATTERN",
+    "REPO_DIR",
+    "RESULT_PATTERN",
+    "SCHEMA_PATH",
+    "STAGES",
+    "TABLES_PATTERN",
+    "TARGET_STAGES",
+    "Block",
+    "Cell",
+    "EfficiencyRun",
+    "Grid",
+    "Method",
+    "MissingCell",
+    "Row",
+    "TrainRun",
+    "cell_of",
+    "data_args",
+    "efficiency_args",
+    "entry_point",
+    "evaluate_args",
+    "load_grid",
+    "load_yaml",
+    "mirror",
+    "missing_cells",
+    "resolve_config",
+    "run_of",
+    "train_args",
+    "train_command",
+    "validate_config",
+]

@@ -1,0 +1,129 @@
+"""The workflow's vocabulary: cells, training and efficiency runs, blocks, and the Snakefile's output patterns.
+
+Paths come from ``sparsectx.paths``; the Snakefile's output patterns are the ``*_PATTERN`` strings below,
+which a test checks against those functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+BASE = "base"
+"""Method name of the untrained model (no checkpoint; never declared in ``grid.methods``)."""
+CHECKPOINT_MARKER = "config.json"
+"""File of ``<run_dir>/checkpoint/`` (a HF directory, swapped in atomically) marking a finished run."""
+EVAL_METHOD_KEY = "method"
+"""``evaluate.py``'s key naming the training method of the evaluated weights (a path component)."""
+STAGES = ("build_data", "train", "evaluate", "passk", "efficiency", "tables")
+TARGET_STAGES = ("full_context", "sweep", "train", "trained", "passk", "efficiency")
+"""The stages ``Grid.targets`` knows, in DAG order."""
+
+RESULT_PATTERN = "results/{experiment}/{model}/{method}/{pruner}/{budget}/{bench}.json"
+PASSK_PATTERN = "results/{experiment}/{model}/{method}/{pruner}/{budget}/{bench}.passk.json"
+EFFICIENCY_PATTERN = "results/{experiment}/{model}/{method}/{pruner}/efficiency.json"
+"""One file per (model, method, pruner): ``mode=efficiency`` measures its budgets (and 1.0) in one run."""
+CHECKPOINT_PATTERN = "runs/{experiment}/{model}/{method}/{pruner}/{budget}/checkpoint/" + CHECKPOINT_MARKER
+TABLES_PATTERN = "results/{experiment}/tables"
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One evaluated (model, method, pruner, budget, benchmark) point."""
+
+    model: str
+    method: str
+    pruner: str
+    budget: float
+    bench: str
+
+
+@dataclass(frozen=True, order=True)
+class TrainRun:
+    """One training run: ``method`` on ``model``, pruned by ``pruner`` at ``budget``."""
+
+    model: str
+    method: str
+    pruner: str
+    budget: float
+
+
+@dataclass(frozen=True, order=True)
+class EfficiencyRun:
+    """One ``mode=efficiency`` run: the budgets measured for (model, method, pruner) on ``bench``."""
+
+    model: str
+    method: str
+    pruner: str
+    budgets: tuple[float, ...]
+    bench: str
+
+    @property
+    def cell(self) -> Cell:
+        """Returns the run's first cell (it names the model, checkpoint, pruner and benchmark)."""
+        return Cell(self.model, self.method, self.pruner, self.budgets[0], self.bench)
+
+
+@dataclass(frozen=True)
+class MissingCell:
+    """A declared cell that no job produces, the block that declares it, and why."""
+
+    block: str
+    cell: Cell
+    reason: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """One product of a block: ``methods x pruners x budgets`` (times its models and benchmarks)."""
+
+    methods: tuple[str, ...]
+    pruners: tuple[str, ...]
+    budgets: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Block:
+    """A paper table, or the Pass@K or efficiency analysis: a union of row products."""
+
+    name: str
+    kind: str
+    """``"table"``, ``"passk"`` or ``"efficiency"``: which leaf file its cells get."""
+    models: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    rows: tuple[Row, ...]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A training method as the grid declares it; ``reason`` is set when it is unsupported."""
+
+    name: str
+    pruner: str
+    budgets: tuple[float, ...]
+    reason: str | None
+    overrides: tuple[str, ...]
+    """Hydra overrides for this method's training runs only (e.g. a learning rate scaled to the model)."""
+
+
+def mirror(pattern: str, root: str, stage: str, suffix: str) -> str:
+    """Returns ``pattern`` moved under ``root/stage`` with ``suffix`` as its extension (log, benchmark).
+
+    ``results/{experiment}/.../{bench}.json`` -> ``logs/evaluate/{experiment}/.../{bench}.log``.
+    """
+    path = pattern.removeprefix("results/").removeprefix("runs/")
+    for ext in (f"/checkpoint/{CHECKPOINT_MARKER}", ".passk.json", ".json"):
+        path = path.removesuffix(ext)
+    return f"{root}/{stage}/{path}{suffix}"
+
+
+def cell_of(wildcards: Mapping[str, str]) -> Cell:
+    """Returns the cell a Snakemake job's wildcards name."""
+    w = wildcards
+    return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), w["bench"])
+
+
+def run_of(wildcards: Mapping[str, str]) -> TrainRun:
+    """Returns the training run a Snakemake job's wildcards name."""
+    w = wildcards
+    return TrainRun(w["model"], w["method"], w["pruner"], float(w["budget"]))

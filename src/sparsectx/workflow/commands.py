@@ -1,0 +1,97 @@
+"""The command line of each job: the entry point a user types and its Hydra overrides, from the grid.
+
+Each Snakemake rule's ``params`` are these lists; they never hold random or time values, so a rerun of an
+unchanged grid finds every param unchanged (snakemake#1694).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from sparsectx.paths import budget_tag
+from sparsectx.workflow.cells import BASE, EVAL_METHOD_KEY, Cell, EfficiencyRun, TrainRun
+from sparsectx.workflow.config import REPO_DIR
+from sparsectx.workflow.grid import Grid
+
+
+def entry_point(script: str, cwd: str | Path | None = None) -> list[str]:
+    """Returns ``[python, src/<script>]`` relative to ``cwd`` (default: the current directory).
+
+    Relative paths keep rule params stable when the checkout moves (a changed param reruns every job), and
+    the interpreter is the one running Snakemake (the project's venv), whatever comes first on PATH.
+    """
+    here = Path.cwd() if cwd is None else Path(cwd)
+    return [os.path.relpath(sys.executable, here), os.path.relpath(REPO_DIR / "src" / script, here)]
+
+
+def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
+    """Returns the overrides pointing ``stage`` at the data job's files ([] when no data is built).
+
+    ``build_data`` and ``train`` get ``data.out_dir``; an evaluation gets ``bench.<bench>.path``.
+    """
+    out_dir = grid.data_dir()
+    if out_dir is None:
+        return []
+    if stage in ("build_data", "train"):
+        return [f"data.out_dir={out_dir}"]
+    return [f"bench.{bench}.path={grid.data_files()[bench]}"]
+
+
+def _point_args(grid: Grid, cell: Cell, method_key: str) -> list[str]:
+    # base (untrained) is never trained and is evaluate.py's default: there is no conf/method/base.yaml
+    method = [] if cell.method == BASE else [f"{method_key}={cell.method}"]
+    args = [f"experiment={grid.experiment}", f"model={cell.model}", *method]
+    return args + [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={grid.seed}"]
+
+
+def _checkpoint_args(grid: Grid, cell: Cell) -> list[str]:
+    return [] if cell.method == BASE else [f"checkpoint={grid.checkpoint_dir(grid.train_run(cell))}"]
+
+
+def train_command(grid: Grid) -> list[str]:
+    """Returns the command before ``train.py``'s overrides (``accelerate launch`` for several GPUs)."""
+    python, script = entry_point("train.py")
+    gpus = grid.resources["train"]["gpu"]
+    launch = [] if gpus <= 1 else ["-m", "accelerate.commands.launch", "--num_processes", str(gpus)]
+    return [python, *launch, script]
+
+
+def train_args(grid: Grid, run: TrainRun) -> list[str]:
+    """Returns the ``train.py`` overrides of ``run``."""
+    cell = Cell(run.model, run.method, run.pruner, run.budget, "")
+    args = _point_args(grid, cell, "method") + data_args(grid, "train")
+    return args + grid.overrides("train") + list(grid.methods[run.method].overrides)
+
+
+def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy") -> list[str]:
+    """Returns the ``evaluate.py`` overrides of ``cell`` in ``mode`` (``greedy`` or ``passk``)."""
+    args = [
+        *_point_args(grid, cell, EVAL_METHOD_KEY),
+        f"bench={cell.bench}",
+        *data_args(grid, mode, cell.bench),
+    ]
+    args += _checkpoint_args(grid, cell)
+    if mode == "passk":
+        full = Path(grid.reference_leaf(cell.model, cell.bench)).parent
+        args += ["mode=passk", f"passk.full_context_leaf={full}"]
+    return args + grid.overrides("evaluate" if mode == "greedy" else mode)
+
+
+def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
+    """Returns the ``evaluate.py mode=efficiency`` overrides of ``run`` (``budget`` names a folder)."""
+    budgets = ",".join(budget_tag(b) for b in run.budgets)
+    cell = run.cell
+    args = [
+        *_point_args(grid, cell, EVAL_METHOD_KEY),
+        f"bench={run.bench}",
+        *data_args(grid, "efficiency", run.bench),
+    ]
+    args += [
+        *_checkpoint_args(grid, cell),
+        "mode=efficiency",
+        f"efficiency.bench={run.bench}",
+        f"efficiency.budgets=[{budgets}]",
+    ]
+    return args + grid.overrides("efficiency")

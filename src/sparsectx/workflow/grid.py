@@ -1,0 +1,284 @@
+"""Which leaves an experiment has: the cells of its grid, the runs behind them, and where each output lives.
+
+``Grid`` expands a checked ``grid:`` mapping (``sparsectx.workflow.parse`` reads and cross-checks it): the
+supported cells the Snakefile schedules, the declared cells that cannot run (``missing_cells``, with every
+reason), the training and efficiency runs, the wildcard values, and each output's path. The command lines of
+the jobs are built in ``sparsectx.workflow.commands``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sparsectx.paths import budget_tag, leaf_dir, result_path, run_dir
+from sparsectx.workflow.cells import (
+    BASE,
+    CHECKPOINT_MARKER,
+    STAGES,
+    TABLES_PATTERN,
+    Block,
+    Cell,
+    EfficiencyRun,
+    MissingCell,
+    TrainRun,
+)
+from sparsectx.workflow.config import CONF_DIR, load_yaml, resolve_config, validate_config
+from sparsectx.workflow.parse import check_blocks, check_names, declared, parse_blocks, parse_methods
+
+
+def load_grid(
+    experiment: str, grid_replacements: Mapping[str, Any] | None = None, conf_dir: str | Path = CONF_DIR
+) -> Grid:
+    """Returns the checked grid of ``conf/experiment/<experiment>.yaml`` (keys replaced as in
+    ``resolve_config``)."""
+    config = {"experiment": experiment, "grid": dict(grid_replacements or {}), "hydra_overrides": {}}
+    resolved = resolve_config(config, conf_dir)
+    validate_config(resolved)
+    return Grid(experiment, resolved["grid"])
+
+
+def missing_cells(experiment: str | Grid) -> list[MissingCell]:
+    """Returns every declared-but-unsupported cell of an experiment with its reason (the footnotes)."""
+    grid = experiment if isinstance(experiment, Grid) else load_grid(experiment)
+    return grid.missing_cells()
+
+
+class Grid:
+    """The leaves of one experiment; dangling names and clashing outputs raise on construction.
+
+    Args:
+        experiment: The preset's file stem; must equal ``grid["name"]``.
+        grid: The ``grid:`` mapping, already checked by ``validate_config``.
+        extra_overrides: Stage -> Hydra overrides appended after the grid's own (the Snakemake config's
+            ``hydra_overrides``; tests shorten runs with it).
+    """
+
+    def __init__(
+        self, experiment: str, grid: Mapping[str, Any], extra_overrides: Mapping[str, list[str]] | None = None
+    ) -> None:
+        if grid["name"] != experiment:
+            raise ValueError(f"grid.name={grid['name']!r} must equal the preset's file stem {experiment!r}")
+        self.experiment = experiment
+        self.models = declared(grid["models"])
+        self.model_pruners: dict[str, dict[str, str]] = {
+            name: dict((spec or {}).get("unsupported_pruners", {})) for name, spec in grid["models"].items()
+        }
+        """Model -> {pruner: reason} for pruners that model's family cannot run (e.g. in-LLM on a hybrid)."""
+        self.pruners = declared(grid["pruners"])
+        self.benchmarks = declared(grid["benchmarks"])
+        self.methods = parse_methods(grid["methods"])
+        self.reference_pruner: str = grid["reference_pruner"]
+        self.seed: int = grid["seed"]
+        self.resources: dict[str, dict[str, int]] = grid["resources"]
+        self.data: dict[str, Any] = grid["data"]
+        extra = extra_overrides or {}
+        self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
+        self.blocks = tuple(parse_blocks(grid))
+        check_names(self)
+        self._cells = {b.name: self._block_cells(b) for b in self.blocks}
+        check_blocks(self)
+        self.train_runs = sorted({self.train_run(c) for c in self.cells() if c.method != BASE})
+        """Every training run a supported cell evaluates, sorted."""
+        self.efficiency_runs = self._efficiency_runs()
+        """One run per (model, method, pruner) of the supported efficiency cells, sorted."""
+
+    # ---- cells -------------------------------------------------------------------------------------------
+    def _block_cells(self, block: Block) -> list[Cell]:
+        cells: set[Cell] = set()
+        if block.kind != "efficiency":
+            refs = itertools.product(block.models, block.benchmarks)
+            cells.update(Cell(model, BASE, self.reference_pruner, 1.0, bench) for model, bench in refs)
+        for row in block.rows:
+            product = itertools.product(block.models, row.methods, row.pruners, row.budgets, block.benchmarks)
+            cells.update(Cell(*point) for point in product)
+        return sorted(cells)
+
+    def block_cells(self, block: Block) -> list[Cell]:
+        """Returns the cells of ``block``: its row products plus (except efficiency) the reference cells."""
+        return list(self._cells[block.name])
+
+    def reason(self, cell: Cell) -> str | None:
+        """Returns why ``cell`` cannot run (every unsupported part, joined by "; "), or None if it can."""
+        on_model = self.model_pruners[cell.model]
+        parts = [("model", cell.model, self.models[cell.model])]
+        parts.append(("pruner", cell.pruner, self.pruners[cell.pruner]))
+        parts.append(("pruner", f"{cell.pruner} on {cell.model}", on_model.get(cell.pruner)))
+        if cell.method != BASE:
+            method = self.methods[cell.method]
+            parts.append(("method", cell.method, method.reason))
+            if method.pruner != cell.pruner:
+                parts.append(("training pruner", method.pruner, self.pruners[method.pruner]))
+                parts.append(
+                    ("training pruner", f"{method.pruner} on {cell.model}", on_model.get(method.pruner))
+                )
+        parts.append(("benchmark", cell.bench, self.benchmarks[cell.bench]))
+        return "; ".join(f"{kind} {name}: {why}" for kind, name, why in parts if why is not None) or None
+
+    def missing_cells(self) -> list[MissingCell]:
+        """Returns the cells no job produces, each with its block and reason, in block order."""
+        return [
+            MissingCell(block.name, cell, why)
+            for block in self.blocks
+            for cell in self._cells[block.name]
+            if (why := self.reason(cell)) is not None
+        ]
+
+    def cells(self, kind: str | None = None) -> list[Cell]:
+        """Returns the supported cells of blocks of ``kind`` (every kind if None), sorted and unique."""
+        blocks = [b for b in self.blocks if kind in (None, b.kind)]
+        return sorted({c for b in blocks for c in self._cells[b.name] if self.reason(c) is None})
+
+    def train_run(self, cell: Cell) -> TrainRun:
+        """Returns the training run whose checkpoint ``cell`` evaluates.
+
+        A method trained at one budget is evaluated at any budget and with any pruner. A method trained at
+        several budgets is evaluated at those only: a result path names the evaluation budget, not the
+        training one.
+        """
+        method = self.methods[cell.method]
+        if len(method.budgets) == 1:
+            budget = method.budgets[0]
+        elif cell.budget in method.budgets:
+            budget = cell.budget
+        else:
+            raise ValueError(
+                f"cell {cell}: method {cell.method!r} trains at budgets {list(method.budgets)}, so a result "
+                f"at {cell.budget} would not say which checkpoint it evaluates; evaluate it at those only"
+            )
+        return TrainRun(cell.model, cell.method, method.pruner, budget)
+
+    def _efficiency_runs(self) -> list[EfficiencyRun]:
+        groups: dict[tuple[str, str, str], list[Cell]] = {}
+        for cell in self.cells("efficiency"):
+            groups.setdefault((cell.model, cell.method, cell.pruner), []).append(cell)
+        runs = []
+        for (model, method, pruner), cells in sorted(groups.items()):
+            if method != BASE and len({self.train_run(c) for c in cells}) > 1:
+                raise ValueError(f"grid.efficiency: {model}/{method}/{pruner} would need several checkpoints")
+            budgets = tuple(sorted({c.budget for c in cells}))
+            runs.append(EfficiencyRun(model, method, pruner, budgets, cells[0].bench))
+        return runs
+
+    def efficiency_run(self, model: str, method: str, pruner: str) -> EfficiencyRun:
+        """Returns the efficiency run of (model, method, pruner)."""
+        (run,) = [r for r in self.efficiency_runs if (r.model, r.method, r.pruner) == (model, method, pruner)]
+        return run
+
+    def names(self, wildcard: str) -> list[str]:
+        """Returns the values ``wildcard`` takes in some scheduled output (for ``wildcard_constraints``)."""
+        points = [*self.cells(), *(Cell(r.model, r.method, r.pruner, r.budget, "") for r in self.train_runs)]
+        values = {
+            "model": {p.model for p in points},
+            "method": {p.method for p in points},
+            "pruner": {p.pruner for p in points},
+            "budget": {budget_tag(p.budget) for p in points},
+            "bench": {p.bench for p in points if p.bench},
+        }[wildcard]
+        return sorted(values)
+
+    def constraint(self, wildcard: str, exclude: Iterable[str] = ()) -> str:
+        """Returns a regex matching exactly the scheduled values of ``wildcard``, minus ``exclude``."""
+        values = [re.escape(v) for v in self.names(wildcard) if v not in set(exclude)]
+        return "|".join(values) or "(?!)"  # (?!) never matches: a rule with no leaves matches nothing
+
+    def unknown_conf_names(self, conf_dir: str | Path = CONF_DIR) -> list[str]:
+        """Returns the ``conf/<group>/<name>.yaml`` files a scheduled output needs that do not exist."""
+        wanted = [("model", m) for m in self.names("model")] + [("pruner", p) for p in self.names("pruner")]
+        wanted += [("bench", b) for b in self.names("bench")]
+        wanted += [("method", r.method) for r in self.train_runs]
+        paths = sorted({Path(conf_dir) / group / f"{name}.yaml" for group, name in wanted})
+        return [str(p) for p in paths if not p.is_file()]
+
+    # ---- paths -------------------------------------------------------------------------------------------
+    def leaf(self, cell: Cell, kind: str = "table") -> str:
+        """Returns the output of ``cell`` in a block of ``kind`` (efficiency: the file of its run)."""
+        folder = leaf_dir("results", self.experiment, cell.model, cell.method, cell.pruner, cell.budget)
+        if kind == "table":
+            return str(result_path(folder, cell.bench))
+        if kind == "passk":
+            return str(folder / f"{cell.bench}.passk.json")
+        return str(folder.parent / "efficiency.json")
+
+    def leaves(self, kind: str) -> list[str]:
+        """Returns the outputs of every supported cell of blocks of ``kind``, sorted and unique."""
+        return sorted({self.leaf(cell, kind) for cell in self.cells(kind)})
+
+    def targets(self, stage: str) -> list[str]:
+        """Returns the outputs of one stage of the study, sorted.
+
+        Args:
+            stage: ``full_context`` (base at budget 1.0), ``sweep`` (base under a pruner), ``train``
+                (checkpoint markers), ``trained`` (results of trained checkpoints), ``passk``, ``efficiency``.
+        """
+        table = self.cells("table")
+        by_stage = {
+            "full_context": [self.leaf(c) for c in table if c.method == BASE and c.budget == 1.0],
+            "sweep": [self.leaf(c) for c in table if c.method == BASE and c.budget < 1.0],
+            "trained": [self.leaf(c) for c in table if c.method != BASE],
+            "train": [self.checkpoint_marker(r) for r in self.train_runs],
+            "passk": self.leaves("passk"),
+            "efficiency": self.leaves("efficiency"),
+        }
+        return sorted(set(by_stage[stage]))
+
+    def reference_leaf(self, model: str, bench: str) -> str:
+        """Returns the full-context greedy result of ``model`` on ``bench`` (Pass@K's cohort source)."""
+        return self.leaf(Cell(model, BASE, self.reference_pruner, 1.0, bench))
+
+    def checkpoint_dir(self, run: TrainRun) -> str:
+        """Returns the final checkpoint directory of ``run`` (what ``checkpoint=`` points at)."""
+        folder = run_dir("runs", self.experiment, run.model, run.method, run.pruner, run.budget)
+        return str(folder / "checkpoint")
+
+    def checkpoint_marker(self, run: TrainRun) -> str:
+        """Returns the train rule's declared output for ``run``."""
+        return f"{self.checkpoint_dir(run)}/{CHECKPOINT_MARKER}"
+
+    def checkpoint_inputs(self, cell: Cell) -> list[str]:
+        """Returns the checkpoint marker ``cell`` evaluates as an input list ([] for the untrained model)."""
+        return [] if cell.method == BASE else [self.checkpoint_marker(self.train_run(cell))]
+
+    def tables_dir(self) -> str:
+        """Returns the directory ``make_tables.py`` writes."""
+        return TABLES_PATTERN.format(experiment=self.experiment)
+
+    def data_dir(self, conf_dir: str | Path = CONF_DIR) -> str | None:
+        """Returns the folder the pipeline's data job writes, ``data/<config>-<digest>``; None if none is built.
+
+        The digest covers the data config and the grid's ``build_data`` overrides, so data built by hand
+        (``python src/build_data.py`` writes ``data/<config>/``) or under other overrides is never taken
+        for this grid's: a prebuilt suite of another size cannot make Snakemake skip the data job.
+        """
+        if not self.data["build"]:
+            return None
+        name = self.data["config"]
+        spec = {
+            "data": load_yaml(Path(conf_dir) / "data" / f"{name}.yaml"),
+            "overrides": self.overrides("build_data"),
+        }
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+        return f"data/{name}-{digest}"
+
+    def data_files(self, conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
+        """Returns name -> TSV that the data job writes (benchmarks, ``train``) in ``data_dir``; {} if none."""
+        out_dir = self.data_dir(conf_dir)
+        if out_dir is None:
+            return {}
+        data_cfg = load_yaml(Path(conf_dir) / "data" / f"{self.data['config']}.yaml")
+        files = {name: f"{out_dir}/{name}.tsv" for name in [*data_cfg["benches"], "train"]}
+        unbuilt = sorted(set(self.names("bench")) - set(files))
+        if unbuilt:
+            where = f"conf/data/{self.data['config']}.yaml"
+            raise ValueError(f"grid benchmarks {unbuilt} are not among the benches of {where}")
+        return files
+
+    # ---- CLI overrides ---------------------------------------------------------------------------------
+    def overrides(self, stage: str) -> list[str]:
+        """Returns the extra Hydra overrides of ``stage``: the grid's, then the Snakemake config's."""
+        return list(self._overrides[stage])
