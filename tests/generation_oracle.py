@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from sparsectx.context import ContextBatch
-from sparsectx.engine.stops import end_token_ids
+from sparsectx.engine.stops import end_token_ids, generation_end_ids
 from sparsectx.generation import Generation, SamplingConfig, choose_next
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
 
@@ -38,7 +38,7 @@ def reference_generate(
     logits = adapter.logits(hidden[:, -1])
     mask = batch.inputs.attention_mask
     positions = batch.next_position.clone()
-    ends = end_token_ids(tokenizer)
+    ends = end_token_ids(tokenizer, generation_end_ids(adapter.model))
     size = logits.shape[0]
     out: list[list[int]] = [[] for _ in range(size)]
     done = [False] * size

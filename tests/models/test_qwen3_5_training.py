@@ -66,7 +66,7 @@ def test_a_target_module_no_layer_has_names_the_key(env, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("method", ["scopd_plus", "lt_opd"])
-def test_one_step_trains_the_language_model_only(method: str, env, tmp_path) -> None:
+def test_one_step_trains_what_the_method_trains(method: str, env, tmp_path) -> None:
     result = loop.run(compose_train([*train_overrides(env, tmp_path), f"method={method}", "steps=1"]))
     assert result.steps == 1
     loss = result.metrics["train/loss"]
@@ -75,8 +75,11 @@ def test_one_step_trains_the_language_model_only(method: str, env, tmp_path) -> 
     after = load_file(result.checkpoint / "model.safetensors")
     assert before.keys() == after.keys()
     changed = {name for name in before if not torch.equal(before[name], after[name])}
-    assert changed and all(name.startswith(("model.language_model.", "lm_head.")) for name in changed)
+    language = {name for name in changed if name.startswith(("model.language_model.", "lm_head."))}
+    tower = {name for name in changed if name.startswith("model.visual.")}
+    assert language and language | tower == changed
     assert any(".linear_attn." in name for name in changed) == (method == "lt_opd")  # full parameters
+    assert bool(tower) == (method == "lt_opd")  # LT-OPD trains the vision encoder and merger too (App. B)
 
 
 def _model_config(env: TinyEnv, **changes: object) -> ModelConfig:

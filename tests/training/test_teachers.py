@@ -126,7 +126,8 @@ def test_ema_teacher_swaps_in_the_average_and_restores_the_student(tiny_env, tmp
 
 
 def test_full_parameter_frozen_teacher_is_a_separate_copy(tiny_env, tmp_path) -> None:  # noqa: ANN001
-    method = method_config(tiny_env, tmp_path, "method=lt_opd")
+    # The language model alone trains here; with the tower trained too see test_train_vision.py.
+    method = method_config(tiny_env, tmp_path, "method=lt_opd", "method.train_vision=false")
     student, initial = fresh_student("qwen2_5_vl", method, tmp_path)
     assert student.peft is None and student.frozen is not None
     assert not any("visual" in n for n in student.trainable)

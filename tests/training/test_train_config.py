@@ -91,7 +91,12 @@ def load(env, tmp_path, *overrides: str):  # noqa: ANN001, ANN201
             r"memory\.teacher_offload=True .*method\.teacher\.kind='ema'.*set memory\.teacher_offload=false",
         ),
         (
-            ["method=lt_opd", "method.lora.enabled=true", "memory.teacher_offload=true"],
+            [
+                "method=lt_opd",
+                "method.lora.enabled=true",
+                "method.train_vision=false",
+                "memory.teacher_offload=true",
+            ],
             ValueError,
             r"memory\.teacher_offload=True with method\.lora\.enabled=True",
         ),

@@ -28,7 +28,7 @@ from sparsectx.engine.config import EngineConfig
 from sparsectx.engine.hybrid_slots import slot_cache_for
 from sparsectx.engine.prompts import Prompts
 from sparsectx.engine.step import DecodeStep, weights_key
-from sparsectx.engine.stops import StopCriteria
+from sparsectx.engine.stops import StopCriteria, end_token_ids, generation_end_ids
 from sparsectx.generation import Generation, SamplingConfig, choose_next
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.in_llm import layer_masks
@@ -42,6 +42,8 @@ class DecodeEngine:
     def __init__(self, adapter: VLMAdapter, tokenizer: PreTrainedTokenizerBase, cfg: EngineConfig) -> None:
         self.adapter, self.tokenizer, self.cfg = adapter, tokenizer, cfg
         self.device = adapter.model.device
+        self.end_ids = end_token_ids(tokenizer, generation_end_ids(adapter.model))
+        """Ids that end a turn: the tokenizer's and the model's generation config's (``stops``)."""
         self.graphs = cfg.graphs_on(self.device)
         self.compiled = cfg.compile_on(self.device)
         self._steps: OrderedDict[tuple[int, int, int], DecodeStep] = OrderedDict()
@@ -155,7 +157,7 @@ class _Run:
         self.queue = deque(sorted(range(len(prompts)), key=lambda i: -prompts.lengths[i]))
         self.usable = slots
         self.slots, self.length = engine.shape(slots, max(prompts.lengths), sampling.max_new_tokens)
-        self.stops = StopCriteria(engine.tokenizer, sampling.stop_strings, engine.device)
+        self.stops = StopCriteria(engine.tokenizer, sampling.stop_strings, engine.device, engine.end_ids)
         self.step: DecodeStep | None = None
         self.occupant: list[int | None] = [None] * self.slots
         self.checked = [0] * self.slots

@@ -10,10 +10,10 @@ of each slot's recent tokens, and ``cut`` places every end exactly where the ref
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 WINDOW = 16
 """Tokens of text the reference rule decodes to look for a stop string (the reference loop's window)."""
@@ -22,9 +22,21 @@ CONTEXTS = ("", " ", "\n", "\n\n", ".", ")", ">", "a", "1")
 """Text a stop string is tokenised after, to collect the id sequences it takes in running text."""
 
 
-def end_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    """Returns the ids that end a turn: the tokenizer's eos and ``<|im_end|>`` when present."""
+def generation_end_ids(model: PreTrainedModel) -> set[int]:
+    """Returns the ids the model's ``generation_config`` ends generation at (one id or a list), as HF
+    ``generate`` stops: GLM-4.6V's lists its turn ends ``<|user|>`` and ``<|observation|>`` beside its eos."""
+    config = getattr(model, "generation_config", None)
+    eos = None if config is None else config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
+
+
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, extra: Iterable[int] = ()) -> set[int]:
+    """Returns the ids that end a turn: the tokenizer's eos, ``<|im_end|>`` when present, and ``extra`` (the
+    model's ``generation_end_ids``)."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    ids.update(extra)
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
         ids.add(im_end)
@@ -53,10 +65,13 @@ def stop_sequences(tokenizer: PreTrainedTokenizerBase, stop: str) -> list[list[i
 class StopCriteria:
     """The end ids and stop-string id sequences of one generation call, as device tensors."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_strings: Sequence[str], device: torch.device):
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, stop_strings: Sequence[str], device: torch.device,
+        end_ids: Iterable[int],
+    ) -> None:  # fmt: skip
         self.tokenizer = tokenizer
         self.stop_strings = list(stop_strings)
-        self.end_ids = sorted(end_token_ids(tokenizer))
+        self.end_ids = sorted(end_ids)
         sequences = [seq for stop in self.stop_strings for seq in stop_sequences(tokenizer, stop)]
         self.width = max((len(s) for s in sequences), default=0)
         padded = torch.full((len(sequences), max(self.width, 1)), -1, dtype=torch.long)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 
@@ -26,6 +27,9 @@ PRUNERS = Registry[SelectTokens]("pruner")
 IN_LLM_PRUNERS = ("dart", "fastv")
 """Keys of the operators that prune before a decoder layer K (``stage: llm``): they register with the in-LLM
 signature of ``sparsectx.pruning.layer`` and select through its ``select_in_llm``, never ``select_tokens``."""
+MERGING_PRUNERS = ("visionzip",)
+"""Keys of the operators whose kept vectors are not a plain gather of the image's tokens (VisionZip adds each
+contextual target's members' mean): ``replay_selection`` re-runs them on new vectors."""
 PARAM_CHECKS = Registry[CheckParams]("pruner parameter check")
 SIGNALS = Registry[DeclareSignals]("pruner signal declaration")
 
@@ -68,6 +72,40 @@ def select_tokens(
     selection = operator(image, question_embeds, k, generator, **dict(params))
     _check_selection(name, selection, image, k)
     return selection
+
+
+def replay_selection(
+    name: str,
+    image: ImageTokens,
+    question_embeds: torch.Tensor,
+    selection: Selection,
+    params: Mapping[str, object],
+) -> Selection:
+    """Returns ``selection`` (its kept tokens, and an in-LLM one's layer) rebuilt from ``image``'s vectors.
+
+    A trained vision tower (``method.train_vision``) recomputes an image's vectors with gradients after the
+    selection was made without them; the training forward must keep the same tokens (invariant 5). A gather
+    takes the new vectors at the kept indices. A merging operator (``MERGING_PRUNERS``) is re-run at the same
+    k on ``image``, whose signals are the recorded ones: VisionZip's choice of dominant tokens, targets and
+    members reads only the attention and keys, so it chooses the same tokens, and its merged vectors carry
+    the new vectors' gradients.
+
+    Raises:
+        RuntimeError: the re-run kept other tokens than ``selection`` (its choice read the vectors).
+    """
+    keep = selection.indices
+    if name not in MERGING_PRUNERS:
+        embeds = image.embeds[keep]
+        deepstack = tuple(level[keep] for level in image.deepstack)
+        return replace(selection, embeds=embeds, deepstack=deepstack)
+    operator = PRUNERS.get(name)
+    rerun = operator(image, question_embeds, keep.numel(), torch.Generator(), **dict(params))
+    if not torch.equal(rerun.indices, keep):
+        raise RuntimeError(
+            f"pruner {name!r} re-run on the recomputed vision vectors kept other tokens than its selection: "
+            "its choice reads the vectors, not only the recorded signals"
+        )
+    return replace(selection, embeds=rerun.embeds, deepstack=rerun.deepstack)
 
 
 def check_params(name: str, operator: SelectTokens, params: Mapping[str, object]) -> None:

@@ -25,6 +25,7 @@ from sparsectx.training.prefetch import Batch, HostInputs, host_inputs
 from sparsectx.training.rl import GroupBatch
 from sparsectx.training.rollout import PREFIX_SOURCES, Prefix, PrefixInputs
 from sparsectx.training.student import Student
+from sparsectx.training.vision_training import VisionInputs
 from sparsectx.visual import Selection
 
 
@@ -50,6 +51,8 @@ class MicroContexts:
     selections: list[list[Selection]]
     probe_selections: list[list[Selection]] | None
     teacher_selections: list[list[Selection]] | None = field(default=None, kw_only=True)
+    vision: VisionInputs | None = field(default=None, kw_only=True)
+    """The micro-batch's pixels when the tower trains (``method.train_vision``), else None."""
 
 
 @dataclass
@@ -81,7 +84,7 @@ class MicroBatch(MicroContexts):
         """Returns the micro-batch of contexts ``c`` with its prefix (``rl``: ``group`` and ``old_logp``)."""
         return cls(
             c.items, c.positions, c.encoded, c.teacher_encoded, c.selections, c.probe_selections, prefix, ids,
-            valid, planned, teacher_selections=c.teacher_selections, **rl,
+            valid, planned, teacher_selections=c.teacher_selections, vision=c.vision, **rl,
         )  # fmt: skip
 
 
@@ -203,8 +206,18 @@ def micro_contexts(
         if teacher_budget is not None:
             teacher_selections = select_batch(cfg, student, encoded, teacher_budget, positions)
     return MicroContexts(
-        items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections
-    )
+        items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections,
+        vision=step_vision(host, student) if method.train_vision else None,
+    )  # fmt: skip
+
+
+def step_vision(host: HostInputs, student: Student) -> VisionInputs:
+    """Returns the micro-batch's image pixels on the model's device, for the tower's passes with gradients."""
+    batch = host.batch
+    if "pixel_values_videos" in batch:
+        raise ValueError("method.train_vision=true trains on images; this training batch holds videos")
+    device = student.model.device
+    return VisionInputs(batch["pixel_values"].to(device), batch["image_grid_thw"].to(device))
 
 
 def step_prefixes(

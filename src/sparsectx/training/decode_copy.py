@@ -7,8 +7,9 @@ master weights, so every decode step under autocast first casts the whole langua
 ``copy`` choice (``rollout_weights``) instead decodes with a twin of the model whose adapted (or trained)
 weights are its own tensors in the checkpoint dtype, refreshed in place before every rollout call:
 W + scaling·B·A for LoRA (peft's ``get_delta_weight``, summed in fp32 and rounded once), a cast of the
-fp32 master weight for full-parameter training. Every other tensor (vision tower, embeddings, norms, the
-LM head when it is not trained) is the student's own, shared, so the twin costs the adapted weights once
+fp32 master weight for full-parameter training (the vision tower's too under ``method.train_vision``).
+Every other tensor (the vision tower when it is not trained, embeddings, norms, the LM head when it is not
+trained) is the student's own, shared, so the twin costs the adapted weights once
 (13 GB at 7B with LoRA on every projection). Storage never moves, so the engine's captured graphs stay valid.
 
 The twin's logits equal the live student's up to the rounding of the merged weight (the same mismatch

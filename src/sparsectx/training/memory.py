@@ -77,7 +77,7 @@ def offloaded_teacher_logits(student: Student, kind: str, micro: list[MicroBatch
     with on_device(student.frozen.model, student.model.device):
         return [
             teacher_logits(
-                student, kind, mb.teacher_encoded, mb.prefix.tokens, None, mb.teacher_selections
+                student, kind, mb.teacher_encoded, mb.prefix.tokens, None, mb.teacher_selections, mb.vision
             ).cpu()
             for mb in micro
         ]

@@ -362,6 +362,10 @@ class MethodConfig:
     """The policy-gradient settings, for objective ``rl`` only; null otherwise."""
     distill_weight: float | None
     """α in [0, 1] of objective ``distill_sft``: α·divergence + (1 − α)·CE (EPIC: 0.5); null otherwise."""
+    train_vision: bool
+    """Full-parameter updates of the vision encoder and merger too (LT-OPD, seed 000 App. B), not only the
+    language model: the student's loss forward recomputes the tower with gradients
+    (``sparsectx.training.vision_training``). Needs ``lora.enabled=false``."""
 
     def __post_init__(self) -> None:
         check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
@@ -391,6 +395,23 @@ class MethodConfig:
             )
         self._check_rl()
         self._check_distill_sft()
+        self._check_train_vision()
+
+    def _check_train_vision(self) -> None:
+        """Raises unless ``train_vision`` fits the method: full parameters, no RL groups, no teacher budget."""
+        if not self.train_vision:
+            return
+        if self.lora.enabled:
+            raise ValueError(
+                "method.train_vision=true with method.lora.enabled=true: LoRA adapts the language model only; "
+                "set method.lora.enabled=false (full parameters) or method.train_vision=false"
+            )
+        if self.objective == "rl" or self.teacher.budget_gap is not None:
+            raise ValueError(
+                f"method.train_vision=true is not supported with method.objective={self.objective!r} or a "
+                "method.teacher.budget_gap (their replicated groups and second selections are not replayed "
+                "on the recomputed tower); set method.train_vision=false"
+            )
 
     def _check_distill_sft(self) -> None:
         """Raises unless ``distill_weight`` and ``teacher.budget_gap`` fit the objective and the schedule."""

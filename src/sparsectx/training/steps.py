@@ -28,6 +28,7 @@ from sparsectx.training.rl import clipped_surrogate, k3_kl, rl_stats, token_logp
 from sparsectx.training.rollout import is_correct
 from sparsectx.training.student import Student, mode
 from sparsectx.training.teachers import TEACHERS, teacher_logits, trust_region_logits
+from sparsectx.training.vision_training import trained_inputs
 
 
 class NonFiniteLossError(RuntimeError):
@@ -156,7 +157,7 @@ def micro_loss(
         twin = None
         if uses_copy(cfg.teacher_weights, student):
             twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
-        view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections)
+        view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections, mb.vision)
         t_logits = teacher_logits(student, method.teacher.kind, *view)
         if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
             current = teacher_logits(student, "shared", *view)
@@ -165,7 +166,10 @@ def micro_loss(
     if method.objective == "rl" and method.rl.beta > 0:
         ref_logp = _reference_logprobs(cfg, student, mb)
     with mode(student.model, training=True), student.compute():
-        batch = build_context(student.adapter, mb.encoded, mb.selections, mb.prefix.tokens)
+        encoded, selections = mb.encoded, mb.selections
+        if mb.vision is not None:  # the tower trains: recompute it with gradients, same kept tokens
+            encoded, selections = trained_inputs(student.adapter, cfg.pruner, encoded, selections, mb.vision)
+        batch = build_context(student.adapter, encoded, selections, mb.prefix.tokens)
         s_logits, _ = response_logits(student.adapter, batch)
     sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
     selector = POSITION_SELECTORS.get(method.positions.name)

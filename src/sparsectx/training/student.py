@@ -27,6 +27,7 @@ from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.training.ema import ParameterEMA, PeriodicCopy
 from sparsectx.training.lora import apply_lora, freeze_all_but_language_model, trainable_named
 from sparsectx.training.method import MethodConfig
+from sparsectx.training.vision_training import check_trainable_tower
 
 
 @dataclass
@@ -84,7 +85,11 @@ def build_student(loaded: LoadedModel, method: MethodConfig, signal_chunk: int) 
         if method.teacher.kind in ("frozen", "trust_region"):  # trust_region's reference is the frozen model
             copy_model = copy.deepcopy(hf_model).eval().requires_grad_(False)
             frozen = adapter_for(copy_model, signal_chunk)
-        freeze_all_but_language_model(hf_model)
+        if method.train_vision:  # LT-OPD: the vision encoder and merger train too (seed 000 App. B)
+            check_trainable_tower(loaded.adapter)
+            hf_model.requires_grad_(True)
+        else:
+            freeze_all_but_language_model(hf_model)
     trainable = trainable_named(hf_model)
     for param in trainable.values():  # fp32 master weights (peft already made the adapters fp32)
         param.data = param.data.float()

@@ -30,6 +30,7 @@ from sparsectx.generation import response_logits
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.registry import Registry
 from sparsectx.training.student import Student, mode
+from sparsectx.training.vision_training import VisionInputs, teacher_samples
 from sparsectx.visual import Selection
 
 TeacherView = Callable[[Student], AbstractContextManager[VLMAdapter]]
@@ -102,6 +103,7 @@ def trust_region_logits(reference: torch.Tensor, current: torch.Tensor, lam: flo
 def teacher_logits(
     student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor],
     twin: Callable[[], VLMAdapter] | None = None, selections: list[list[Selection]] | None = None,
+    vision: VisionInputs | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Returns (B, T, V) detached teacher logits at the response positions (eval, no_grad).
 
@@ -117,11 +119,16 @@ def teacher_logits(
             tensors (``teacher_weights=copy``: no adapter layers in the forward); None runs the live model.
         selections: per sample, the teacher's own per-image selection (EPIC's milder budget), or None to
             keep every visual token (the full context).
+        vision: the micro-batch's pixels when the tower trains (``method.train_vision``): every view but
+            ``shared`` (the current student, whose vectors ``samples`` already hold) recomputes its own
+            tower's vectors; None keeps ``samples``' vectors.
     """
     view = TEACHERS.get(kind)
     with torch.no_grad(), view(student) as live, student.compute():
         adapter = twin() if twin is not None and kind in TWIN_VIEWS else live
         with mode(adapter.model, training=False):
+            if vision is not None and kind != "shared":
+                samples = teacher_samples(adapter, samples, vision)
             kept = selections if selections is not None else [keep_all(s) for s in samples]
             batch = build_context(adapter, samples, kept, responses)
             logits, _ = response_logits(adapter, batch)
