@@ -5,8 +5,6 @@ Nothing here schedules work; the helpers live in the tested module sparsectx.wor
 
 import re
 
-from snakemake.utils import validate
-
 from sparsectx import workflow as wf
 
 if Path(workflow.basedir).resolve() != wf.REPO_DIR:
@@ -15,8 +13,9 @@ if Path(workflow.basedir).resolve() != wf.REPO_DIR:
         "run `pip install -e .` here (the Makefile's venv does)"
     )
 CONFIG = wf.resolve_config(config)
-validate(CONFIG, "../schemas/config.schema.yaml")
+wf.validate_config(CONFIG)  # workflow/schemas/config.schema.yaml; each error names its dotted key
 GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"])
+wf.check_tables_seeds(GRID)
 _unknown = GRID.unknown_conf_names()
 if _unknown:
     raise ValueError(f"experiment {GRID.experiment}: scheduled cells name configs that do not exist: {_unknown}")
@@ -31,3 +30,4 @@ wildcard_constraints:
     pruner=GRID.constraint("pruner"),
     budget=GRID.constraint("budget"),
     bench=GRID.constraint("bench"),
+    seed=GRID.constraint("seed"),

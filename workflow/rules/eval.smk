@@ -25,6 +25,23 @@ rule evaluate_trained:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 
 
+# Each training seed of grid.train_seeds other than grid.seed: that seed's checkpoint (runs/seed<s>/) scored
+# into results/seed<s>/, the tree make_tables reads for it (workflow/README.md, "Several training seeds").
+use rule evaluate_trained as evaluate_trained_seed with:
+    input:
+        bench=lambda w: DATA.get(w.bench, []),
+        checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
+    output:
+        wf.SEED_RESULT_PATTERN,
+    log:
+        wf.mirror(wf.SEED_RESULT_PATTERN, "logs", "evaluate", ".log"),
+    benchmark:
+        wf.mirror(wf.SEED_RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+    params:
+        cli=wf.entry_point("evaluate.py"),
+        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), seed=wf.seed_of(w)),
+
+
 rule passk:
     """Fixed-context Pass@K of one cell; the cohort is what the full-context greedy run solved."""
     input:

@@ -27,7 +27,7 @@ rule make_tables:
         "benchmarks/tables/{experiment}.tsv"
     params:
         cli=wf.entry_point("make_tables.py"),
-        args=lambda w: [f"experiment={w.experiment}", *GRID.overrides("tables")],
+        args=wf.tables_args(GRID),
     threads: RES["tables"]["cpus_per_task"]
     resources:
         **RES["tables"],

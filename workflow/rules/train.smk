@@ -32,3 +32,17 @@ rule train_all:
     """Target: every training run."""
     input:
         GRID.targets("train"),
+
+
+# Each training seed of grid.train_seeds other than grid.seed: the same runs of the tables' trained cells,
+# with seed=<s>, into runs/seed<s>/ (workflow/README.md, "Several training seeds").
+use rule train as train_seed with:
+    output:
+        wf.SEED_CHECKPOINT_PATTERN,
+    log:
+        wf.mirror(wf.SEED_CHECKPOINT_PATTERN, "logs", "train", ".log"),
+    benchmark:
+        wf.mirror(wf.SEED_CHECKPOINT_PATTERN, "benchmarks", "train", ".tsv")
+    params:
+        cli=wf.train_command(GRID),
+        args=lambda w: wf.train_args(GRID, wf.run_of(w), wf.seed_of(w)),

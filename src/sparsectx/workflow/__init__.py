@@ -28,6 +28,9 @@ from sparsectx.workflow.cells import (
     EVAL_METHOD_KEY,
     PASSK_PATTERN,
     RESULT_PATTERN,
+    SEED_CHECKPOINT_PATTERN,
+    SEED_FOLDER,
+    SEED_RESULT_PATTERN,
     STAGES,
     TABLES_PATTERN,
     TARGET_STAGES,
@@ -41,12 +44,14 @@ from sparsectx.workflow.cells import (
     cell_of,
     mirror,
     run_of,
+    seed_of,
 )
 from sparsectx.workflow.commands import (
     data_args,
     efficiency_args,
     entry_point,
     evaluate_args,
+    tables_args,
     train_args,
     train_command,
 )
@@ -58,7 +63,7 @@ from sparsectx.workflow.config import (
     resolve_config,
     validate_config,
 )
-from sparsectx.workflow.grid import Grid, load_grid, missing_cells
+from sparsectx.workflow.grid import Grid, check_tables_seeds, load_grid, missing_cells
 
 __all__ = [
     "BASE",
@@ -71,6 +76,9 @@ __all__ = [
     "REPO_DIR",
     "RESULT_PATTERN",
     "SCHEMA_PATH",
+    "SEED_CHECKPOINT_PATTERN",
+    "SEED_FOLDER",
+    "SEED_RESULT_PATTERN",
     "STAGES",
     "TABLES_PATTERN",
     "TARGET_STAGES",
@@ -83,6 +91,7 @@ __all__ = [
     "Row",
     "TrainRun",
     "cell_of",
+    "check_tables_seeds",
     "data_args",
     "efficiency_args",
     "entry_point",
@@ -93,6 +102,8 @@ __all__ = [
     "missing_cells",
     "resolve_config",
     "run_of",
+    "seed_of",
+    "tables_args",
     "train_args",
     "train_command",
     "validate_config",

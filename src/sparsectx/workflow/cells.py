@@ -25,6 +25,11 @@ EFFICIENCY_PATTERN = "results/{experiment}/{model}/{method}/{pruner}/efficiency.
 """One file per (model, method, pruner): ``mode=efficiency`` measures its budgets (and 1.0) in one run."""
 CHECKPOINT_PATTERN = "runs/{experiment}/{model}/{method}/{pruner}/{budget}/checkpoint/" + CHECKPOINT_MARKER
 TABLES_PATTERN = "results/{experiment}/tables"
+SEED_FOLDER = "seed{seed}"
+"""Folder under ``results/`` and ``runs/`` of a training seed other than ``grid.seed`` (the layout
+``sparsectx.report.seeds.seed_root`` reads: ``<results_root>/seed<s>/`` holds the usual tree)."""
+SEED_RESULT_PATTERN = f"results/{SEED_FOLDER}/" + RESULT_PATTERN.removeprefix("results/")
+SEED_CHECKPOINT_PATTERN = f"runs/{SEED_FOLDER}/" + CHECKPOINT_PATTERN.removeprefix("runs/")
 
 
 @dataclass(frozen=True, order=True)
@@ -127,3 +132,8 @@ def run_of(wildcards: Mapping[str, str]) -> TrainRun:
     """Returns the training run a Snakemake job's wildcards name."""
     w = wildcards
     return TrainRun(w["model"], w["method"], w["pruner"], float(w["budget"]))
+
+
+def seed_of(wildcards: Mapping[str, str]) -> int:
+    """Returns the training seed a Snakemake job's ``seed`` wildcard names (jobs of ``SEED_*_PATTERN``)."""
+    return int(wildcards["seed"])

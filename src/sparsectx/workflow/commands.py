@@ -39,15 +39,20 @@ def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
     return [f"bench.{bench}.path={grid.data_files()[bench]}"]
 
 
-def _point_args(grid: Grid, cell: Cell, method_key: str) -> list[str]:
+def _point_args(grid: Grid, cell: Cell, method_key: str, seed: int) -> list[str]:
     # base (untrained) is never trained and is evaluate.py's default: there is no conf/method/base.yaml
     method = [] if cell.method == BASE else [f"{method_key}={cell.method}"]
     args = [f"experiment={grid.experiment}", f"model={cell.model}", *method]
-    return args + [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={grid.seed}"]
+    return args + [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={seed}"]
 
 
-def _checkpoint_args(grid: Grid, cell: Cell) -> list[str]:
-    return [] if cell.method == BASE else [f"checkpoint={grid.checkpoint_dir(grid.train_run(cell))}"]
+def _checkpoint_args(grid: Grid, cell: Cell, seed: int | None = None) -> list[str]:
+    return [] if cell.method == BASE else [f"checkpoint={grid.checkpoint_dir(grid.train_run(cell), seed)}"]
+
+
+def _seed_root_args(grid: Grid, key: str, root: str, seed: int | None) -> list[str]:
+    # grid.seed keeps the entry point's default root (conf/train.yaml runs_root, conf/evaluate.yaml results_root)
+    return [] if seed in (None, grid.seed) else [f"{key}={grid.seed_root(root, seed)}"]
 
 
 def train_command(grid: Grid) -> list[str]:
@@ -58,21 +63,33 @@ def train_command(grid: Grid) -> list[str]:
     return [python, *launch, script]
 
 
-def train_args(grid: Grid, run: TrainRun) -> list[str]:
-    """Returns the ``train.py`` overrides of ``run``."""
+def train_args(grid: Grid, run: TrainRun, seed: int | None = None) -> list[str]:
+    """Returns the ``train.py`` overrides of ``run`` trained with ``seed`` (None: ``grid.seed``).
+
+    A seed other than ``grid.seed`` trains into ``runs/seed<s>/`` (``runs_root``), beside the grid seed's run.
+    """
     cell = Cell(run.model, run.method, run.pruner, run.budget, "")
-    args = _point_args(grid, cell, "method") + data_args(grid, "train")
+    args = _point_args(grid, cell, "method", grid.seed if seed is None else seed)
+    args += _seed_root_args(grid, "runs_root", "runs", seed) + data_args(grid, "train")
     return args + grid.overrides("train") + list(grid.methods[run.method].overrides)
 
 
-def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy") -> list[str]:
-    """Returns the ``evaluate.py`` overrides of ``cell`` in ``mode`` (``greedy`` or ``passk``)."""
+def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None = None) -> list[str]:
+    """Returns the ``evaluate.py`` overrides of ``cell`` in ``mode`` (``greedy`` or ``passk``), evaluating the
+    checkpoint trained with ``seed`` (None: ``grid.seed``).
+
+    A seed other than ``grid.seed`` (greedy results of trained cells only) reads ``runs/seed<s>/`` and writes
+    ``results/seed<s>/`` (``results_root``). The evaluation itself keeps ``seed=<grid.seed>``: pruner masks
+    and sampling are those of the untrained rows it is compared with, so seeds differ by training alone.
+    """
+    if seed not in (None, grid.seed) and (mode != "greedy" or cell.method == BASE):
+        raise ValueError(f"{cell} in mode {mode}: only greedy results of a trained cell have training seeds")
     args = [
-        *_point_args(grid, cell, EVAL_METHOD_KEY),
+        *_point_args(grid, cell, EVAL_METHOD_KEY, grid.seed),
         f"bench={cell.bench}",
         *data_args(grid, mode, cell.bench),
     ]
-    args += _checkpoint_args(grid, cell)
+    args += _checkpoint_args(grid, cell, seed) + _seed_root_args(grid, "results_root", "results", seed)
     if mode == "passk":
         full = Path(grid.reference_leaf(cell.model, cell.bench)).parent
         args += ["mode=passk", f"passk.full_context_leaf={full}"]
@@ -84,7 +101,7 @@ def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
     budgets = ",".join(budget_tag(b) for b in run.budgets)
     cell = run.cell
     args = [
-        *_point_args(grid, cell, EVAL_METHOD_KEY),
+        *_point_args(grid, cell, EVAL_METHOD_KEY, grid.seed),
         f"bench={run.bench}",
         *data_args(grid, "efficiency", run.bench),
     ]
@@ -95,3 +112,13 @@ def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
         f"efficiency.budgets=[{budgets}]",
     ]
     return args + grid.overrides("efficiency")
+
+
+def tables_args(grid: Grid) -> list[str]:
+    """Returns the ``make_tables.py`` overrides: ``train_seeds=[...]`` when trained rows pool several seeds.
+
+    With ``grid.train_seeds == [grid.seed]`` no ``train_seeds`` is passed (``make_tables.py``'s null: the grid's
+    one seed), so a single-seed study's command and tables are what they were before the key existed.
+    """
+    seeds = [] if not grid.extra_seeds else [f"train_seeds=[{','.join(map(str, grid.train_seeds))}]"]
+    return [f"experiment={grid.experiment}", *seeds, *grid.overrides("tables")]

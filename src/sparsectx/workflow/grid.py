@@ -20,6 +20,7 @@ from sparsectx.paths import budget_tag, leaf_dir, result_path, run_dir
 from sparsectx.workflow.cells import (
     BASE,
     CHECKPOINT_MARKER,
+    SEED_FOLDER,
     STAGES,
     TABLES_PATTERN,
     Block,
@@ -29,7 +30,15 @@ from sparsectx.workflow.cells import (
     TrainRun,
 )
 from sparsectx.workflow.config import CONF_DIR, load_yaml, resolve_config, validate_config
-from sparsectx.workflow.parse import check_blocks, check_names, declared, parse_blocks, parse_methods
+from sparsectx.workflow.parse import (
+    check_blocks,
+    check_names,
+    check_tables_overrides,
+    declared,
+    parse_blocks,
+    parse_methods,
+    parse_train_seeds,
+)
 
 
 def load_grid(
@@ -41,6 +50,27 @@ def load_grid(
     resolved = resolve_config(config, conf_dir)
     validate_config(resolved)
     return Grid(experiment, resolved["grid"])
+
+
+def check_tables_seeds(grid: Grid, conf_dir: str | Path = CONF_DIR) -> None:
+    """Returns None when ``make_tables.py`` will find every seed of ``grid.train_seeds`` it is asked for; else
+    raises naming ``grid.train_seeds``, before any job runs.
+
+    ``make_tables.py experiment=<e>`` reads the preset's own grid, not the keys a ``--configfile`` replaced, and
+    refuses a training seed with no result for a trained method of the preset's tables. A replaced ``tables``
+    that drops such a method therefore cannot pool several seeds.
+    """
+    if not grid.extra_seeds:
+        return
+    trained = {c.method for c in grid.seeded_cells}
+    lacking = sorted({c.method for c in load_grid(grid.experiment, conf_dir=conf_dir).seeded_cells} - trained)
+    if lacking:
+        raise ValueError(
+            f"grid.train_seeds={list(grid.train_seeds)}: make_tables reads the tables of "
+            f"conf/experiment/{grid.experiment}.yaml, whose trained methods {lacking} this grid never trains, "
+            f"and would refuse those seeds after every job ran; keep those methods in the replaced grid.tables, "
+            f"or set grid.train_seeds=[{grid.seed}] (one seed) for a reduced grid"
+        )
 
 
 def missing_cells(experiment: str | Grid) -> list[MissingCell]:
@@ -75,10 +105,13 @@ class Grid:
         self.methods = parse_methods(grid["methods"])
         self.reference_pruner: str = grid["reference_pruner"]
         self.seed: int = grid["seed"]
+        self.train_seeds = parse_train_seeds(grid["train_seeds"], self.seed)
+        """Training seeds of the tables' trained cells, as listed; ``grid.seed`` among them."""
         self.resources: dict[str, dict[str, int]] = grid["resources"]
         self.data: dict[str, Any] = grid["data"]
         extra = extra_overrides or {}
         self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
+        check_tables_overrides(self._overrides["tables"])
         self.blocks = tuple(parse_blocks(grid))
         check_names(self)
         self._cells = {b.name: self._block_cells(b) for b in self.blocks}
@@ -87,6 +120,15 @@ class Grid:
         """Every training run a supported cell evaluates, sorted."""
         self.efficiency_runs = self._efficiency_runs()
         """One run per (model, method, pruner) of the supported efficiency cells, sorted."""
+        self.seeded_cells = [c for c in self.cells("table") if c.method != BASE]
+        """The trained cells of the tables: evaluated once per seed of ``extra_seeds`` besides ``grid.seed``."""
+        self.seeded_runs = sorted({self.train_run(c) for c in self.seeded_cells})
+        """The training runs behind ``seeded_cells``: trained once per seed of ``extra_seeds`` as well."""
+
+    @property
+    def extra_seeds(self) -> list[int]:
+        """Returns the training seeds other than ``grid.seed``, as listed (each has its ``seed<s>/`` trees)."""
+        return [s for s in self.train_seeds if s != self.seed]
 
     # ---- cells -------------------------------------------------------------------------------------------
     def _block_cells(self, block: Block) -> list[Cell]:
@@ -179,6 +221,7 @@ class Grid:
             "pruner": {p.pruner for p in points},
             "budget": {budget_tag(p.budget) for p in points},
             "bench": {p.bench for p in points if p.bench},
+            "seed": {str(s) for s in self.extra_seeds},
         }[wildcard]
         return sorted(values)
 
@@ -196,9 +239,16 @@ class Grid:
         return [str(p) for p in paths if not p.is_file()]
 
     # ---- paths -------------------------------------------------------------------------------------------
-    def leaf(self, cell: Cell, kind: str = "table") -> str:
-        """Returns the output of ``cell`` in a block of ``kind`` (efficiency: the file of its run)."""
-        folder = leaf_dir("results", self.experiment, cell.model, cell.method, cell.pruner, cell.budget)
+    def seed_root(self, root: str, seed: int | None = None) -> str:
+        """Returns the tree of training seed ``seed`` under ``root`` (``results`` or ``runs``): ``root`` itself
+        for ``grid.seed`` (or None), else ``root/seed<s>`` (``sparsectx.report.seeds.seed_root``'s layout)."""
+        return root if seed in (None, self.seed) else f"{root}/{SEED_FOLDER.format(seed=seed)}"
+
+    def leaf(self, cell: Cell, kind: str = "table", seed: int | None = None) -> str:
+        """Returns the output of ``cell`` in a block of ``kind`` (efficiency: the file of its run), for the
+        checkpoint of training seed ``seed`` (None: ``grid.seed``)."""
+        root = self.seed_root("results", seed)
+        folder = leaf_dir(root, self.experiment, cell.model, cell.method, cell.pruner, cell.budget)
         if kind == "table":
             return str(result_path(folder, cell.bench))
         if kind == "passk":
@@ -215,13 +265,17 @@ class Grid:
         Args:
             stage: ``full_context`` (base at budget 1.0), ``sweep`` (base under a pruner), ``train``
                 (checkpoint markers), ``trained`` (results of trained checkpoints), ``passk``, ``efficiency``.
+                ``train`` and ``trained`` hold every seed of ``grid.train_seeds``.
         """
         table = self.cells("table")
+        extra = self.extra_seeds
         by_stage = {
             "full_context": [self.leaf(c) for c in table if c.method == BASE and c.budget == 1.0],
             "sweep": [self.leaf(c) for c in table if c.method == BASE and c.budget < 1.0],
-            "trained": [self.leaf(c) for c in table if c.method != BASE],
-            "train": [self.checkpoint_marker(r) for r in self.train_runs],
+            "trained": [self.leaf(c) for c in self.seeded_cells]
+            + [self.leaf(c, seed=s) for s in extra for c in self.seeded_cells],
+            "train": [self.checkpoint_marker(r) for r in self.train_runs]
+            + [self.checkpoint_marker(r, s) for s in extra for r in self.seeded_runs],
             "passk": self.leaves("passk"),
             "efficiency": self.leaves("efficiency"),
         }
@@ -231,18 +285,21 @@ class Grid:
         """Returns the full-context greedy result of ``model`` on ``bench`` (Pass@K's cohort source)."""
         return self.leaf(Cell(model, BASE, self.reference_pruner, 1.0, bench))
 
-    def checkpoint_dir(self, run: TrainRun) -> str:
-        """Returns the final checkpoint directory of ``run`` (what ``checkpoint=`` points at)."""
-        folder = run_dir("runs", self.experiment, run.model, run.method, run.pruner, run.budget)
+    def checkpoint_dir(self, run: TrainRun, seed: int | None = None) -> str:
+        """Returns the final checkpoint directory of ``run`` trained with ``seed`` (None: ``grid.seed``), what
+        ``checkpoint=`` points at."""
+        root = self.seed_root("runs", seed)
+        folder = run_dir(root, self.experiment, run.model, run.method, run.pruner, run.budget)
         return str(folder / "checkpoint")
 
-    def checkpoint_marker(self, run: TrainRun) -> str:
-        """Returns the train rule's declared output for ``run``."""
-        return f"{self.checkpoint_dir(run)}/{CHECKPOINT_MARKER}"
+    def checkpoint_marker(self, run: TrainRun, seed: int | None = None) -> str:
+        """Returns the train rule's declared output for ``run`` trained with ``seed`` (None: ``grid.seed``)."""
+        return f"{self.checkpoint_dir(run, seed)}/{CHECKPOINT_MARKER}"
 
-    def checkpoint_inputs(self, cell: Cell) -> list[str]:
-        """Returns the checkpoint marker ``cell`` evaluates as an input list ([] for the untrained model)."""
-        return [] if cell.method == BASE else [self.checkpoint_marker(self.train_run(cell))]
+    def checkpoint_inputs(self, cell: Cell, seed: int | None = None) -> list[str]:
+        """Returns the checkpoint marker ``cell`` evaluates (trained with ``seed``, None: ``grid.seed``) as an
+        input list ([] for the untrained model)."""
+        return [] if cell.method == BASE else [self.checkpoint_marker(self.train_run(cell), seed)]
 
     def tables_dir(self) -> str:
         """Returns the directory ``make_tables.py`` writes."""

@@ -108,3 +108,44 @@ def check_blocks(grid: Grid) -> None:
                     f"would repeat one run; list 1.0 only in rows whose pruners are "
                     f"[{grid.reference_pruner}] (grid.reference_pruner)"
                 )
+
+
+def parse_train_seeds(seeds: Any, grid_seed: int) -> tuple[int, ...]:
+    """Returns ``grid.train_seeds`` as a tuple, in the listed order; else raises naming ``grid.train_seeds``.
+
+    Every trained cell of the tables is trained and evaluated once per seed; the list must name each seed
+    once, as an int, and contain ``grid.seed`` (whose checkpoints the ordinary ``runs/`` and ``results/``
+    trees hold, and which Pass@K and the efficiency runs evaluate).
+    """
+    fix = f"list each training seed once as an int, including grid.seed={grid_seed}, e.g. [{grid_seed}]"
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ValueError(f"grid.train_seeds={seeds!r} names no seed: {fix}")
+    for i, seed in enumerate(seeds):
+        if type(seed) is not int or seed < 0:
+            raise ValueError(f"grid.train_seeds[{i}]={seed!r} is not a non-negative int: {fix}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(
+            f"grid.train_seeds={list(seeds)} repeats {repeated}: a repeated seed would train one run twice and "
+            f"count it twice in the tables' mean over seeds; {fix}"
+        )
+    if grid_seed not in seeds:
+        raise ValueError(
+            f"grid.train_seeds={list(seeds)} lacks grid.seed={grid_seed}, whose checkpoints the results/ tree, "
+            f"Pass@K and the efficiency runs use: add it, or set grid.seed to one of the listed seeds"
+        )
+    return tuple(seeds)
+
+
+def check_tables_overrides(overrides: Iterable[str]) -> None:
+    """Returns None unless a ``tables`` override sets ``train_seeds``; then raises naming ``grid.train_seeds``.
+
+    The DAG trains the seeds of ``grid.train_seeds`` and passes that list to ``make_tables.py``; a list set by
+    hand could ask the tables for seeds no job trains, which would fail only after every job has run.
+    """
+    for override in overrides:
+        if override.lstrip("+~").split("=", 1)[0] == "train_seeds":
+            raise ValueError(
+                f"the tables stage's overrides set {override!r}: set grid.train_seeds instead (the workflow "
+                "trains and evaluates those seeds and passes them to make_tables)"
+            )
