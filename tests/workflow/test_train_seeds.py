@@ -105,9 +105,8 @@ def test_a_seed_is_evaluated_from_its_checkpoint_into_results_seed_s() -> None:
         == grid.checkpoint_dir(RUN, 1)
         == "runs/seed1/tiny/tiny/scopd/visionzip/0.1/checkpoint"
     )
-    assert (
-        value(args, "seed") == "0"
-    )  # evaluation draws as the untrained rows do: seeds differ by training only
+    # the evaluation draws as the untrained rows do (pruner masks, sampling): seeds differ by training only
+    assert value(args, "seed") == "0"
     # evaluate.py writes <results_root>/<experiment>/... (conf/evaluate.yaml hydra.run.dir)
     written = result_path(
         leaf_dir(value(args, "results_root"), "tiny", "tiny", "scopd", "random", 0.1), "syn_ocr"
