@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean-results vlmeval-env lmms-env
+.PHONY: demo study test lint clean-results vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts
 
-# sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there)
+# sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there).
+# demo: the seeds' headline claims on the whole synthetic suite (conf/experiment/tiny_demo.yaml);
+# study: the broad tiny grid, every operator across budgets and every table shape (conf/experiment/tiny.yaml).
 demo: $(STAMP)
+	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables --config experiment=tiny_demo
+
+study: $(STAMP)
 	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables
 
 clean-results:
