@@ -1,5 +1,6 @@
 """The ``build_data`` job: write the synthetic suite, a training set drawn from downloaded datasets
-(``training_set``, chosen with ``data/sources=<recipe>``) and, when asked, the tiny model's processor folder."""
+(``training_set``, chosen with ``data/sources=<recipe>``), a synthetic video benchmark (``data/video=<family>``)
+and, when asked, the tiny model's processor folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from sparsectx.data.config import SuiteConfig
 from sparsectx.data.sources import TrainingSetConfig, build_training_set
 from sparsectx.data.synthetic import SuiteReport, build_suite, corpus_pairs
+from sparsectx.data.video_family import VideoFamilyConfig, build_video_bench
 from sparsectx.models.tiny_processor import ProcessorConfig, build_processor, chat_texts
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,9 @@ class BuildConfig:
     processor: ProcessorConfig
     training_set: TrainingSetConfig | None
     """A recipe from conf/data/sources/ (``data/sources=llava_cot``): write its TSV; null = none."""
+    video: VideoFamilyConfig | None
+    """A synthetic video family from conf/data/video/ (``data/video=tiny_video``): write its benchmark TSV
+    to ``data.out_dir``; null = none."""
 
 
 def load_build_config(cfg: DictConfig) -> BuildConfig:
@@ -41,6 +46,8 @@ def run(cfg: DictConfig) -> SuiteReport | None:
     report = build_suite(build.data) if build.write_suite else None
     if build.training_set is not None:
         build_training_set(build.training_set)
+    if build.video is not None:
+        log.info("wrote %s", build_video_bench(build.data, build.video))
     if build.processor.write:
         proc = build.processor
         pairs = corpus_pairs(build.data, proc.corpus_per_family)
