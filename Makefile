@@ -9,6 +9,7 @@ LMMS_ENV ?= .lmms-env
 LMMS_STAMP := $(LMMS_ENV)/.installed
 # make test also builds the two harness environments (docs/harnesses.md: about 9 GB and 3 minutes), so the
 # tests that compare with VLMEvalKit and lmms-eval run instead of skipping; HARNESS_ENVS=0 leaves them out.
+# Their installs skip pip's cache: its copy of the CUDA wheels would double their disk footprint.
 HARNESS_ENVS ?= 1
 TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
 
@@ -46,8 +47,8 @@ clean-results:
 $(VLMEVAL_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLMEVAL_ENV)
 	$(VLMEVAL_ENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLMEVAL_ENV)/bin/python -m pip install --quiet nvidia-vlmeval==26.3 torch==2.14.1 torchvision==0.29.1
-	$(VLMEVAL_ENV)/bin/python -m pip install --quiet -e . transformers==5.17.0
+	$(VLMEVAL_ENV)/bin/python -m pip install --quiet --no-cache-dir nvidia-vlmeval==26.3 torch==2.14.1 torchvision==0.29.1
+	$(VLMEVAL_ENV)/bin/python -m pip install --quiet --no-cache-dir -e . transformers==5.17.0
 	$(VLMEVAL_ENV)/bin/python -c "import vlmeval, torchvision, sparsectx"
 	touch $(VLMEVAL_STAMP)
 
@@ -60,13 +61,13 @@ vlmeval-env: $(VLMEVAL_STAMP)
 $(LMMS_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(LMMS_ENV)
 	$(LMMS_ENV)/bin/python -m pip install --quiet --upgrade pip
-	$(LMMS_ENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(LMMS_ENV)/bin/python -m pip install --quiet -e .
-	$(LMMS_ENV)/bin/python -m pip install --quiet --no-deps lmms-eval==0.7.3
+	$(LMMS_ENV)/bin/python -m pip install --quiet --no-cache-dir torch==2.13.0
+	$(LMMS_ENV)/bin/python -m pip install --quiet --no-cache-dir -e .
+	$(LMMS_ENV)/bin/python -m pip install --quiet --no-cache-dir --no-deps lmms-eval==0.7.3
 	$(LMMS_ENV)/bin/python -c "from importlib.metadata import requires; print('\n'.join(r for r in requires('lmms-eval') \
 		if 'extra ==' not in r and not r.startswith(('wandb', 'torchvision'))))" > $(LMMS_ENV)/lmms-requirements.txt
 	echo torch==2.13.0 > $(LMMS_ENV)/constraints.txt
-	$(LMMS_ENV)/bin/python -m pip install --quiet -r $(LMMS_ENV)/lmms-requirements.txt "filelock<4.3" -c $(LMMS_ENV)/constraints.txt
+	$(LMMS_ENV)/bin/python -m pip install --quiet --no-cache-dir -r $(LMMS_ENV)/lmms-requirements.txt "filelock<4.3" -c $(LMMS_ENV)/constraints.txt
 	$(LMMS_ENV)/bin/python -m pip uninstall --quiet -y torchvision
 	$(LMMS_ENV)/bin/python -c "import lmms_eval.models, sparsectx"
 	touch $(LMMS_STAMP)
