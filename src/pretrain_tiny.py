@@ -2,11 +2,13 @@
 
     python src/build_data.py processor.out_dir=src/sparsectx/assets/tiny-vlm   # tokenizer + processor first
     python src/pretrain_tiny.py                                              # resumes until train.steps
+    python src/pretrain_tiny.py --config-name pretrain_tiny_video            # second stage: images + video
 
 Each call stops after train.time_limit_s and saves its state; run it again to continue.
 """
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 
@@ -15,7 +17,11 @@ def main(cfg: DictConfig) -> None:
     """Runs (or resumes) pretraining and prints where it stopped."""
     from sparsectx.pretrain.train import run  # imported here: --help and --cfg skip torch
 
-    result = run(cfg)
+    job = HydraConfig.get()
+    command = " ".join(
+        ["python src/pretrain_tiny.py", f"--config-name {job.job.config_name}", *job.overrides.task]
+    )
+    result = run(cfg, command)
     print(f"pretrain: step {result['step']} done={result['done']}")
 
 

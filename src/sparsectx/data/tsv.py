@@ -109,11 +109,16 @@ class Item:
         test content."""
         if not self.frames:
             return content_hash(pixel_hash(self.image()), self.question)
-        digests = []
+        frames = []
         for data in self.frames:
             with Image.open(io.BytesIO(data)) as frame:
-                digests.append(pixel_hash(frame))
-        return content_hash(hashlib.sha256(":".join(digests).encode()).hexdigest(), self.question)
+                frames.append(frame.convert("RGB"))
+        return content_hash(frames_hash(frames), self.question)
+
+
+def frames_hash(frames: list[Image.Image]) -> str:
+    """Returns the digest of a clip's frames: sha256 over their ``render.pixel_hash`` digests in order."""
+    return hashlib.sha256(":".join(pixel_hash(frame) for frame in frames).encode()).hexdigest()
 
 
 def content_hash(image_digest: str, question: str) -> str:

@@ -44,13 +44,15 @@ IMAGE_TOKEN, VIDEO_TOKEN = "<|image_pad|>", "<|video_pad|>"
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
 
-# Qwen-style ChatML. An image part becomes one <|image_pad|>, which the processor repeats N times.
+# Qwen-style ChatML. An image part becomes one <|image_pad|> and a video part one <|video_pad|>, which the
+# processor expands into the visual input's tokens (Qwen2.5-VL's own template renders both the same way).
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}\n"
     "<|im_start|>{{ message['role'] }}{{ '\\n' }}\n"
     "{%- if message['content'] is string -%}{{ message['content'] }}\n"
     "{%- else -%}{%- for part in message['content'] -%}\n"
     "{%- if part['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>\n"
+    "{%- elif part['type'] == 'video' -%}<|vision_start|><|video_pad|><|vision_end|>\n"
     "{%- elif part['type'] == 'text' -%}{{ part['text'] }}{%- endif -%}\n"
     "{%- endfor -%}{%- endif -%}<|im_end|>{{ '\\n' }}\n"
     "{%- endfor -%}\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparsectx.data.config import SuiteConfig
+from sparsectx.data.video_family import VideoFamilyConfig
 
 
 @dataclass
@@ -59,6 +60,8 @@ class PretrainSchedule:
     save_every: int
     time_limit_s: float
     """Save and exit after this many seconds (resume by re-running): splits a long run into short calls."""
+    videos_per_batch: int
+    """How many items of every batch are clips of the ``video`` family (they lead the batch); 0 = images only."""
 
 
 @dataclass
@@ -80,12 +83,31 @@ class PretrainConfig:
     vision: VisionArch
     text: TextArch
     train: PretrainSchedule
+    video: VideoFamilyConfig | None = None
+    """The synthetic video family clips are drawn from (``data/video=<name>``); None = images only."""
 
     def __post_init__(self) -> None:
         if self.seed is None or isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r} must be an int")
         head_dim = self.text.hidden_size // self.text.num_attention_heads
         if sum(self.text.mrope_section) * 2 != head_dim:
-            raise ValueError(f"text.mrope_section={self.text.mrope_section} must sum to head_dim/2={head_dim // 2}")
+            raise ValueError(
+                f"text.mrope_section={self.text.mrope_section} must sum to head_dim/2={head_dim // 2}"
+            )
         if self.train.steps < 1 or self.train.batch_size < 1:
             raise ValueError("train.steps and train.batch_size must be >= 1")
+        per_batch = self.train.videos_per_batch
+        if not 0 <= per_batch <= self.train.batch_size:
+            raise ValueError(
+                f"train.videos_per_batch={per_batch} must lie in [0, train.batch_size={self.train.batch_size}]"
+            )
+        if (per_batch > 0) != (self.video is not None):
+            raise ValueError(
+                f"train.videos_per_batch={per_batch} with video={'set' if self.video else 'null'}: clips need both "
+                "a video family (data/video=tiny_video) and train.videos_per_batch > 0"
+            )
+        if self.video is not None and self.video.frames % self.vision.temporal_patch_size:
+            raise ValueError(
+                f"video.frames={self.video.frames} must be a multiple of vision.temporal_patch_size="
+                f"{self.vision.temporal_patch_size} (pretraining draws whole temporal patches)"
+            )

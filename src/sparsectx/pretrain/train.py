@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import time
@@ -17,11 +18,12 @@ from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForCondit
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.data.synthetic import generate_bench
+from sparsectx.data.video_family import video_items
 from sparsectx.io import atomic_write_json
 from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.pretrain.config import PretrainConfig
-from sparsectx.pretrain.patchify import patchify
-from sparsectx.pretrain.stream import PretrainStream, collate
+from sparsectx.pretrain.patchify import patchify, patchify_clips
+from sparsectx.pretrain.stream import PretrainStream, VideoStream, collate
 from sparsectx.training.checkpoint import torch_save
 
 
@@ -45,7 +47,9 @@ def build_model(cfg: PretrainConfig, tokenizer) -> Qwen2_5_VLForConditionalGener
             "num_key_value_heads": cfg.text.num_key_value_heads,
             "max_position_embeddings": cfg.text.max_position_embeddings,
             "rope_parameters": {
-                "rope_type": "default", "rope_theta": cfg.text.rope_theta, "mrope_section": cfg.text.mrope_section,
+                "rope_type": "default",
+                "rope_theta": cfg.text.rope_theta,
+                "mrope_section": cfg.text.mrope_section,
             },
             "bos_token_id": tokenizer.pad_token_id,
             "eos_token_id": tokenizer.eos_token_id,
@@ -69,8 +73,23 @@ def training_model(cfg: PretrainConfig, tokenizer, batched_vision_attention: boo
 
 
 def benchmark_hashes(cfg: PretrainConfig) -> set[str]:
-    """Returns the content hashes of every benchmark item, which pretraining must never see."""
-    return set().union(*(generate_bench(cfg.data, bench)[1] for bench in cfg.data.benches))
+    """Returns the content hashes of every benchmark item (and video benchmark clip), which pretraining must
+    never see."""
+    hashes = set().union(*(generate_bench(cfg.data, bench)[1] for bench in cfg.data.benches))
+    if cfg.video is not None:
+        hashes |= {item.content_hash() for item in video_items(cfg.data, cfg.video)}
+    return hashes
+
+
+def video_stream(cfg: PretrainConfig, model) -> VideoStream | None:
+    """Returns how the stream draws clips for ``model`` (its temporal position step), None without a family."""
+    if cfg.video is None:
+        return None
+    vision = model.config.vision_config
+    return VideoStream(
+        cfg.video, cfg.train.videos_per_batch, cfg.train.batch_size, int(vision.tokens_per_second),
+        cfg.vision.temporal_patch_size, cfg.vision.spatial_merge_size, cfg.vision.patch_size,
+    )  # fmt: skip
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:
@@ -82,16 +101,37 @@ def lr_at(step: int, cfg: PretrainConfig) -> float:
     return s.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, device: str) -> torch.Tensor:
-    pixels, grid = patchify(
-        batch["images"].to(device, non_blocking=True), image_proc.image_mean, image_proc.image_std,
-        cfg.vision.patch_size, cfg.vision.spatial_merge_size, cfg.vision.temporal_patch_size,
+def visual_inputs(batch: dict, cfg: PretrainConfig, image_proc, device: str) -> dict[str, torch.Tensor]:
+    """Returns the model's pixel inputs for a batch: ``pixel_values``/``image_grid_thw`` for its images and
+    ``pixel_values_videos``/``video_grid_thw`` for its clips (each only when the batch has some)."""
+    v, out = cfg.vision, {}
+    norm = (
+        image_proc.image_mean,
+        image_proc.image_std,
+        v.patch_size,
+        v.spatial_merge_size,
+        v.temporal_patch_size,
     )
+    if batch["images"] is not None:
+        out["pixel_values"], out["image_grid_thw"] = patchify(
+            batch["images"].to(device, non_blocking=True), *norm
+        )
+    if batch["clips"] is not None:
+        clips = batch["clips"].to(device, non_blocking=True)
+        out["pixel_values_videos"], out["video_grid_thw"] = patchify_clips(clips, *norm)
+    return out
+
+
+def _loss(
+    model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, device: str
+) -> torch.Tensor:
     ids = batch["input_ids"].to(device)
     with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.train.bf16):
         logits = model(
-            input_ids=ids, attention_mask=batch["attention_mask"].to(device), pixel_values=pixels,
-            image_grid_thw=grid, position_ids=batch["position_ids"].to(device),
+            input_ids=ids,
+            attention_mask=batch["attention_mask"].to(device),
+            position_ids=batch["position_ids"].to(device),
+            **visual_inputs(batch, cfg, image_proc, device),
         ).logits
     labels = batch["labels"].to(device)
     return torch.nn.functional.cross_entropy(
@@ -99,8 +139,11 @@ def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc
     )
 
 
-def run(raw: DictConfig) -> dict:
-    """Trains until ``train.steps`` or ``train.time_limit_s``; returns {step, done, curve}. Resumes from state_dir."""
+def run(raw: DictConfig, command: str = "python src/pretrain_tiny.py") -> dict:
+    """Trains until ``train.steps`` or ``train.time_limit_s``; returns {step, done, curve}. Resumes from state_dir.
+
+    ``command`` is the call recorded in the training record (the script passes its own command line).
+    """
     cfg = load_config(raw)
     torch.set_num_threads(cfg.train.main_threads)
     out, state_dir = Path(cfg.out_dir), Path(cfg.state_dir)
@@ -109,7 +152,7 @@ def run(raw: DictConfig) -> dict:
     side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
     model = training_model(cfg, tokenizer, cfg.train.batched_vision_attention)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    step, curve, seconds_before = 0, [], 0.0
+    step, curve, seconds_before, earlier = 0, [], 0.0, None
     if (state_dir / "state.pt").exists():
         state = torch.load(state_dir / "state.pt", map_location=cfg.device, weights_only=False)
         model.load_state_dict(state["model"])
@@ -120,10 +163,14 @@ def run(raw: DictConfig) -> dict:
                 "calls): move it away to start over, or finish that run with the code that wrote it"
             )
         step, curve, seconds_before = state["step"], state["curve"], state["seconds"]
+        earlier = state.get("earlier_stage")
     elif cfg.init_from is not None:
         init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
         model.load_state_dict(init.state_dict())
-    stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg))
+        earlier = earlier_stage(Path(cfg.init_from))
+    stream = PretrainStream(
+        cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg), video_stream(cfg, model)
+    )
     loader = make_loader(cfg, stream, tokenizer.pad_token_id, step)
     start, window = time.time(), []
 
@@ -145,12 +192,12 @@ def run(raw: DictConfig) -> dict:
             window = []
         out_of_time = time.time() - start > cfg.train.time_limit_s
         if step % cfg.train.save_every == 0 or step == cfg.train.steps or out_of_time:
-            _save_state(state_dir, model, optimizer, step, curve, elapsed())
+            _save_state(state_dir, model, optimizer, step, curve, elapsed(), earlier)
         if out_of_time:
             break
     bar.close()
     done = step >= cfg.train.steps
-    save_release(model, cfg, out, curve, step, done, elapsed())
+    save_release(model, cfg, out, curve, step, done, elapsed(), command, earlier)
     return {"step": step, "done": done, "curve": curve}
 
 
@@ -160,14 +207,20 @@ def make_loader(cfg: PretrainConfig, stream: PretrainStream, pad_id: int, start_
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     order = Subset(stream, range(start_step * cfg.train.batch_size, cfg.train.steps * cfg.train.batch_size))
     return DataLoader(
-        order, batch_size=cfg.train.batch_size, num_workers=cfg.train.num_workers,
-        collate_fn=functools.partial(collate, pad_id=pad_id), pin_memory=cfg.device != "cpu",
-        persistent_workers=False, prefetch_factor=4 if cfg.train.num_workers else None,
+        order,
+        batch_size=cfg.train.batch_size,
+        num_workers=cfg.train.num_workers,
+        collate_fn=functools.partial(collate, pad_id=pad_id),
+        pin_memory=cfg.device != "cpu",
+        persistent_workers=False,
+        prefetch_factor=4 if cfg.train.num_workers else None,
         worker_init_fn=_one_thread,
     )
 
 
-def train_step(model, optimizer, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, step: int) -> float:
+def train_step(
+    model, optimizer, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, step: int
+) -> float:
     """Runs one optimizer step at ``step``'s learning rate; returns the loss (not applied when non-finite)."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg)
@@ -187,34 +240,60 @@ def _one_thread(_worker: int) -> None:
     torch.set_num_threads(1)
 
 
-def _save_state(state_dir: Path, model, optimizer, step: int, curve: list, seconds: float) -> None:
+def earlier_stage(folder: Path) -> dict:
+    """Returns the training record of the released model a continuation starts from (kept in its record).
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``training_record.json`` (not a folder this script released).
+    """
+    path = folder / "training_record.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"init_from={folder}: no training_record.json there; a continuation starts from a folder "
+            "src/pretrain_tiny.py released (its record is kept as the new record's earlier_stage)"
+        )
+    return json.loads(path.read_text())
+
+
+def _save_state(
+    state_dir: Path, model, optimizer, step: int, curve: list, seconds: float, earlier: dict | None
+) -> None:
     """Writes ``state_dir/state.pt`` atomically (temporary file, fsync, rename).
 
     A full disk raises ``OSError`` (errno ENOSPC) naming the file and the space the state needs; the
     half-written copy is removed and the previous ``state.pt`` stays whole, so a rerun resumes from it.
     """
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve,
-             "seconds": seconds}  # fmt: skip
+             "seconds": seconds, "earlier_stage": earlier}  # fmt: skip
     torch_save(
         state_dir / "state.pt", state, "the previous state.pt, if any, is kept and a rerun resumes from it"
     )
 
 
 def save_release(
-    model, cfg: PretrainConfig, out: Path, curve: list, step: int, complete: bool, train_seconds: float
+    model,
+    cfg: PretrainConfig,
+    out: Path,
+    curve: list,
+    step: int,
+    complete: bool,
+    train_seconds: float,
+    command: str,
+    earlier: dict | None = None,
 ) -> None:
     """Writes the shipped weights (one safetensors file in ``weights_dtype``), config and training record.
 
     Written at every stop, so a time-limited call still leaves a usable model; ``complete`` records
     whether ``train.steps`` was reached (re-running continues from the resume state). ``train_seconds``
     is the loop's wall time summed over every call so far (the curve's ``seconds`` count the same way),
-    the figure the project's GPU-time budget for this script is checked against.
+    the figure the project's GPU-time budget for this script is checked against. A continuation
+    (``init_from``) keeps the record of the stage it started from as ``earlier_stage``.
     """
     model.eval()
     model.set_attn_implementation({"vision_config": "sdpa"})
     model.to(getattr(torch, cfg.weights_dtype)).save_pretrained(out, safe_serialization=True)
     record = {
-        "command": "python src/build_data.py && python src/pretrain_tiny.py",
+        "command": command,
         "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
         "steps": step,
         "complete": complete,
@@ -223,4 +302,6 @@ def save_release(
         "parameters": sum(p.numel() for p in model.parameters()),
         "curve": curve,
     }
+    if earlier is not None:
+        record["earlier_stage"] = earlier
     atomic_write_json(out / "training_record.json", record)
