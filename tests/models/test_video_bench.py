@@ -1,5 +1,6 @@
 """Greedy evaluation of the synthetic video benchmark end to end (``sparsectx.eval.runner.run``, what
-``src/evaluate.py`` calls), on tiny random-weight checkpoints of every video-capable family.
+``src/evaluate.py`` calls), on tiny random-weight checkpoints of every video-capable family; Pass@K and the
+efficiency mode on the same videos (the tower's FLOPs formula against ``FlopCounterMode``'s tally).
 
 ``conf/bench/tiny_video.yaml`` reads the family's TSV (frames embedded); pruning keeps k per video. A
 checkpoint family without a video path is a config error naming ``bench.tiny_video.video``; a row with
@@ -13,16 +14,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from eval.test_runner_support import base_overrides, compose_eval
 from family_models import family_model
 from omegaconf import OmegaConf
+from transformers import AutoConfig
 from video_setup import BUILDERS, video_family
 
 from sparsectx.budget import tokens_to_keep
 from sparsectx.data import load_suite_config
-from sparsectx.data.tsv import write_tsv
+from sparsectx.data.tsv import read_tsv, write_tsv
+from sparsectx.data.video import VideoSource, row_video
 from sparsectx.data.video_family import build_video_bench, load_video_family_config, video_items
+from sparsectx.eval.costs import counted_flops, vision_flops
 from sparsectx.eval.runner import run
+from sparsectx.io import append_jsonl, read_jsonl
+from sparsectx.prompting import PromptItem, processor_inputs
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 ROWS = 3
@@ -104,3 +111,54 @@ def test_short_clips_are_counted_skips_and_other_families_refuse(tmp_path: Path)
         ValueError, match=r"bench\.tiny_video\.video: model family 'llava_onevision' has no video input"
     ):
         run(cfg)
+
+
+def test_passk_draws_from_a_pruned_video_context(tmp_path: Path) -> None:
+    bench = _video_bench(tmp_path / "data")
+    model_dir = _model_dir("qwen2_5_vl", tmp_path / "model")
+    full = tmp_path / "full"
+    append_jsonl(
+        full / "tiny_video.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(ROWS)]
+    )
+    passk = ["mode=passk", "passk.n=2", "passk.sample_batch=2", "passk.max_new_tokens=3", "passk.hit_m=[1]"]
+    overrides = [*_overrides(model_dir, tmp_path, bench), "pruner=random", "budget=0.25", *passk]
+    (out,) = run(compose_eval([*overrides, f"passk.full_context_leaf={full}"]))
+    draws = read_jsonl(out.with_name("tiny_video.passk.samples.jsonl"))
+    sparse = [d for d in draws if d["condition"] == "sparse"]
+    # One video of 64 tokens per item: one selection of k = round(0.25 * 64) of them.
+    assert len(sparse) == ROWS and all(
+        [len(kept) for kept in d["kept_indices"]] == [tokens_to_keep(0.25, 64)] for d in sparse
+    )
+    blind = [d for d in draws if d["condition"] == "no_image"]
+    assert all(d["kept_indices"] == [] for d in blind)
+
+
+@torch.no_grad()
+def test_efficiency_counts_the_video_tower_and_keeps_k_of_the_video(tmp_path: Path) -> None:
+    bench = _video_bench(tmp_path / "data")
+    model_dir = _model_dir("qwen2_5_vl", tmp_path / "model")
+    efficiency = [
+        "mode=efficiency", "efficiency.bench=tiny_video", "efficiency.budgets=[0.25]", "efficiency.num_items=1",
+        "efficiency.repetitions=1", "efficiency.warmup=0", "efficiency.decode_tokens=2",
+    ]  # fmt: skip
+    (out,) = run(compose_eval([*_overrides(model_dir, tmp_path, bench), "pruner=random", *efficiency]))
+    full, pruned = json.loads(out.read_text())["budgets"]
+    assert (full["kept_visual"], pruned["kept_visual"]) == (64, tokens_to_keep(0.25, 64))
+    assert 0 < pruned["ratios"]["prefill_flops"] < 1
+    # The formula's vision FLOPs are the tower's own tally on the same clip (FlopCounterMode).
+    tiny = video_family("qwen2_5_vl", tmp_path / "again")
+    items, _ = read_tsv(bench)
+    source = VideoSource(bench, Path("."), "", 8, 64, 2.0)
+    prompt = PromptItem("0", [], "q", "s", "", videos=[row_video(items[0], source)])
+    batch = processor_inputs(tiny.processor, [prompt])
+    grid = batch["video_grid_thw"]
+    counted = counted_flops(
+        lambda: tiny.adapter.model.model.visual(batch["pixel_values_videos"], grid_thw=grid)
+    )
+    vision = tiny.adapter.model.config.vision_config
+    assert vision_flops(vision, "qwen2_5_vl", [tuple(grid[0].tolist())]) == pytest.approx(counted, rel=1e-6)
+    assert full["flops"]["vision"] == pytest.approx(
+        vision_flops(
+            AutoConfig.from_pretrained(model_dir).vision_config, "qwen2_5_vl", [tuple(grid[0].tolist())]
+        )
+    )

@@ -275,13 +275,14 @@ def make_mcq(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     wrong.insert(LETTERS.index(letter), correct)
     options = dict(zip(LETTERS, wrong, strict=True))
     objects = place_all(rng, specs, cfg)
-    trace = format_trace(_mcq_thought(thought, options, letter, params.trace), letter)
+    trace = format_trace(mcq_thought(thought, options, letter, params.trace), letter)
     return ItemSpec(_scene(rng, cfg, objects), question, options, letter, trace, kind, "")
 
 
-def _mcq_thought(percept: str, options: dict[str, str], letter: str, style: str) -> str:
-    """Returns the MCQ reasoning in ``style`` (``data.families.mcq.trace``): the letter looked up, or reached
-    by checking the options in order, so that the letter answered is the one just written."""
+def mcq_thought(percept: str, options: dict[str, str], letter: str, style: str) -> str:
+    """Returns the MCQ reasoning in ``style`` (``data.families.mcq.trace``, the video family's ``trace``): the
+    letter looked up, or reached by checking the options in order, so that the letter answered is the one
+    just written."""
     if style == "lookup":
         return f"{percept}, which is option {letter}."
     checks = []

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from sparsectx.data.config import SceneConfig, SuiteConfig, check_range
-from sparsectx.data.families import LETTERS, format_trace
+from sparsectx.checks import check_choice
+from sparsectx.data.config import MCQ_TRACES, SceneConfig, SuiteConfig, check_range
+from sparsectx.data.families import LETTERS, format_trace, mcq_thought
 from sparsectx.data.render import encode_png, render_image
 from sparsectx.data.scenes import PlacementError, Scene, SceneObject, draw_free_specs, place_all, place_object
 from sparsectx.data.synthetic import derive_seed
@@ -51,12 +52,16 @@ class VideoFamilyConfig:
     """[low, high] objects that stand still in every frame, besides the question's objects."""
     blinks: list[int]
     """[low, high] blinks of the ``blink`` kind (each one frame off; never the first or last frame)."""
+    trace: str
+    """Reference-trace style, as the image MCQ family's: ``walk`` checks the options in order up to the
+    answer ("A. the red circle: no. B. the blue star: yes."), ``lookup`` names the letter at once."""
 
     def __post_init__(self) -> None:
         key = f"data.video.{self.name}"
         if self.size < 1 or self.frames < 4 or not self.fps > 0:
             raise ValueError(f"{key}: size >= 1, frames >= 4 and fps > 0 are needed (got {self.size}, "
                              f"{self.frames}, {self.fps})")  # fmt: skip
+        check_choice(self.trace, MCQ_TRACES, f"{key}.trace")
         check_range(self.num_still, f"{key}.num_still", 0)
         check_range(self.blinks, f"{key}.blinks", 1)
         if self.blinks[1] > (self.frames - 1) // 2:
@@ -106,7 +111,7 @@ def _moved(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
         scenes.append(Scene(scene.image_size, (at, *objects[1:]), None))
     names = [f"the {o.color} {o.shape}" for o in objects]
     options = _options(rng, names[0], names[1:], letter)
-    thought = f"Only {names[0]} changes place between the frames; it is option {letter}."
+    thought = mcq_thought(f"Only {names[0]} changes place between the frames", options, letter, cfg.trace)
     return VideoSpec(
         tuple(scenes), "Which object moved?", options, letter, format_trace(thought, letter), "moved"
     )
@@ -125,9 +130,10 @@ def _order(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
     names = [f"the {o.color} {o.shape}" for o in objects]
     # The later arrival is always a wrong option, so presence alone never answers the question.
     options = _options(rng, names[0], [names[1], *rng.sample(names[2:], 2)], letter)
-    thought = f"{names[0].capitalize()} appears at frame {first_at + 1}, {names[1]} at frame {second_at + 1}."
+    seen = f"{names[0].capitalize()} appears at frame {first_at + 1}, {names[1]} at frame {second_at + 1}"
+    thought = mcq_thought(f"{seen}; the first is {names[0]}", options, letter, cfg.trace)
     return VideoSpec(tuple(scenes), "Which object appeared first?", options, letter,
-                     format_trace(f"{thought} The first is option {letter}.", letter), "order")  # fmt: skip
+                     format_trace(thought, letter), "order")  # fmt: skip
 
 
 def _blink(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, letter: str) -> VideoSpec:
@@ -145,9 +151,10 @@ def _blink(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
     options = _options(rng, str(count), [str(k) for k in range(cfg.blinks[1] + 4) if k != count], letter)
     name = f"the {target.color} {target.shape}"
     frames = f"frame{'s' if count > 1 else ''} {', '.join(str(f + 1) for f in off)}"
-    thought = f"{name.capitalize()} is missing in {frames}: {count} time{'s' if count > 1 else ''}."
+    seen = f"{name.capitalize()} is missing in {frames}: {count} time{'s' if count > 1 else ''}"
+    thought = mcq_thought(seen, options, letter, cfg.trace)
     return VideoSpec(tuple(scenes), f"How many times did {name} blink?", options, letter,
-                     format_trace(f"{thought} That is option {letter}.", letter), "blink")  # fmt: skip
+                     format_trace(thought, letter), "blink")  # fmt: skip
 
 
 MAKERS = {"moved": _moved, "order": _order, "blink": _blink}

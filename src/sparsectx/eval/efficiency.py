@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm import tqdm
+from transformers import BatchFeature
 
 from sparsectx.context import build_context
 from sparsectx.data import Item
@@ -37,10 +39,12 @@ from sparsectx.eval.costs import (
     selection_flops,
     vision_flops,
 )
-from sparsectx.eval.protocol import eval_prompts, load_bench_items, prompt_item, select_visual
+from sparsectx.eval.protocol import eval_prompts, load_bench_items, prompt_item, select_visual, video_source
 from sparsectx.eval.results import finished, provenance, write_json
 from sparsectx.models import LoadedModel
+from sparsectx.models.video_input import check_video_family
 from sparsectx.prompting import processor_inputs
+from sparsectx.visual import ImageTokens
 
 if TYPE_CHECKING:
     from sparsectx.eval.runner import EvalJob
@@ -61,12 +65,13 @@ def measure_item(
     job: EvalJob,
     loaded: LoadedModel,
     sample: EncodedSample,
-    vision_inputs: tuple[torch.Tensor, torch.Tensor],
+    encode: Callable[[], list[ImageTokens]],
     budget: float,
 ) -> dict[str, Any]:
     """Returns one item's median stage latencies (ms), prefill length and kept tokens at ``budget``.
 
-    With ``efficiency.count_flops`` also the prefill FLOPs counted by ``FlopCounterMode``.
+    ``encode`` re-runs the vision tower on the item's visual inputs (``visual_encoder``), the timed vision
+    stage. With ``efficiency.count_flops`` also the prefill FLOPs counted by ``FlopCounterMode``.
     """
     cfg, device = job.cfg, loaded.adapter.model.device
     engine, steps = (
@@ -76,7 +81,7 @@ def measure_item(
     times: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for rep in range(cfg.efficiency.warmup + cfg.efficiency.repetitions):
         t0 = _sync(device)
-        fresh = replace(sample, images=loaded.adapter.encode_images(*vision_inputs))
+        fresh = replace(sample, images=encode())
         t1 = _sync(device)
         prompts, _ = eval_prompts(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
         t2 = _sync(device)
@@ -167,6 +172,26 @@ def with_ratios(row: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any
     return {**row, "ratios": ratios}
 
 
+def visual_encoder(
+    loaded: LoadedModel, batch: BatchFeature
+) -> tuple[Callable[[], list[ImageTokens]], list[tuple[int, int, int]]]:
+    """Returns a function that encodes one prompt's visual inputs as ``encode_samples`` orders them (videos,
+    then images) and their patch grids (t, h, w), which the vision FLOPs formula counts."""
+    device, adapter = loaded.adapter.model.device, loaded.adapter
+    grids: list[tuple[int, int, int]] = []
+    parts: list[Callable[[], list[ImageTokens]]] = []
+    if "pixel_values_videos" in batch:
+        pixels, grid = batch["pixel_values_videos"].to(device), batch["video_grid_thw"].to(device)
+        seconds = batch.get("second_per_grid_ts")
+        parts.append(lambda: adapter.encode_videos(pixels, grid, seconds))
+        grids += [tuple(g) for g in batch["video_grid_thw"].tolist()]
+    if "pixel_values" in batch:
+        image_pixels, image_grid = batch["pixel_values"].to(device), batch["image_grid_thw"].to(device)
+        parts.append(lambda: adapter.encode_images(image_pixels, image_grid))
+        grids += [tuple(g) for g in batch["image_grid_thw"].tolist()]
+    return (lambda: [tokens for part in parts for tokens in part()]), grids
+
+
 def measure_budgets(job: EvalJob, loaded: LoadedModel, items: list[Item]) -> list[dict[str, Any]]:
     """Returns one row per budget, the unpruned 1.0 first, each with its ratios to 1.0 (``with_ratios``).
 
@@ -175,18 +200,20 @@ def measure_budgets(job: EvalJob, loaded: LoadedModel, items: list[Item]) -> lis
     """
     cfg, eff = job.cfg, job.cfg.efficiency
     check_vision_family(loaded.adapter.family)
-    device = loaded.adapter.model.device
     budgets = sorted(set(eff.budgets) | {1.0}, reverse=True)
     measures: dict[float, list[dict[str, Any]]] = {budget: [] for budget in budgets}
+    video = video_source(cfg.bench[eff.bench])
+    if video is not None:
+        check_video_family(loaded.adapter.family, f"bench.{eff.bench}.video")
     grids = []
     for item in tqdm(items, desc=f"efficiency {cfg.pruner.name}", unit="item"):
-        prompt = prompt_item(item, cfg.prompt, with_image=True)
+        prompt = prompt_item(item, cfg.prompt, with_image=True, video=video)
         batch = processor_inputs(loaded.processor, [prompt])
-        sample = encode_samples(loaded.adapter, loaded.processor, [prompt])[0]
-        vision_inputs = (batch["pixel_values"].to(device), batch["image_grid_thw"].to(device))
-        grids.append([tuple(g) for g in batch["image_grid_thw"].tolist()])
+        sample = encode_samples(loaded.adapter, loaded.processor, [prompt], batch)[0]
+        encode, item_grids = visual_encoder(loaded, batch)
+        grids.append(item_grids)
         for budget in budgets:
-            measures[budget].append(measure_item(job, loaded, sample, vision_inputs, budget))
+            measures[budget].append(measure_item(job, loaded, sample, encode, budget))
     rows = {b: budget_row(loaded, b, grids, measures[b], eff.decode_tokens) for b in budgets}
     return [with_ratios(rows[b], rows[1.0]) for b in budgets]
 

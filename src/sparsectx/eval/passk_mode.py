@@ -46,11 +46,13 @@ from sparsectx.eval.protocol import (
     sample_id,
     scored_item,
     select_visual,
+    video_source,
 )
 from sparsectx.eval.results import config_hash, finished, provenance, resume_rows, write_json, write_rows
 from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
+from sparsectx.models.video_input import check_video_family
 from sparsectx.paths import predictions_path
 
 if TYPE_CHECKING:
@@ -129,9 +131,8 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     """Returns one item's greedy and n sampled responses from a single fixed context, judged."""
     cfg, pk = job.cfg, job.cfg.passk
     sid = sample_id(item)
-    sample = encode_samples(
-        loaded.adapter, loaded.processor, [prompt_item(item, cfg.prompt, condition == "sparse")]
-    )[0]
+    prompt = prompt_item(item, cfg.prompt, condition == "sparse", video=video_source(spec))
+    sample = encode_samples(loaded.adapter, loaded.processor, [prompt])[0]
     if condition == "sparse":
         selection = select_visual(loaded.adapter, [sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
         context = lambda m: build_context(loaded.adapter, [sample] * m, [selection] * m)  # noqa: E731
@@ -192,6 +193,8 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     done = resume_rows(raw, chash, set(keys), "key")
     pending = [(item, c) for item in cohort for c in conditions if f"{sample_id(item)}/{c}" not in done]
     loaded = job.model()[0] if pending else None
+    if loaded is not None and video_source(spec) is not None:
+        check_video_family(loaded.adapter.family, f"bench.{spec.name}.video")
     for item, condition in tqdm(pending, desc=f"{spec.name} pass@k", unit="draw"):
         row = {**draw(job, loaded, spec, item, condition), "config_hash": chash}
         append_jsonl(raw, [row])

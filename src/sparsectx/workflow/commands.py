@@ -29,11 +29,14 @@ def entry_point(script: str, cwd: str | Path | None = None) -> list[str]:
 def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
     """Returns the overrides pointing ``stage`` at the data job's files ([] when no data is built).
 
-    ``build_data`` and ``train`` get ``data.out_dir``; an evaluation gets ``bench.<bench>.path``.
+    ``build_data`` and ``train`` get ``data.out_dir`` (``build_data`` also ``data/video=<grid.data.video>``);
+    an evaluation gets ``bench.<bench>.path``.
     """
     out_dir = grid.data_dir()
     if out_dir is None:
         return []
+    if stage == "build_data" and grid.data.get("video") is not None:
+        return [f"data.out_dir={out_dir}", f"data/video={grid.data['video']}"]
     if stage in ("build_data", "train"):
         return [f"data.out_dir={out_dir}"]
     return [f"bench.{bench}.path={grid.data_files()[bench]}"]

@@ -79,6 +79,15 @@ def missing_cells(experiment: str | Grid) -> list[MissingCell]:
     return grid.missing_cells()
 
 
+def check_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Returns ``grid.data`` (keys checked by the schema) after checking that its optional ``video``, a synthetic
+    video family whose benchmark the data job writes beside the suite, has its ``conf/data/video/`` file."""
+    video = data.get("video")
+    if video is not None and not (Path(CONF_DIR) / "data" / "video" / f"{video}.yaml").is_file():
+        raise ValueError(f"grid.data.video={video!r}: no conf/data/video/{video}.yaml")
+    return data
+
+
 class Grid:
     """The leaves of one experiment; dangling names and clashing outputs raise on construction.
 
@@ -108,7 +117,7 @@ class Grid:
         self.train_seeds = parse_train_seeds(grid["train_seeds"], self.seed)
         """Training seeds of the tables' trained cells, as listed; ``grid.seed`` among them."""
         self.resources: dict[str, dict[str, int]] = grid["resources"]
-        self.data: dict[str, Any] = grid["data"]
+        self.data: dict[str, Any] = check_data(grid["data"])
         extra = extra_overrides or {}
         self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
         check_tables_overrides(self._overrides["tables"])
@@ -314,11 +323,13 @@ class Grid:
         """
         if not self.data["build"]:
             return None
-        name = self.data["config"]
+        name, video = self.data["config"], self.data.get("video")
         spec = {
             "data": load_yaml(Path(conf_dir) / "data" / f"{name}.yaml"),
             "overrides": self.overrides("build_data"),
         }
+        if video is not None:  # only then, so grids without a video family keep their folders
+            spec["video"] = load_yaml(Path(conf_dir) / "data" / "video" / f"{video}.yaml")
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
         return f"data/{name}-{digest}"
 
@@ -328,11 +339,15 @@ class Grid:
         if out_dir is None:
             return {}
         data_cfg = load_yaml(Path(conf_dir) / "data" / f"{self.data['config']}.yaml")
-        files = {name: f"{out_dir}/{name}.tsv" for name in [*data_cfg["benches"], "train"]}
+        video = [] if self.data.get("video") is None else [self.data["video"]]
+        files = {name: f"{out_dir}/{name}.tsv" for name in [*data_cfg["benches"], *video, "train"]}
         unbuilt = sorted(set(self.names("bench")) - set(files))
         if unbuilt:
             where = f"conf/data/{self.data['config']}.yaml"
-            raise ValueError(f"grid benchmarks {unbuilt} are not among the benches of {where}")
+            raise ValueError(
+                f"grid benchmarks {unbuilt} are not among the benches of {where} nor grid.data.video "
+                f"({self.data.get('video')!r})"
+            )
         return files
 
     # ---- CLI overrides ---------------------------------------------------------------------------------
