@@ -31,12 +31,14 @@ lint: $(STAMP)
 
 # sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there).
 # demo: the seeds' headline claims on the whole synthetic suite (conf/experiment/tiny_demo.yaml);
-# study: the broad tiny grid, every operator across budgets and every table shape (conf/experiment/tiny.yaml).
+# study: the broad tiny grid, every operator across budgets and every table shape (conf/experiment/tiny.yaml),
+# then the image-to-video table (conf/experiment/tiny_video.yaml).
 demo: $(STAMP)
 	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables --config experiment=tiny_demo
 
 study: $(STAMP)
 	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables
+	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables --config experiment=tiny_video
 
 clean-results:
 	rm -rf results

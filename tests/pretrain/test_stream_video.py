@@ -129,3 +129,15 @@ def test_a_continuation_trains_on_clips_and_keeps_the_first_stage_record(tmp_pat
     record = json.loads((second / "training_record.json").read_text())
     assert record["command"] == "stage two" and record["config"]["train"]["videos_per_batch"] == 2
     assert record["earlier_stage"] == json.loads((first / "training_record.json").read_text())
+
+
+def test_the_shipped_video_model_continues_the_shipped_image_model() -> None:
+    video = ASSET.parent / "tiny-vlm-video"
+    record = json.loads((video / "training_record.json").read_text())
+    assert record["earlier_stage"] == json.loads((ASSET / "training_record.json").read_text())
+    assert record["complete"] and record["config"]["init_from"] == "src/sparsectx/assets/tiny-vlm"
+    assert record["config"]["video"]["name"] == "tiny_video" and record["config"]["train"]["videos_per_batch"] > 0
+    for name in PROCESSOR_FILES:  # one tokenizer and processor: the continuation changes weights only
+        assert (video / name).read_bytes() == (ASSET / name).read_bytes(), name
+    image, clips = (json.loads((d / "config.json").read_text()) for d in (ASSET, video))
+    assert image == clips

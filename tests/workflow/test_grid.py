@@ -265,6 +265,25 @@ def test_tiny_data_files_come_from_the_data_config() -> None:
     assert wf.load_grid("scopd_qwen2_5_vl_7b").data_files() == {}
 
 
+def test_a_video_family_is_built_by_the_data_job_beside_the_suite() -> None:
+    grid, image_only = wf.load_grid("tiny_video"), wf.load_grid("tiny")
+    files = grid.data_files()
+    data = wf.load_yaml(wf.CONF_DIR / "data" / "tiny.yaml")
+    assert set(files) == set(data["benches"]) | {"train", "tiny_video"}
+    assert files["tiny_video"] == f"{grid.data_dir()}/tiny_video.tsv"
+    assert wf.data_args(grid, "train") == [f"data.out_dir={grid.data_dir()}"]
+    assert wf.data_args(grid, "build_data") == [f"data.out_dir={grid.data_dir()}", "data/video=tiny_video"]
+    assert wf.data_args(grid, "evaluate", "tiny_video") == [f"bench.tiny_video.path={files['tiny_video']}"]
+    # the video family's config is part of the digest only when given: image-only grids keep their folder
+    digest = lambda g: g.data_dir().rsplit("-", 1)[1]  # noqa: E731
+    assert digest(grid) != digest(image_only)
+
+
+def test_an_unknown_video_family_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"grid.data.video='tiny_vdeo': no conf/data/video/tiny_vdeo.yaml"):
+        wf.load_grid("tiny_video", {"data": {"build": True, "config": "tiny", "video": "tiny_vdeo"}})
+
+
 def test_config_grid_keys_replace_preset_keys_whole() -> None:
     reduced = {
         "benchmarks": {"syn_count": {}},
