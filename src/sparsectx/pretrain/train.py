@@ -256,7 +256,7 @@ def earlier_stage(folder: Path) -> dict:
 
 
 def _save_state(
-    state_dir: Path, model, optimizer, step: int, curve: list, seconds: float, earlier: dict | None
+    state_dir: Path, model, optimizer, step: int, curve: list, seconds: float, earlier: dict | None = None
 ) -> None:
     """Writes ``state_dir/state.pt`` atomically (temporary file, fsync, rename).
 
