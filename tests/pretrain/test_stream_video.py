@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from test_resume import ASSET, CONF, PROCESSOR_FILES, SMALL
 from transformers import AutoTokenizer
 
@@ -136,8 +137,20 @@ def test_the_shipped_video_model_continues_the_shipped_image_model() -> None:
     record = json.loads((video / "training_record.json").read_text())
     assert record["earlier_stage"] == json.loads((ASSET / "training_record.json").read_text())
     assert record["complete"] and record["config"]["init_from"] == "src/sparsectx/assets/tiny-vlm"
-    assert record["config"]["video"]["name"] == "tiny_video" and record["config"]["train"]["videos_per_batch"] > 0
+    assert (
+        record["config"]["video"]["name"] == "tiny_video"
+        and record["config"]["train"]["videos_per_batch"] > 0
+    )
     for name in PROCESSOR_FILES:  # one tokenizer and processor: the continuation changes weights only
         assert (video / name).read_bytes() == (ASSET / name).read_bytes(), name
     image, clips = (json.loads((d / "config.json").read_text()) for d in (ASSET, video))
     assert image == clips
+    # the benchmark's clips and traces follow today's configs, as the shipped image model's suite does
+    shipped = load_config(_shipped_config())
+    assert record["config"]["video"] == OmegaConf.to_container(OmegaConf.structured(shipped.video))
+    assert record["config"]["data"] == OmegaConf.to_container(OmegaConf.structured(shipped.data))
+
+
+def _shipped_config():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("pretrain_tiny_video")
