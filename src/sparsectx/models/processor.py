@@ -121,7 +121,7 @@ class ImageTextProcessor:
         if cursor != len(videos):
             raise ValueError(
                 f"{len(videos)} videos were given but the prompts hold {cursor} markers {marker!r}: does the "
-                "checkpoint's chat template render {'type': 'video'} parts (the shipped tiny model's does not)?"
+                "checkpoint's chat template render {'type': 'video'} parts?"
             )
         return out
 
