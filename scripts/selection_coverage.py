@@ -29,7 +29,7 @@ from hydra import compose, initialize_config_dir
 
 from sparsectx.encoding import encode_samples
 from sparsectx.eval.checkpoints import load_eval_model
-from sparsectx.eval.config import load_eval_config
+from sparsectx.eval.config import EvalConfig, load_eval_config
 from sparsectx.eval.protocol import load_bench_items, prompt_item, select_visual
 from sparsectx.pruning import declared_signals
 
@@ -54,8 +54,17 @@ def coverage(scene: dict, kept: list[int], cell: int, side: int) -> tuple[float,
     return hit, sum(c in on for c in cells) / len(cells)
 
 
+def eval_config(*overrides: str) -> EvalConfig:
+    """Returns the config ``src/evaluate.py`` composes with ``overrides`` (logging off)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return load_eval_config(compose("evaluate", overrides=["logger=none", *overrides]))
+
+
 def main() -> None:
-    """Prints the coverage table of every pruner on every benchmark."""
+    """Prints the coverage table of every pruner on every benchmark.
+
+    Each pruner re-encodes the items: the tower records only the signals that pruner declares.
+    """
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -65,26 +74,17 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100, help="items per benchmark (the first ones)")
     parser.add_argument("overrides", nargs="*", help="evaluate.py overrides, e.g. model=tiny_video_vlm")
     args = parser.parse_args()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        base = load_eval_config(compose("evaluate", overrides=["logger=none", *args.overrides]))
+    base = eval_config(*args.overrides)
     loaded, _ = load_eval_model(base.model, base.checkpoint, base.seed)
     config = loaded.adapter.model.config.vision_config
     cell = config.patch_size * config.spatial_merge_size
     print(f"budget {args.budget}; {args.items} items per benchmark; model {base.model.name}")
     print(f"{'pruner':10s} {'benchmark':12s} {'objects hit':>12s} {'tokens on objects':>18s} {'kept':>6s}")
     for pruner in args.pruners:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = load_eval_config(
-                compose("evaluate", overrides=["logger=none", f"pruner={pruner}", *args.overrides])
-            )
-        loaded.adapter.vision_signals = declared_signals(cfg.pruner.name, cfg.pruner.params, cfg.seed)
         for bench in args.benches:
-            spec = cfg.bench.get(bench)
-            if spec is None:
-                with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-                    over = ["logger=none", f"pruner={pruner}", f"bench={bench}", *args.overrides]
-                    spec = load_eval_config(compose("evaluate", overrides=over)).bench[bench]
-            items = load_bench_items(spec, cfg.max_skip_fraction)[0][: args.items]
+            cfg = eval_config(f"pruner={pruner}", f"bench={bench}", *args.overrides)
+            loaded.adapter.vision_signals = declared_signals(cfg.pruner.name, cfg.pruner.params, cfg.seed)
+            items = load_bench_items(cfg.bench[bench], cfg.max_skip_fraction)[0][: args.items]
             hits, ons, kept = [], [], []
             for item in items:
                 sample = encode_samples(

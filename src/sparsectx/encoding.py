@@ -67,13 +67,7 @@ def encode_samples(
     if batch is None:
         batch = processor_inputs(processor, items)
     device = adapter.model.device
-    images, videos = [], []
-    if "pixel_values" in batch:
-        images = adapter.encode_images(_on(batch["pixel_values"], device), batch["image_grid_thw"].to(device))
-    if "pixel_values_videos" in batch:
-        seconds = batch.get("second_per_grid_ts")
-        grids = batch["video_grid_thw"].to(device)
-        videos = adapter.encode_videos(_on(batch["pixel_values_videos"], device), grids, seconds)
+    videos, images = encode_visual(adapter, batch)
     samples, cursor, video_cursor = [], 0, 0
     for row, item in enumerate(items):
         ids = batch["input_ids"][row][batch["attention_mask"][row].bool()]
@@ -97,6 +91,23 @@ def encode_samples(
             )
         )
     return samples
+
+
+def encode_visual(adapter: VLMAdapter, batch: BatchFeature) -> tuple[list[ImageTokens], list[ImageTokens]]:
+    """Returns (videos, images) of a processed batch, each kind through the vision tower once, in batch order.
+
+    Pixel values not yet on the model's device are copied there (pinned ones asynchronously).
+    """
+    device = adapter.model.device
+    images: list[ImageTokens] = []
+    videos: list[ImageTokens] = []
+    if "pixel_values" in batch:
+        images = adapter.encode_images(_on(batch["pixel_values"], device), batch["image_grid_thw"].to(device))
+    if "pixel_values_videos" in batch:
+        seconds = batch.get("second_per_grid_ts")
+        grids = batch["video_grid_thw"].to(device)
+        videos = adapter.encode_videos(_on(batch["pixel_values_videos"], device), grids, seconds)
+    return videos, images
 
 
 def _on(pixels: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -57,6 +57,11 @@ class VideoStream:
     merge: int
     patch: int
 
+    def merged_grid(self) -> tuple[int, int, int]:
+        """Returns a clip's post-merger grid (temporal patches, rows, columns): its frames kept at full size."""
+        side = self.family.frame_size // (self.patch * self.merge)
+        return -(-self.family.frames // self.temporal_patch), side, side
+
 
 class PretrainStream(Dataset):
     """Map-style view of the stream: ``stream[n]`` is item n (uint8 image, prompt ids, response ids)."""
@@ -137,10 +142,15 @@ class PretrainStream(Dataset):
                 break
             attempt += 1
         # Capped at its own token count, as the benchmark config caps it, so the processor keeps the frame size.
-        side = video.family.frame_size // (video.patch * video.merge)
-        tokens = -(-len(frames) // video.temporal_patch) * side * side
+        groups, rows, cols = video.merged_grid()
+        tokens = groups * rows * cols
         clip = Video(
-            tuple(frames), tuple(range(len(frames))), video.family.fps, len(frames), f"stream item {n}", tokens
+            tuple(frames),
+            tuple(range(len(frames))),
+            video.family.fps,
+            len(frames),
+            f"stream item {n}",
+            tokens,
         )
         item = PromptItem(
             sample_id=str(n),
@@ -160,14 +170,12 @@ class PretrainStream(Dataset):
         prompt = self.tokenizer.apply_chat_template(
             chat_messages(item), tokenize=False, add_generation_prompt=True
         )
-        groups = -(-len(frames) // video.temporal_patch)
-        side = video.family.frame_size // (video.patch * video.merge)
         prompt = prompt.replace(VIDEO_TOKEN, VIDEO_TOKEN * item.videos[0].max_tokens)
         encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         prompt_ids = encode(prompt)
         ids = torch.tensor(prompt_ids + encode(trace + "<|im_end|>"), dtype=torch.long)
         step = video.tokens_per_second * int(second_per_grid(item.videos[0], video.temporal_patch))
-        positions, _ = rope_positions(ids, self.video_token_id, [(groups, side, side)], [step])
+        positions, _ = rope_positions(ids, self.video_token_id, [video.merged_grid()], [step])
         return {
             "clip": torch.from_numpy(np.stack([np.asarray(f, dtype=np.uint8) for f in frames])),
             "ids": ids,
