@@ -8,6 +8,7 @@ the CLI calls). They need the entry points; until those exist they are skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -157,3 +158,40 @@ def test_a_killed_training_job_resumes_from_its_state(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-3000:] + log.read_text()[-3000:]
     assert (tmp_path / CHECKPOINT).is_file()
     assert "resumed" in log.read_text()
+
+
+LEAF_JOBS = {**REDUCED, "grid": {**REDUCED["grid"], "eval_jobs": "leaf", "benchmarks": {"syn_count": {}, "syn_ocr": {}}}}
+LEAF_JOBS["grid"]["tables"] = {
+    name: {**block, "benchmarks": ["syn_count", "syn_ocr"]} for name, block in REDUCED["grid"]["tables"].items()
+}
+LEAF_JOBS["hydra_overrides"] = {
+    **REDUCED["hydra_overrides"],
+    "evaluate": ["bench.syn_count.max_new_tokens=24", "bench.syn_ocr.max_new_tokens=24"],
+}
+
+
+def test_per_leaf_jobs_write_what_per_benchmark_jobs_write(tmp_path: Path, study: tuple[Path, Path]) -> None:
+    """grid.eval_jobs: leaf runs one evaluation job per leaf for both benchmarks; each benchmark's result is the
+    per-benchmark job's (same score, predictions and config hash), a rerun does nothing, and a deleted result
+    reruns its leaf's one job."""
+    configfile = write_config(tmp_path / "leaf.yaml", LEAF_JOBS)
+    done = run(tmp_path, configfile, "all_tables")
+    logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((tmp_path / "logs").rglob("*.log")))
+    assert done.returncode == 0, done.stderr[-5000:] + logs
+    grid = wf.load_grid("tiny", LEAF_JOBS["grid"])
+    leaves = {str(Path(c).parent) for c in grid.leaves("table")}
+    assert len(leaves) == 4  # full context, visionzip 0.1 (base and scopd), random 0.1
+    for leaf in leaves:
+        assert (tmp_path / wf.mirror(f"{leaf}/all_benchmarks.json", "logs", "evaluate", ".log")).is_file()
+        for bench in ("syn_count", "syn_ocr"):
+            assert (tmp_path / leaf / f"{bench}.json").is_file(), (leaf, bench)
+    assert planned(tmp_path, configfile, "all_tables") == {}
+    # the per-benchmark study of the same cells (REDUCED, syn_count only) scored the same predictions
+    per_bench_dir, _ = study
+    for leaf in leaves:
+        one = json.loads((per_bench_dir / leaf / "syn_count.json").read_text())
+        many = json.loads((tmp_path / leaf / "syn_count.json").read_text())
+        assert many["score"] == one["score"], leaf
+        assert many["provenance"]["config_hash"] == one["provenance"]["config_hash"], leaf
+    (tmp_path / "results/tiny/tiny/base/random/0.1/syn_ocr.json").unlink()
+    assert planned(tmp_path, configfile, "all_tables") == {"evaluate_base": 1, "make_tables": 1, "all_tables": 1}

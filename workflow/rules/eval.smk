@@ -3,16 +3,17 @@ analysis and the efficiency measurements (which may also name the untrained mode
 
 
 rule evaluate_trained:
-    """Scores one trained checkpoint on one benchmark under one pruner and budget."""
+    """Scores one trained checkpoint on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one
+    pruner and budget."""
     input:
-        bench=lambda w: DATA.get(w.bench, []),
+        bench=lambda w: bench_files(w),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
     output:
-        wf.RESULT_PATTERN,
+        GRID.eval_outputs(wf.RESULT_PATTERN),
     log:
-        wf.mirror(wf.RESULT_PATTERN, "logs", "evaluate", ".log"),
+        GRID.eval_side_file(wf.RESULT_PATTERN, "logs", ".log"),
     benchmark:
-        wf.mirror(wf.RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+        GRID.eval_side_file(wf.RESULT_PATTERN, "benchmarks", ".tsv")
     wildcard_constraints:
         method=GRID.constraint("method", exclude=[wf.BASE]),
     params:
@@ -29,14 +30,14 @@ rule evaluate_trained:
 # into results/seed<s>/, the tree make_tables reads for it (workflow/README.md, "Several training seeds").
 use rule evaluate_trained as evaluate_trained_seed with:
     input:
-        bench=lambda w: DATA.get(w.bench, []),
+        bench=lambda w: bench_files(w),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
     output:
-        wf.SEED_RESULT_PATTERN,
+        GRID.eval_outputs(wf.SEED_RESULT_PATTERN),
     log:
-        wf.mirror(wf.SEED_RESULT_PATTERN, "logs", "evaluate", ".log"),
+        GRID.eval_side_file(wf.SEED_RESULT_PATTERN, "logs", ".log"),
     benchmark:
-        wf.mirror(wf.SEED_RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+        GRID.eval_side_file(wf.SEED_RESULT_PATTERN, "benchmarks", ".tsv")
     params:
         cli=wf.entry_point("evaluate.py"),
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), seed=wf.seed_of(w)),

@@ -2,15 +2,16 @@
 
 
 rule evaluate_base:
-    """Scores the untrained model on one benchmark under one pruner and budget."""
+    """Scores the untrained model on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one pruner
+    and budget."""
     input:
-        bench=lambda w: DATA.get(w.bench, []),
+        bench=lambda w: bench_files(w),
     output:
-        wf.RESULT_PATTERN,
+        GRID.eval_outputs(wf.RESULT_PATTERN),
     log:
-        wf.mirror(wf.RESULT_PATTERN, "logs", "evaluate", ".log"),
+        GRID.eval_side_file(wf.RESULT_PATTERN, "logs", ".log"),
     benchmark:
-        wf.mirror(wf.RESULT_PATTERN, "benchmarks", "evaluate", ".tsv")
+        GRID.eval_side_file(wf.RESULT_PATTERN, "benchmarks", ".tsv")
     wildcard_constraints:
         method=wf.BASE,
     params:

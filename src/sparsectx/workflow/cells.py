@@ -30,6 +30,10 @@ SEED_FOLDER = "seed{seed}"
 ``sparsectx.report.seeds.seed_root`` reads: ``<results_root>/seed<s>/`` holds the usual tree)."""
 SEED_RESULT_PATTERN = f"results/{SEED_FOLDER}/" + RESULT_PATTERN.removeprefix("results/")
 SEED_CHECKPOINT_PATTERN = f"runs/{SEED_FOLDER}/" + CHECKPOINT_PATTERN.removeprefix("runs/")
+EVAL_JOBS = ("benchmark", "leaf")
+"""``grid.eval_jobs``: one evaluation job per (leaf, benchmark), or one per leaf writing all its benchmarks."""
+LEAF_JOB_STEM = "all_benchmarks"
+"""Stem of a per-leaf evaluation job's log and timing files (there is no ``{bench}`` to name them by)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -123,9 +127,11 @@ def mirror(pattern: str, root: str, stage: str, suffix: str) -> str:
 
 
 def cell_of(wildcards: Mapping[str, str]) -> Cell:
-    """Returns the cell a Snakemake job's wildcards name."""
+    """Returns the cell a Snakemake job's wildcards name; a per-leaf evaluation job (no ``bench`` wildcard)
+    names the leaf with ``bench`` empty."""
     w = wildcards
-    return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), w["bench"])
+    bench = w["bench"] if "bench" in w.keys() else ""
+    return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), bench)
 
 
 def run_of(wildcards: Mapping[str, str]) -> TrainRun:

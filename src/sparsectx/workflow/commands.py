@@ -30,7 +30,7 @@ def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
     """Returns the overrides pointing ``stage`` at the data job's files ([] when no data is built).
 
     ``build_data`` and ``train`` get ``data.out_dir`` (``build_data`` also ``data/video=<grid.data.video>``);
-    an evaluation gets ``bench.<bench>.path``.
+    an evaluation gets ``bench.<name>.path`` for each name of the comma-separated ``bench``.
     """
     out_dir = grid.data_dir()
     if out_dir is None:
@@ -39,7 +39,8 @@ def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
         return [f"data.out_dir={out_dir}", f"data/video={grid.data['video']}"]
     if stage in ("build_data", "train"):
         return [f"data.out_dir={out_dir}"]
-    return [f"bench.{bench}.path={grid.data_files()[bench]}"]
+    files = grid.data_files()
+    return [f"bench.{name}.path={files[name]}" for name in bench.split(",")]
 
 
 def _point_args(grid: Grid, cell: Cell, method_key: str, seed: int) -> list[str]:
@@ -83,14 +84,17 @@ def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None
 
     A seed other than ``grid.seed`` (greedy results of trained cells only) reads ``runs/seed<s>/`` and writes
     ``results/seed<s>/`` (``results_root``). The evaluation itself keeps ``seed=<grid.seed>``: pruner masks
-    and sampling are those of the untrained rows it is compared with, so seeds differ by training alone.
+    and sampling are those of the untrained rows it is compared with, so seeds differ by training alone. A
+    cell with no benchmark is a per-leaf job (``grid.eval_jobs: leaf``): ``bench=[...]`` names every benchmark
+    of ``grid.eval_benches()``.
     """
     if seed not in (None, grid.seed) and (mode != "greedy" or cell.method == BASE):
         raise ValueError(f"{cell} in mode {mode}: only greedy results of a trained cell have training seeds")
+    benches = ",".join(grid.job_benches(cell))
     args = [
         *_point_args(grid, cell, EVAL_METHOD_KEY, grid.seed),
-        f"bench={cell.bench}",
-        *data_args(grid, mode, cell.bench),
+        f"bench={cell.bench}" if cell.bench else f"bench=[{benches}]",
+        *data_args(grid, mode, benches),
     ]
     args += _checkpoint_args(grid, cell, seed) + _seed_root_args(grid, "results_root", "results", seed)
     if mode == "passk":

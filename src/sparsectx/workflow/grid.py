@@ -20,6 +20,7 @@ from sparsectx.paths import budget_tag, leaf_dir, result_path, run_dir
 from sparsectx.workflow.cells import (
     BASE,
     CHECKPOINT_MARKER,
+    LEAF_JOB_STEM,
     SEED_FOLDER,
     STAGES,
     TABLES_PATTERN,
@@ -28,6 +29,7 @@ from sparsectx.workflow.cells import (
     EfficiencyRun,
     MissingCell,
     TrainRun,
+    mirror,
 )
 from sparsectx.workflow.config import CONF_DIR, load_yaml, resolve_config, validate_config
 from sparsectx.workflow.parse import (
@@ -118,6 +120,9 @@ class Grid:
         """Training seeds of the tables' trained cells, as listed; ``grid.seed`` among them."""
         self.resources: dict[str, dict[str, int]] = grid["resources"]
         self.data: dict[str, Any] = check_data(grid["data"])
+        self.eval_jobs: str = grid.get("eval_jobs", "benchmark")
+        """``benchmark``: one greedy evaluation job per (leaf, benchmark); ``leaf``: one per leaf, writing every
+        benchmark of ``eval_benches()`` in one process (its start-up paid once instead of once per benchmark)."""
         extra = extra_overrides or {}
         self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
         check_tables_overrides(self._overrides["tables"])
@@ -246,6 +251,31 @@ class Grid:
         wanted += [("method", r.method) for r in self.train_runs]
         paths = sorted({Path(conf_dir) / group / f"{name}.yaml" for group, name in wanted})
         return [str(p) for p in paths if not p.is_file()]
+
+    # ---- evaluation jobs -----------------------------------------------------------------------------
+    def eval_benches(self) -> list[str]:
+        """Returns the benchmarks a per-leaf evaluation job writes: every supported benchmark of the table and
+        Pass@K blocks (the efficiency block reads its benchmark itself), sorted."""
+        named = {b for block in self.blocks if block.kind != "efficiency" for b in block.benchmarks}
+        return sorted(b for b in named if self.benchmarks[b] is None)
+
+    def job_benches(self, cell: Cell) -> list[str]:
+        """Returns the benchmarks the greedy evaluation job of ``cell`` writes: its own, or (per-leaf jobs,
+        ``cell.bench`` empty) ``eval_benches()``."""
+        return [cell.bench] if cell.bench else self.eval_benches()
+
+    def eval_outputs(self, pattern: str) -> list[str]:
+        """Returns a greedy evaluation rule's outputs for a result ``pattern``: the pattern itself, or (per-leaf
+        jobs) one path per benchmark of ``eval_benches()`` with only the leaf's wildcards left."""
+        if self.eval_jobs == "benchmark":
+            return [pattern]
+        return [pattern.replace("{bench}", bench) for bench in self.eval_benches()]
+
+    def eval_side_file(self, pattern: str, root: str, suffix: str) -> str:
+        """Returns the log (``root`` ``logs``) or timing file (``benchmarks``) of a greedy evaluation job of
+        ``pattern``; a per-leaf job's is named ``all_benchmarks`` in the leaf's folder."""
+        path = mirror(pattern, root, "evaluate", suffix)
+        return path if self.eval_jobs == "benchmark" else path.replace("{bench}", LEAF_JOB_STEM)
 
     # ---- paths -------------------------------------------------------------------------------------------
     def seed_root(self, root: str, seed: int | None = None) -> str:
