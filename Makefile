@@ -31,14 +31,20 @@ lint: $(STAMP)
 
 # sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there).
 # demo: the seeds' headline claims on the whole synthetic suite (conf/experiment/tiny_demo.yaml);
-# study: the broad tiny grid, every operator across budgets and every table shape (conf/experiment/tiny.yaml),
-# then the image-to-video table (conf/experiment/tiny_video.yaml).
+# study: every table of both seeds in the tiny world, three training seeds, 600 items (conf/experiment/
+# tiny_scopd.yaml, tiny_ltopd.yaml), then the image-to-video table (tiny_video.yaml). On a machine where
+# nvidia-smi lists a GPU every job runs there (workflow/profiles/gpu); elsewhere on the CPU (profiles/local:
+# hours on two cores). STUDY_PROFILE=<dir> picks another profile.
+STUDY_PROFILE ?= $(if $(shell nvidia-smi -L 2>/dev/null),workflow/profiles/gpu,workflow/profiles/local)
+STUDY_EXPERIMENTS := tiny_scopd tiny_ltopd tiny_video
+
 demo: $(STAMP)
 	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables --config experiment=tiny_demo
 
 study: $(STAMP)
-	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables
-	cd $(CURDIR) && $(BIN)/python -m sparsectx.pipeline --profile workflow/profiles/local all_tables --config experiment=tiny_video
+	@echo "make study: profile $(STUDY_PROFILE)"
+	cd $(CURDIR) && for e in $(STUDY_EXPERIMENTS); do \
+		$(BIN)/python -m sparsectx.pipeline --profile $(STUDY_PROFILE) all_tables --config experiment=$$e || exit 1; done
 
 clean-results:
 	rm -rf results

@@ -160,7 +160,8 @@ def test_a_killed_training_job_resumes_from_its_state(tmp_path: Path) -> None:
     assert "resumed" in log.read_text()
 
 
-LEAF_JOBS = {**REDUCED, "grid": {**REDUCED["grid"], "eval_jobs": "leaf", "benchmarks": {"syn_count": {}, "syn_ocr": {}}}}
+TWO_BENCHES = {"syn_count": {}, "syn_ocr": {}}
+LEAF_JOBS = {**REDUCED, "grid": {**REDUCED["grid"], "eval_jobs": "leaf", "benchmarks": TWO_BENCHES}}
 LEAF_JOBS["grid"]["tables"] = {
     name: {**block, "benchmarks": ["syn_count", "syn_ocr"]} for name, block in REDUCED["grid"]["tables"].items()
 }

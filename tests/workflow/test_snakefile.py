@@ -116,3 +116,23 @@ def test_a_bad_grid_fails_while_parsing(snakemake: Snakemake, tmp_path: Path) ->
     run = snakemake("-n", "--workflow-profile", "none", "--configfile", str(bad))
     assert run.returncode != 0
     assert "seed" in run.stderr + run.stdout
+
+
+@pytest.mark.parametrize("experiment", ["tiny_scopd", "tiny_ltopd"])
+def test_gpu_profile_schedules_one_evaluation_job_per_leaf(snakemake: Snakemake, experiment: str) -> None:
+    run = snakemake(
+        "--profile", "workflow/profiles/gpu", "-n", "-p", "all_tables", "--config", f"experiment={experiment}"
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    grid = wf.load_grid(experiment)
+    assert grid.eval_jobs == "leaf" and len(grid.train_seeds) == 3
+    leaves = {str(Path(leaf).parent) for leaf in grid.targets("sweep") + grid.targets("full_context")}
+    trained = {str(Path(leaf).parent) for leaf in grid.targets("trained")}
+    counts = job_counts(run.stdout)
+    assert counts["evaluate_base"] == len(leaves)
+    assert counts["evaluate_trained"] + counts["evaluate_trained_seed"] == len(trained)
+    assert counts["train"] + counts["train_seed"] == len(grid.train_runs) * 3
+    # the profile's cuda.yaml reaches every job: the model on the GPU, uncompiled
+    assert "model.device=cuda engine.compile=off model.compile_blocks=off" in run.stdout
+    suite = r"bench=\[syn_count,syn_detail,syn_mcq,syn_ocr,syn_pope,syn_spatial\]"
+    assert re.search(r"src/evaluate\.py .*" + suite, run.stdout)

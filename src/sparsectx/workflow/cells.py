@@ -130,8 +130,7 @@ def cell_of(wildcards: Mapping[str, str]) -> Cell:
     """Returns the cell a Snakemake job's wildcards name; a per-leaf evaluation job (no ``bench`` wildcard)
     names the leaf with ``bench`` empty."""
     w = wildcards
-    bench = w["bench"] if "bench" in w.keys() else ""
-    return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), bench)
+    return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), w.get("bench", ""))
 
 
 def run_of(wildcards: Mapping[str, str]) -> TrainRun:
