@@ -186,6 +186,10 @@ def test_a_merge_refuses_missing_or_stale_parts_naming_them(model_dir, tsv, tmp_
     with pytest.raises(ValueError, match=r"1 of its 2 items missing \(first ids \['1'\]\)"):
         run(merge)
     assert not result_path(_leaf(results), BENCH).exists() and not predictions_path(_leaf(results), BENCH).exists()
+    _run_shard(model_dir, results, tsv, 0)  # the fix the messages name: rerun the shards with this config
+    _run_shard(model_dir, results, tsv, 1)
+    assert [row["id"] for row in read_jsonl(first)] == ["0", "1"] and first.read_text().startswith(lines[0])
+    assert json.loads(run(merge)[0].read_text())["n_scored"] == ITEMS
 
 
 def test_too_many_shards_fail_before_the_model_loads(model_dir, tsv, tmp_path, monkeypatch):
