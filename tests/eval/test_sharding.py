@@ -123,9 +123,10 @@ def test_shard_comes_from_torchrun_or_a_slurm_array():
         (["shard.count=2", "shard.index=2"], r"shard.index=2 must lie in \[0, shard.count=2\)"),
         (["shard.count=0"], "shard.count must be >= 1"),
         (["shard.merge=true"], "shard.merge=true with shard.count=1"),
-        (["shard.count=2", "shard.merge=true", "shard.from_env=slurm"], "explicit count"),
+        (["shard.merge=true", "shard.from_env=slurm"], "explicit count"),
         (["shard.count=2", "mode=passk"], "only greedy evaluation"),
         (["shard.from_env=mpi"], "shard.from_env='mpi'"),
+        (["shard.from_env=torchrun", "shard.count=4"], "takes the shard from the launcher's environment"),
     ],
 )
 def test_bad_shard_settings_fail_with_the_key(overrides, match):

@@ -206,6 +206,11 @@ class ShardConfig:
                 f"shard.index={self.index} must lie in [0, shard.count={self.count}) and shard.count must be "
                 f">= 1; e.g. shard.count=2 with shard.index=0 and shard.index=1"
             )
+        if self.from_env != "none" and (self.count, self.index) != (1, 0):
+            raise ValueError(
+                f"shard.from_env={self.from_env} takes the shard from the launcher's environment, but shard.count="
+                f"{self.count} and shard.index={self.index} are set too; drop them, or set shard.from_env=none"
+            )
         if self.merge and (self.count < 2 or self.from_env != "none"):
             raise ValueError(
                 f"shard.merge=true with shard.count={self.count}, shard.from_env={self.from_env}: a merge reads "
