@@ -4,6 +4,7 @@
     python src/evaluate.py checkpoint=<trained dir> budget=0.1      # replaces model.path; its record names the method
     python src/evaluate.py mode=passk budget=0.1 passk.full_context_leaf=results/dev/tiny/base/visionzip/1
     python src/evaluate.py mode=efficiency model.path=<dir with config.json, no weights> model.device=cuda
+    python src/evaluate.py shard.count=2 shard.index=0   # and index 1; then shard.count=2 shard.merge=true
 
 Tests call ``sparsectx.eval.runner.run(cfg)`` with a config from Hydra's compose API.
 """

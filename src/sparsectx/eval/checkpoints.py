@@ -23,7 +23,7 @@ from sparsectx.models import (
     route_vision_tower,
 )
 from sparsectx.models.loading import DTYPES, check_device
-from sparsectx.models.processor import load_processor
+from sparsectx.models.processor import checkpoint_family, load_processor
 from sparsectx.training.checkpoint import verify_checkpoint
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
@@ -77,10 +77,19 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:
         loaded = load_model(cfg)
-    info = {
+    return loaded, eval_model_info(model, checkpoint)
+
+
+def eval_model_info(model: ModelConfig, checkpoint: str | None) -> dict:
+    """Returns the provenance of the model an evaluation uses (name, path, checkpoint, fingerprint, random
+    weights, dtype, device, attention, family), from its files alone: a merge of data-parallel shards
+    records what the shards loaded without loading it again."""
+    cfg = replace(model, path=checkpoint) if checkpoint is not None else model
+    source = resolve_model_path(cfg.path)
+    local = Path(source)
+    return {
         "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
-        "checkpoint_id": checkpoint_id(local), "random_weights": random_weights, "dtype": cfg.dtype,
-        "device": cfg.device, "attn_implementation": cfg.attn_implementation,
-        "vision_attention": cfg.vision_attention, "family": loaded.adapter.family,
+        "checkpoint_id": checkpoint_id(local), "random_weights": local.is_dir() and not has_weights(local),
+        "dtype": cfg.dtype, "device": cfg.device, "attn_implementation": cfg.attn_implementation,
+        "vision_attention": cfg.vision_attention, "family": checkpoint_family(source),
     }  # fmt: skip
-    return loaded, info

@@ -26,6 +26,7 @@ MODES = ("greedy", "passk", "efficiency")
 ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
 SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source")
+SHARD_SOURCES = ("none", "torchrun", "slurm")
 
 
 def check_seed(seed: object, key: str) -> int:
@@ -176,6 +177,51 @@ class EfficiencyConfig:
 
 
 @dataclass
+class ShardConfig:
+    """Data-parallel greedy evaluation (``shard``): which share of every benchmark this process generates.
+
+    A shard is a contiguous run of whole engine calls (``queue_size`` items each), so every item is decoded
+    in the same batch as in a one-process run and the merged files are that run's bytes
+    (``sparsectx.eval.sharding``).
+    """
+
+    count: int
+    """Processes sharing each benchmark; 1 = this process generates and scores everything."""
+    index: int
+    """This process's share, in [0, count)."""
+    from_env: str
+    """``none`` (index and count as set), ``torchrun`` (RANK / WORLD_SIZE of torchrun or accelerate; rank 0
+    merges after a barrier) or ``slurm`` (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN / SLURM_ARRAY_TASK_COUNT;
+    merge afterwards with ``shard.merge=true``)."""
+    merge: bool
+    """Generate nothing: score the ``count`` finished parts and write the ordinary results and predictions."""
+    barrier_timeout_s: int
+    """``from_env=torchrun``: how long rank 0 waits at the barrier for the slowest shard before failing (the
+    parts stay on disk; ``shard.merge=true`` then merges them)."""
+
+    def __post_init__(self) -> None:
+        check_choice(self.from_env, SHARD_SOURCES, "shard.from_env")
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(
+                f"shard.index={self.index} must lie in [0, shard.count={self.count}) and shard.count must be "
+                f">= 1; e.g. shard.count=2 with shard.index=0 and shard.index=1"
+            )
+        if self.from_env != "none" and (self.count, self.index) != (1, 0):
+            raise ValueError(
+                f"shard.from_env={self.from_env} takes the shard from the launcher's environment, but shard.count="
+                f"{self.count} and shard.index={self.index} are set too; drop them, or set shard.from_env=none"
+            )
+        if self.merge and (self.count < 2 or self.from_env != "none"):
+            raise ValueError(
+                f"shard.merge=true with shard.count={self.count}, shard.from_env={self.from_env}: a merge reads "
+                "the parts of an explicit count >= 2 (the one the shards ran with), e.g. shard.count=4 "
+                "shard.merge=true"
+            )
+        if self.barrier_timeout_s < 1:
+            raise ValueError(f"shard.barrier_timeout_s={self.barrier_timeout_s} must be >= 1")
+
+
+@dataclass
 class EvalConfig:
     """The whole evaluation job (``conf/evaluate.yaml``)."""
 
@@ -214,6 +260,8 @@ class EvalConfig:
     from them, and their predictions are appended to disk when the call returns."""
     engine: EngineConfig
     """The decode engine's settings (``conf/engine``)."""
+    shard: ShardConfig
+    """Data-parallel greedy evaluation: this process's share of each benchmark, or the merge of the shares."""
     force: bool
     """Recompute finished benchmarks and discard their cached predictions."""
     max_failure_rate: float
@@ -254,6 +302,12 @@ class EvalConfig:
         for key, spec in self.bench.items():
             if key != spec.name:
                 raise ValueError(f"bench.{key}.name={spec.name!r} must equal its key {key!r} (the YAML stem)")
+        sharded = self.shard.count > 1 or self.shard.from_env != "none"
+        if sharded and self.mode != "greedy":
+            raise ValueError(
+                f"shard.count={self.shard.count}, shard.from_env={self.shard.from_env} with mode={self.mode}: "
+                "only greedy evaluation is split over processes; set shard.count=1 shard.from_env=none"
+            )
         if self.mode == "efficiency" and self.efficiency.bench not in self.bench:
             raise ValueError(
                 f"efficiency.bench={self.efficiency.bench!r} is not among the chosen benchmarks {sorted(self.bench)}"

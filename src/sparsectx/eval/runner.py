@@ -7,15 +7,17 @@ Modes (``mode=``): ``greedy`` writes per benchmark ``<leaf>/<bench>.json`` (a ``
 model.name, method, pruner.name, budget)``; with ``checkpoint=`` set, its training record names the method
 (``sparsectx.eval.trained``), so a trained model never writes the untrained ``base`` leaf. A benchmark
 whose output holds the same run-key hash (config, benchmark file content, weights) is skipped unless
-``force=true``; an interrupted benchmark resumes from its predictions file.
+``force=true``; an interrupted benchmark resumes from its predictions file. Greedy evaluation splits over
+processes with ``shard`` (``sparsectx.eval.sharding``): a shard writes its part, a merge scores the parts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from sparsectx.data import Item, Skip
-from sparsectx.eval.checkpoints import checkpoint_id, load_eval_model
+from sparsectx.eval.checkpoints import checkpoint_id, eval_model_info, load_eval_model
 from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
@@ -46,9 +48,10 @@ from sparsectx.eval.results import (
     write_rows,
 )
 from sparsectx.eval.scorers import score_items
+from sparsectx.eval.sharding import Shard, barrier, merge_parts, part_path, pin_local_gpu, resolve_shard, shard_span
 from sparsectx.eval.trained import leaf_method
 from sparsectx.generation import SamplingConfig
-from sparsectx.io import append_jsonl
+from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel, resolve_model_path
 from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
 from sparsectx.pruning import declared_signals
@@ -69,6 +72,8 @@ class EvalJob:
     resolved: dict[str, Any]
     """The composed config with interpolations resolved (saved in every output)."""
     leaf: Path
+    shard: Shard
+    """This process's share of every benchmark (count 1: all of it), or a merge of the shares."""
     _model: tuple[LoadedModel, dict[str, Any]] | None = field(default=None, repr=False)
     _tracker: Tracker | None = field(default=None, repr=False)
     _weights: str | None = field(default=None, repr=False)
@@ -81,6 +86,12 @@ class EvalJob:
             pruner, adapter = self.cfg.pruner, self._model[0].adapter
             adapter.vision_signals = declared_signals(pruner.name, pruner.params, self.cfg.seed)
         return self._model
+
+    def model_info(self) -> dict[str, Any]:
+        """Returns the model's provenance, from its files when it was not loaded (a merge loads no model)."""
+        if self._model is not None:
+            return self._model[1]
+        return eval_model_info(self.cfg.model, self.cfg.checkpoint)
 
     def tracker(self) -> Tracker:
         """Returns the run's tracker, starting it on first use."""
@@ -126,6 +137,8 @@ def run(cfg: DictConfig) -> list[Path]:
 
     eval_cfg = load_eval_config(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    del resolved["shard"]  # how the work is split is no part of the result: a merge records one process's config
+    shard = resolve_shard(eval_cfg.shard, os.environ)
     method = leaf_method(eval_cfg.method_name, eval_cfg.checkpoint)  # a conflicting method= raises
     if method != eval_cfg.method_name:  # method= left out: the checkpoint's record names it
         eval_cfg.method = resolved["method"] = {"name": method}
@@ -134,14 +147,30 @@ def run(cfg: DictConfig) -> list[Path]:
             bench_file(spec)
     weights = eval_cfg.checkpoint if eval_cfg.checkpoint is not None else eval_cfg.model.path
     eval_cfg.pruner.check_model(weights)  # an in-LLM K against the LLM's depth, from config.json alone
-    job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg))
+    if not shard.one_process:  # more shards than a benchmark's engine calls: refused before any work
+        for spec in eval_cfg.bench.values():
+            count = len(load_bench_items(spec, eval_cfg.max_skip_fraction)[0])
+            shard_span(count, eval_cfg.queue_size, shard.index, shard.count, spec.name)
+    if shard.barrier:
+        pin_local_gpu(eval_cfg.model.device, os.environ)
+    job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg), shard)
     try:
         if eval_cfg.mode == "efficiency":
             return [run_efficiency(job)]
         step = evaluate_benchmark if eval_cfg.mode == "greedy" else run_passk
-        return [step(job, spec) for spec in eval_cfg.bench.values()]
+        outs = [step(job, spec) for spec in eval_cfg.bench.values()]
+        return _merge_after_barrier(job, outs) if shard.barrier else outs
     finally:
         job.close()
+
+
+def _merge_after_barrier(job: EvalJob, parts: list[Path]) -> list[Path]:
+    """Returns rank 0's merged results (another rank: its own parts) once every torchrun rank wrote its parts."""
+    barrier(job.cfg.shard.barrier_timeout_s)
+    if job.shard.index != 0:
+        return parts
+    job.shard = replace(job.shard, merge=True)
+    return [evaluate_benchmark(job, spec) for spec in job.cfg.bench.values()]
 
 
 def leaf_of(cfg: EvalConfig) -> Path:
@@ -161,7 +190,11 @@ def _tracker(cfg: EvalConfig, resolved: dict[str, Any]) -> Tracker:
 
 
 def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
-    """Returns the result JSON of one benchmark, generating only the predictions not already on disk."""
+    """Returns the result JSON of one benchmark, generating only the predictions not already on disk.
+
+    A shard of a data-parallel run (``shard.count`` > 1) generates only its share, into its predictions
+    part, and returns that part; a merge generates nothing and scores the finished parts instead.
+    """
     key, chash = job.key_hash(spec.name)
     out, preds = result_path(job.leaf, spec.name), predictions_path(job.leaf, spec.name)
     if not job.cfg.force and finished(out, chash):
@@ -169,17 +202,39 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
         return out
     started = time.perf_counter()
     items, skipped = load_bench_items(spec, job.cfg.max_skip_fraction)
-    if job.cfg.force:
-        preds.unlink(missing_ok=True)
-    done = resume_rows(preds, chash, {sample_id(item) for item in items}, "id")
+    shard = job.shard
+    if shard.merge:
+        ids = [sample_id(item) for item in items]
+        done = merge_parts(job.leaf, spec.name, ids, job.cfg.queue_size, shard.count, chash)
+        return _finish(job, spec, items, skipped, done, key, 0, started)
+    if shard.one_process:
+        done, resumed = _generate(job, spec, items, preds, chash)
+        return _finish(job, spec, items, skipped, done, key, resumed, started)
+    span = shard_span(len(items), job.cfg.queue_size, shard.index, shard.count, spec.name)
+    part, mine = part_path(job.leaf, spec.name, shard.index, shard.count), items[span.start : span.stop]
+    done, _ = _generate(job, spec, mine, part, chash)
+    write_rows(part, [done[sample_id(item)] for item in mine])  # the finished part, in item order
+    log.info("%s: shard %d of %d wrote items %d-%d to %s", spec.name, shard.index, shard.count, span.start,
+             span.stop - 1, part)  # fmt: skip
+    return part
+
+
+def _generate(
+    job: EvalJob, spec: BenchSpec, items: list[Item], path: Path, chash: str
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """Returns every item's prediction row by sample id and how many came from ``path``'s interrupted run.
+
+    Missing rows are generated ``queue_size`` items per engine call and appended to ``path`` after each call.
+    """
+    cfg = job.cfg
+    if cfg.force:
+        path.unlink(missing_ok=True)
+    done = resume_rows(path, chash, {sample_id(item) for item in items}, "id")
     resumed = len(done)
     todo = [item for item in items if sample_id(item) not in done]
-    loaded, info = job.model()
-    cfg = job.cfg
+    loaded = job.model()[0]  # also when every row is resumed: loading verifies a trained checkpoint's weights
     sampling = cfg.decoding.sampling(spec.max_new_tokens)
-    log.info(
-        "%s: %d items (%d skipped rows, %d resumed) -> %s", spec.name, len(items), len(skipped), resumed, out
-    )
+    log.info("%s: %d items (%d resumed) -> %s", spec.name, len(items), resumed, path)
     with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
         for start in range(0, len(todo), cfg.queue_size):
             chunk = todo[start : start + cfg.queue_size]
@@ -188,13 +243,29 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
                 cfg.batch_size,
             )  # fmt: skip
             records = [{**asdict(row), "config_hash": chash} for row in rows]
-            append_jsonl(preds, records)
+            append_jsonl(path, records)
             done.update((r["id"], r) for r in records)
             bar.update(len(chunk))
             log.info("%s: %d/%d items generated", spec.name, len(done), len(items))
+    return done, resumed
+
+
+def _finish(
+    job: EvalJob,
+    spec: BenchSpec,
+    items: list[Item],
+    skipped: list[Skip],
+    done: dict[str, dict[str, Any]],
+    key: dict[str, Any],
+    resumed: int,
+    started: float,
+) -> Path:
+    """Returns the result JSON after scoring every item's row and writing the result and the predictions."""
+    out, preds = result_path(job.leaf, spec.name), predictions_path(job.leaf, spec.name)
     ordered = [done[sample_id(item)] for item in items]
-    _check_failures(spec, ordered, cfg.max_failure_rate)
-    result = _result(job, spec, items, skipped, ordered, info, key, resumed, sampling)
+    _check_failures(spec, ordered, job.cfg.max_failure_rate)
+    sampling = job.cfg.decoding.sampling(spec.max_new_tokens)
+    result = _result(job, spec, items, skipped, ordered, job.model_info(), key, resumed, sampling)
     result.wall_time_s = time.perf_counter() - started
     write_rows(preds, ordered)  # the finished file: one row per item, in file order
     write_json(out, as_dict(result))
@@ -295,6 +366,9 @@ def _log(
 
 def summary_line(path: Path) -> str:
     """Returns one line on an output file: benchmark, metric, score, items scored / skipped, path."""
+    if path.suffix == ".jsonl":  # a shard's predictions part: scored by the merge
+        bench, _, shard = path.name.removesuffix(".jsonl").partition(".predictions.")
+        return _row(bench, shard, "-", f"{len(read_jsonl(path))} items generated", str(path))
     payload = json.loads(path.read_text())
     if path.name.endswith(".passk.json"):
         n, sparse = payload["n"], payload["sparse"]
