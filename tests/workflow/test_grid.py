@@ -425,3 +425,17 @@ def test_an_unknown_eval_jobs_value_names_the_key() -> None:
     raw["eval_jobs"] = "suite"
     with pytest.raises(ValueError, match=r"grid\.eval_jobs"):
         build(raw)
+
+
+def test_evaluation_jobs_with_several_gpus_start_one_shard_per_gpu() -> None:
+    raw = tiny_raw()
+    cell = wf.Cell("tiny", "base", "visionzip", 0.1, "syn_count")
+    one = build(copy.deepcopy(raw))
+    assert wf.evaluate_command(one)[-1].endswith("src/evaluate.py") and len(wf.evaluate_command(one)) == 2
+    assert not any(a.startswith("shard.") for a in wf.evaluate_args(one, cell))
+    raw["resources"]["evaluate"]["gpu"] = 2
+    two = build(raw)
+    assert wf.evaluate_command(two)[1:-1] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    assert "shard.from_env=torchrun" in wf.evaluate_args(two, cell)
+    # Pass@K is not sharded (its rule keeps the plain entry point)
+    assert not any(a.startswith("shard.") for a in wf.evaluate_args(two, cell, mode="passk"))

@@ -17,7 +17,7 @@ rule evaluate_trained:
     wildcard_constraints:
         method=GRID.constraint("method", exclude=[wf.BASE]),
     params:
-        cli=wf.entry_point("evaluate.py"),
+        cli=wf.evaluate_command(GRID),
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:
@@ -39,7 +39,7 @@ use rule evaluate_trained as evaluate_trained_seed with:
     benchmark:
         GRID.eval_side_file(wf.SEED_RESULT_PATTERN, "benchmarks", ".tsv")
     params:
-        cli=wf.entry_point("evaluate.py"),
+        cli=wf.evaluate_command(GRID),
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), seed=wf.seed_of(w)),
 
 

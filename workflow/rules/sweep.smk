@@ -15,7 +15,7 @@ rule evaluate_base:
     wildcard_constraints:
         method=wf.BASE,
     params:
-        cli=wf.entry_point("evaluate.py"),
+        cli=wf.evaluate_command(GRID),
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:

@@ -51,6 +51,7 @@ from sparsectx.workflow.commands import (
     efficiency_args,
     entry_point,
     evaluate_args,
+    evaluate_command,
     tables_args,
     train_args,
     train_command,
@@ -105,6 +106,7 @@ __all__ = [
     "seed_of",
     "tables_args",
     "train_args",
+    "evaluate_command",
     "train_command",
     "validate_config",
 ]

@@ -67,6 +67,17 @@ def train_command(grid: Grid) -> list[str]:
     return [python, *launch, script]
 
 
+def evaluate_command(grid: Grid) -> list[str]:
+    """Returns the command before a greedy evaluation's overrides: ``evaluate.py``, or with several GPUs per
+    evaluation job (``grid.resources.evaluate.gpu``) ``torch.distributed.run`` starting one process per GPU,
+    each decoding its shard of every benchmark (``evaluate_args`` adds ``shard.from_env=torchrun``; rank 0
+    merges the parts into the one-process result)."""
+    python, script = entry_point("evaluate.py")
+    gpus = grid.resources["evaluate"]["gpu"]
+    launch = [] if gpus <= 1 else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
+    return [python, *launch, script]
+
+
 def train_args(grid: Grid, run: TrainRun, seed: int | None = None) -> list[str]:
     """Returns the ``train.py`` overrides of ``run`` trained with ``seed`` (None: ``grid.seed``).
 
@@ -100,6 +111,8 @@ def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None
     if mode == "passk":
         full = Path(grid.reference_leaf(cell.model, cell.bench)).parent
         args += ["mode=passk", f"passk.full_context_leaf={full}"]
+    elif grid.resources["evaluate"]["gpu"] > 1:  # evaluate_command's torchrun: one shard per GPU
+        args += ["shard.from_env=torchrun"]
     return args + grid.overrides("evaluate" if mode == "greedy" else mode)
 
 
