@@ -91,3 +91,41 @@ def test_a_failure_in_the_thread_is_raised_by_the_step_that_needs_it(
         assert address(prefetched.value) == address(on_demand.value)
     finally:
         pool.close()
+
+
+def test_the_thread_tokenizes_with_a_tokenizer_of_its_own(tiny_env: TinyEnv, tmp_path: Path) -> None:
+    """A reference-answer step tokenizes without padding on the main thread while the thread pads the next
+    batch; with one shared fast tokenizer the padding state set by one call can reach the other's encoding
+    (a ragged batch: "Unable to create tensor", seen in SFT on the GPU). The thread's batches stay equal to
+    on-demand ones while the main thread tokenizes unpadded text the whole time."""
+    trainer = make_trainer(tiny_env, tmp_path, *FROZEN)
+    processor = trainer.student.processor
+    batches = update.step_batches(trainer, samples_seen=2)
+    expected = [host_inputs(trainer.cfg, processor, batch, pin=False) for batch in batches]
+    pool = HostPrefetch()
+    stop = threading.Event()
+
+    def reference_answers() -> None:  # what batches.py does for a fixed-prefix step
+        while not stop.is_set():
+            processor.tokenizer("<answer>3</answer>", add_special_tokens=False)
+
+    hammer = threading.Thread(target=reference_answers)
+    hammer.start()
+    try:
+        assert pool.thread_processor(processor).tokenizer is not processor.tokenizer
+        assert pool.thread_processor(processor) is pool.thread_processor(processor)  # one copy per run
+        for _ in range(60):
+            pool.submit(trainer.cfg, processor, batches, pin=False)
+            for batch, want in zip(batches, expected, strict=True):
+                _equal_batches(pool.take(trainer.cfg, processor, batch), want)
+        # the race itself, many times over: padded batches through the thread's tokenizer (a shared one
+        # failed about once in 1,500 calls here)
+        own = pool.thread_processor(processor).tokenizer
+        texts = ["short", "a much longer prompt with many more words " * 3]
+        for _ in range(5000):
+            own.padding_side = "left"
+            assert own(texts, return_tensors="pt", padding=True, add_special_tokens=False).input_ids.shape[0] == 2
+    finally:
+        stop.set()
+        hammer.join()
+        pool.close()

@@ -8,10 +8,16 @@ device). Host inputs are a pure function of the items, their sample positions an
 prefetched batch is the batch an on-demand call would build; a request for positions nobody prefetched
 (the first step, a resume) builds on demand. A failure in the thread (an unreadable image) is raised by
 the step that asks for that batch, the same error an on-demand build raises.
+
+The thread tokenizes with its own copy of the tokenizer. A fast tokenizer's padding and truncation are state
+of its one Rust object, set by every call: a step that tokenizes reference answers (``padding`` off) while the
+thread tokenizes a padded batch could switch padding off between the thread's setting and its encoding, and
+the batch came out ragged ("Unable to create tensor", seen once in 40 steps of SFT on the GPU).
 """
 
 from __future__ import annotations
 
+import copy
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,6 +58,16 @@ class HostPrefetch:
 
     _pool: ThreadPoolExecutor | None = None
     _pending: dict[tuple[int, ...], Future[HostInputs]] = field(default_factory=dict)
+    _own: tuple[ImageTextProcessor, ImageTextProcessor] | None = None
+    """(the caller's processor, the thread's copy of it with a tokenizer of its own)."""
+
+    def thread_processor(self, processor: ImageTextProcessor) -> ImageTextProcessor:
+        """Returns the thread's copy of ``processor``: the same image processor, its own tokenizer object."""
+        if self._own is None or self._own[0] is not processor:
+            own = copy.copy(processor)
+            own.tokenizer = copy.deepcopy(processor.tokenizer)
+            self._own = (processor, own)
+        return self._own[1]
 
     def take(self, cfg: TrainConfig, processor: ImageTextProcessor, batch: Batch) -> HostInputs:
         """Returns the micro-batch's host inputs: the prefetched ones if its positions were submitted."""
@@ -68,9 +84,8 @@ class HostPrefetch:
             future.cancel()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="host-prefetch")
-        self._pending = {
-            tuple(batch[1]): self._pool.submit(host_inputs, cfg, processor, batch, pin) for batch in batches
-        }
+        own = self.thread_processor(processor)
+        self._pending = {tuple(batch[1]): self._pool.submit(host_inputs, cfg, own, batch, pin) for batch in batches}
 
     def close(self) -> None:
         """Returns None after dropping queued work and stopping the thread (a running build finishes)."""
