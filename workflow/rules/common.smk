@@ -23,11 +23,6 @@ DATA = GRID.data_files()
 RES = GRID.resources
 
 
-def bench_files(wildcards):
-    """The benchmark TSVs a greedy evaluation job reads (none for benchmarks the data job does not write)."""
-    return [DATA[name] for name in GRID.job_benches(wf.cell_of(wildcards)) if name in DATA]
-
-
 wildcard_constraints:
     experiment=re.escape(GRID.experiment),
     model=GRID.constraint("model"),

@@ -6,7 +6,7 @@ rule evaluate_trained:
     """Scores one trained checkpoint on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one
     pruner and budget."""
     input:
-        bench=lambda w: bench_files(w),
+        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
     output:
         GRID.eval_outputs(wf.RESULT_PATTERN),
@@ -30,7 +30,7 @@ rule evaluate_trained:
 # into results/seed<s>/, the tree make_tables reads for it (workflow/README.md, "Several training seeds").
 use rule evaluate_trained as evaluate_trained_seed with:
     input:
-        bench=lambda w: bench_files(w),
+        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
     output:
         GRID.eval_outputs(wf.SEED_RESULT_PATTERN),

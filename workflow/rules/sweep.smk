@@ -5,7 +5,7 @@ rule evaluate_base:
     """Scores the untrained model on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one pruner
     and budget."""
     input:
-        bench=lambda w: bench_files(w),
+        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
     output:
         GRID.eval_outputs(wf.RESULT_PATTERN),
     log:

@@ -264,6 +264,11 @@ class Grid:
         ``cell.bench`` empty) ``eval_benches()``."""
         return [cell.bench] if cell.bench else self.eval_benches()
 
+    def bench_inputs(self, cell: Cell, data: Mapping[str, str]) -> list[str]:
+        """Returns the benchmark TSVs the greedy evaluation job of ``cell`` reads, from ``data`` (name -> file,
+        ``data_files()``); a benchmark the data job does not write has none."""
+        return [data[name] for name in self.job_benches(cell) if name in data]
+
     def eval_outputs(self, pattern: str) -> list[str]:
         """Returns a greedy evaluation rule's outputs for a result ``pattern``: the pattern itself, or (per-leaf
         jobs) one path per benchmark of ``eval_benches()`` with only the leaf's wildcards left."""
