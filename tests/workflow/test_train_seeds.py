@@ -138,13 +138,28 @@ def test_make_tables_gets_the_seeds_only_when_there_are_several() -> None:
     assert wf.tables_args(small(train_seeds=[0])) == ["experiment=tiny", *small().overrides("tables")]
 
 
-@pytest.mark.parametrize("name", PRESETS)
+STUDY_PRESETS = ["tiny_scopd", "tiny_ltopd"]
+"""make study's presets: every trained row from three training seeds (issue 20)."""
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p not in STUDY_PRESETS])
 def test_every_preset_trains_one_seed_as_before(name: str) -> None:
     grid = wf.load_grid(name)
     assert grid.train_seeds == (grid.seed,)
     assert grid.seeded_runs and not [t for s in wf.TARGET_STAGES for t in grid.targets(s) if "/seed" in t]
     assert "train_seeds" not in {a.split("=")[0] for a in wf.tables_args(grid)}
     assert grid.constraint("seed") == "(?!)"  # the seed rules match nothing
+
+
+@pytest.mark.parametrize("name", STUDY_PRESETS)
+def test_the_study_presets_train_every_table_run_with_three_seeds(name: str) -> None:
+    grid = wf.load_grid(name)
+    assert grid.train_seeds == (0, 1, 2) and grid.seed == 0
+    assert set(grid.seeded_runs) == set(grid.train_runs)  # every run behind a table has its seeds
+    markers = grid.targets("train")
+    for seed in (1, 2):
+        assert all(grid.checkpoint_marker(run, seed) in markers for run in grid.train_runs)
+    assert value(wf.tables_args(grid), "train_seeds") == "[0,1,2]"
 
 
 # ---- refusals --------------------------------------------------------------------------------------------
