@@ -50,6 +50,8 @@ from sparsectx.training.config import TrainConfig, load_train_config, run_defini
 from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
+from sparsectx.training.sharded_state import check_strategy, ema_scalars, export_sharded, load_shards, save_shards
+from sparsectx.training.sharding import is_sharded, shard_student
 from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
 from sparsectx.training.update import (
     Trainer,
@@ -96,10 +98,12 @@ def run(cfg: DictConfig) -> RunResult:
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
     accum = tc.accumulation(accelerator.num_processes)
+    tc.distributed.check_processes(accelerator.num_processes)
     out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
     meta = read_resume_meta(accelerator, out, tc.steps)
     if meta is not None:
+        check_strategy(meta, tc.distributed.strategy, accelerator.num_processes, out / "state")
         for warning in ckpt.check_resume(meta, defining, resolved, out):
             log.warning(warning)
     trainer = setup(tc, accelerator, accum, TrainingSet.load(tc.train_data, tc.seed), out, meta)
@@ -219,21 +223,28 @@ def setup(
     student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
     student.adapter.vision_signals = declared_signals(tc.pruner.name, tc.pruner.params, tc.seed)
     apply_memory(student, tc.memory)
+    if tc.distributed.strategy == "fsdp":
+        shard_student(student, accelerator.device)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:
-        restore(trainer, ckpt.load_state(out / "state", accelerator.device, meta))
+        payload = ckpt.load_state(out / "state", accelerator.device, meta)
+        restore(trainer, payload, out / "state", meta)
         log.info("resumed %s at step %d (%d samples seen)", out, trainer.step, trainer.samples_seen)
     return trainer
 
 
-def restore(trainer: Trainer, payload: dict[str, Any]) -> None:
-    """Returns None after loading weights, optimizer, scheduler, EMA, RNG and counters from a payload."""
-    load_trainable_state(trainer.student, payload["trainable"])
-    trainer.optimizer.load_state_dict(payload["optimizer"])
+def restore(trainer: Trainer, payload: dict[str, Any], state_dir: Path, meta: dict[str, Any]) -> None:
+    """Returns None after loading weights, optimizer, scheduler, EMA, RNG and counters from a payload (and,
+    under fsdp, the shards beside it in ``state_dir``)."""
+    if is_sharded(trainer.student):
+        load_shards(trainer, state_dir, meta, payload)
+    else:
+        load_trainable_state(trainer.student, payload["trainable"])
+        trainer.optimizer.load_state_dict(payload["optimizer"])
+        if trainer.student.ema is not None:
+            trainer.student.ema.load_state_dict(payload["ema"])
     trainer.scheduler.load_state_dict(payload["scheduler"])
-    if trainer.student.ema is not None:
-        trainer.student.ema.load_state_dict(payload["ema"])
     rngs = payload["rng"]
     ckpt.set_rng_state(rngs[trainer.accelerator.process_index % len(rngs)])
     trainer.step, trainer.samples_seen = int(payload["step"]), int(payload["samples_seen"])
@@ -353,24 +364,27 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
     rollouts = trainer.rollouts  # the same steps keep them on every process
     if rollouts is not None:
         rollouts = gather_object([rollouts]) if many else [rollouts]
+    student, tmp, sharding = trainer.student, None, {}
+    if is_sharded(student):  # every process writes its shards; trainer.pt keeps the rest
+        tmp, digests = save_shards(trainer, out / "state")
+        sharding = {"sharding": "fsdp", "shards_sha256": digests}
     if trainer.accelerator.is_main_process:
-        student = trainer.student
-        payload = {
-            "step": trainer.step,
-            "samples_seen": trainer.samples_seen,
-            "trainable": trainable_state(student),
-            "optimizer": trainer.optimizer.state_dict(),
-            "scheduler": trainer.scheduler.state_dict(),
-            "ema": None if student.ema is None else student.ema.state_dict(),
-            "rng": rngs,
-            "wandb_id": trainer.wandb_id,
-            "config_hash": ckpt.config_hash(defining),
-        }
+        ema = None if student.ema is None else student.ema.state_dict()
+        payload = {"step": trainer.step, "samples_seen": trainer.samples_seen}
+        if tmp is None:
+            payload.update(trainable=trainable_state(student), optimizer=trainer.optimizer.state_dict())
+        payload.update(
+            scheduler=trainer.scheduler.state_dict(),
+            ema=ema if tmp is None or ema is None else ema_scalars(ema),  # under fsdp its tensors are in the shards
+            rng=rngs,
+            wandb_id=trainer.wandb_id,
+            config_hash=ckpt.config_hash(defining),
+        )
         if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
             payload["rollouts"] = rollouts
         meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
-        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes)
-        ckpt.save_state(out / "state", payload, meta)
+        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes, **sharding)
+        ckpt.save_state(out / "state", payload, meta, tmp)
     trainer.accelerator.wait_for_everyone()
 
 
@@ -403,7 +417,14 @@ def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> N
         "steps": trainer.step,
         "samples_seen": trainer.samples_seen,
     }
-    if trainer.accelerator.is_main_process and not checkpoint_is_current(target, info):
+    main = trainer.accelerator.is_main_process
+    current = checkpoint_is_current(target, info) if main else True
+    if is_sharded(trainer.student):  # every process takes part in the gather, or none does
+        current = bool(gather_object([current])[0])
+        model = None if current else export_sharded(trainer.student, trainer.cfg.model, trainer.cfg.method, main)
+    elif not current:
+        model = export_model(trainer.student)
+    if main and not current:
         full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
-        ckpt.save_checkpoint(target, export_model(trainer.student), trainer.student.processor, full)
+        ckpt.save_checkpoint(target, model, trainer.student.processor, full)
     trainer.accelerator.wait_for_everyone()
