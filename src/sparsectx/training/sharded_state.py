@@ -40,6 +40,7 @@ from sparsectx.training.ema import ParameterEMA
 from sparsectx.training.lora import apply_lora
 from sparsectx.training.method import MethodConfig
 from sparsectx.training.student import Student
+from sparsectx.training.update import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def ema_scalars(state: dict[str, Any]) -> dict[str, Any]:
     return {key: ema_scalars(value) if key == "copy" else value for key, value in state.items() if key != "shadow"}
 
 
-def save_shards(trainer: Any, state_dir: Path) -> tuple[Path, dict[str, str]]:
+def save_shards(trainer: Trainer, state_dir: Path) -> tuple[Path, dict[str, str]]:
     """Returns (the fresh temporary ``state/`` directory, {shard file: sha256}) after every process wrote its
     shards into it; the caller adds ``trainer.pt`` and ``meta.json`` and swaps it in (main process)."""
     accelerator: Accelerator = trainer.accelerator
@@ -119,14 +120,18 @@ def verify_shards(accelerator: Accelerator, state_dir: Path, meta: dict[str, Any
     got = shard_digests(accelerator, shards) if shards.is_dir() else {}
     for name in sorted(set(want) | set(got)):
         if want.get(name) != got.get(name):
-            state = "is missing" if name not in got else "differs from its sha256 in meta.json"
+            state = (
+                "is missing" if name not in got
+                else "is not listed in meta.json" if name not in want
+                else "differs from its sha256 in meta.json"
+            )  # fmt: skip
             raise ckpt.DamagedFileError(
                 f"{shards / name} {state}; the resume state is damaged and is not used. Restore {state_dir} from "
                 "a backup, or delete it to start this run over from step 0"
             )
 
 
-def load_shards(trainer: Any, state_dir: Path, meta: dict[str, Any], payload: dict[str, Any]) -> None:
+def load_shards(trainer: Trainer, state_dir: Path, meta: dict[str, Any], payload: dict[str, Any]) -> None:
     """Returns None after loading the trained tensors, AdamW states and EMA from ``state_dir``'s shards into
     the sharded student and optimizer (any number of processes); ``payload`` is ``trainer.pt``."""
     verify_shards(trainer.accelerator, state_dir, meta)

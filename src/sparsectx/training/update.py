@@ -8,6 +8,10 @@ gradients of the trainable tensors are SUMMED over processes (``torch.distribute
 The result is exactly ∇L: no division by the number of micro-batches or processes appears anywhere, so
 1×4 == 4×1 == 2 processes × 2 (tested for accumulation). The model is not wrapped in DDP because the adapter
 calls the language model directly; Accelerate provides the process group, device placement and reductions.
+Under ``distributed.strategy=fsdp`` the sharded tensors' gradients are summed by FSDP2's reduce-scatter in
+each backward instead (divide factor 1, ``sparsectx.training.sharding``), the replicated ones (a trained vision
+tower) by the same all-reduce, and the clip norm is taken over the shards: the same ∇L (tested against one
+process).
 """
 
 from __future__ import annotations
