@@ -1,8 +1,10 @@
 """``distributed.strategy=fsdp`` on two processes (gloo on CPU) against the one-process run.
 
 One FSDP step of a LoRA method and of a full-parameter method exports the same weights as the one-process,
-unsharded run on the same global batch (the step's gradient is the summed ∇L either way), and a two-process
-run killed after its first saved state resumes from its shards to the final weights of an unkilled one.
+unsharded run on the same global batch (the step's gradient is the summed ∇L either way; the sharded run also
+recomputes its decoder layers in backward, ``memory.activation_checkpointing``, which changes no number), and
+a two-process run killed after its first saved state resumes from its shards to the final weights of an
+unkilled one.
 This module is also the worker script: ``torchrun --nproc_per_node 2 -m tests.training.test_fsdp ...``.
 """
 
@@ -20,10 +22,13 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 FSDP = ["distributed.strategy=fsdp"]
-LORA = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
-        "method.teacher.ema_decay=null", "steps=1", "method.optim.lr=0.001"]  # fmt: skip
+SCOPD_PLUS = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
+              "method.teacher.ema_decay=null", "method.optim.lr=0.001"]  # fmt: skip
+LORA = [*SCOPD_PLUS, "steps=1"]
 FULL = ["method=lt_opd", "method.rollout.do_sample=false", "steps=1", "method.optim.lr=0.001"]
-RESUME = ["method=scopd_plus", "method.positions.delta=0.3", "steps=2", "save_every=1", "method.optim.lr=0.01"]
+RESUME = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.ema_decay=0.5", "steps=3",
+          "save_every=2", "method.optim.lr=0.01"]  # fmt: skip
+# the EMA teacher of step 3 is an average that only the shards hold (decay 0.5: far from the live weights)
 METRICS = "metrics.json"
 """The two-process run's last metrics and optimizer updates done, written by its main process beside the run
 directories."""
@@ -31,17 +36,19 @@ KILLED = 137
 """The exit status of a worker that dies after its step-2 gradients (SIGKILL's, as a scheduler's kill)."""
 
 
-def launch(env_root: Path, runs_root: Path, overrides: list[str], die_at: int | None = None) -> None:
-    """Returns None after a two-process ``loop.run`` (torchrun, gloo) of the shrunk config finished, or with
-    ``die_at`` after both of its processes were killed at that step."""
+def launch(
+    env_root: Path, runs_root: Path, overrides: list[str], die_at: int | None = None, processes: int = 2
+) -> None:
+    """Returns None after a multi-process ``loop.run`` (torchrun, gloo) of the shrunk config finished, or with
+    ``die_at`` after all of its processes were killed at that step."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
         "-m", "tests.training.test_fsdp", str(env_root), str(runs_root), str(die_at or 0), *overrides,
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT), str(ROOT / "tests")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    killed = done.returncode != 0 and done.stderr.count(f"exitcode  : {KILLED}") == 2
+    killed = done.returncode != 0 and done.stderr.count(f"exitcode  : {KILLED}") == processes
     if (killed, done.returncode == 0) != (bool(die_at), not die_at):
         pytest.fail(f"torchrun exited {done.returncode} (die_at={die_at}):\n{done.stderr[-4000:]}")
 
@@ -72,7 +79,7 @@ def test_one_fsdp_step_equals_one_process(method: list[str], tmp_path: Path) -> 
 
     build_env(tmp_path / "env")
     single, metrics = one_process(tmp_path / "env", tmp_path / "one", method)
-    launch(tmp_path / "env", tmp_path / "two", [*method, *FSDP])
+    launch(tmp_path / "env", tmp_path / "two", [*method, *FSDP, "memory.activation_checkpointing=true"])
     sharded = exported(tmp_path / "two")
     two = json.loads((tmp_path / "two" / METRICS).read_text())
     for key in ("train/loss", "train/grad_norm"):  # the norm tells a sum from a mean (Adam's step cannot)
@@ -91,14 +98,31 @@ def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path: Path) -> N
 
     build_env(tmp_path / "env")
     launch(tmp_path / "env", tmp_path / "straight", [*RESUME, *FSDP])
-    launch(tmp_path / "env", tmp_path / "killed", [*RESUME, *FSDP], die_at=1)  # state/ holds step 1
+    launch(tmp_path / "env", tmp_path / "killed", [*RESUME, *FSDP], die_at=2)  # state/ holds step 2
     run_dir = next((tmp_path / "killed").glob("*/*/*/*/*"))
     assert (run_dir / "state" / "shards").is_dir() and not (run_dir / "checkpoint").exists()
     launch(tmp_path / "env", tmp_path / "killed", [*RESUME, *FSDP])
-    assert json.loads((tmp_path / "killed" / METRICS).read_text())["updates"] == 1  # resumed at step 1
+    assert json.loads((tmp_path / "killed" / METRICS).read_text())["updates"] == 1  # resumed at step 2
     straight, resumed = exported(tmp_path / "straight"), exported(tmp_path / "killed")
     for name, weight in straight.items():
         assert torch.equal(resumed[name], weight), name
+
+
+@pytest.mark.slow
+def test_shards_resume_on_another_process_count(tmp_path: Path) -> None:
+    """A two-process state resumed on three processes (the shards reshard) ends at the one-process run's
+    weights: greedy rollouts and a frozen teacher use no per-process random stream."""
+    from .test_loop_support import build_env
+
+    build_env(tmp_path / "env")
+    common = [*SCOPD_PLUS, "steps=2", "save_every=1", "method.effective_batch_size=6"]
+    single, _ = one_process(tmp_path / "env", tmp_path / "one", common)
+    launch(tmp_path / "env", tmp_path / "two", [*common, *FSDP], die_at=1)  # state/ holds step 1
+    launch(tmp_path / "env", tmp_path / "two", [*common, *FSDP], processes=3)
+    assert json.loads((tmp_path / "two" / METRICS).read_text())["updates"] == 1
+    resumed = exported(tmp_path / "two")
+    for name, weight in single.items():
+        torch.testing.assert_close(resumed[name], weight, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def worker(env_root: Path, runs_root: Path, die_at: int, overrides: list[str]) -> None:
