@@ -3,7 +3,8 @@
 - ``state/``: everything a resume needs (style convention 18): trainable weights, optimizer, LR scheduler,
   EMA, every RNG state (python, numpy, torch, cuda; one set per process), optimizer steps done, samples
   consumed, the W&B run id and the hash of the run-defining config; ``meta.json`` beside it is readable
-  before the model loads, so a mismatched resume fails first.
+  before the model loads, so a mismatched resume fails first. Under ``distributed.strategy=fsdp`` the
+  weights, optimizer and EMA tensors are shards in ``state/shards/`` instead (``training.sharded_state``).
 - ``checkpoint/``: the final model as a HF directory plus processor files, loadable with ``model.path=<dir>``
   (LoRA merged into the base weights, or the full weights).
 
