@@ -97,3 +97,10 @@ def test_an_unsharded_state_is_not_loaded_as_shards(tmp_path) -> None:  # noqa: 
         check_strategy(meta, "fsdp", 2, tmp_path / "state")
     check_strategy(meta, "none", 2, tmp_path / "state")  # none: any process count
     check_strategy(fake_state(tmp_path, processes=4, sharding="fsdp"), "fsdp", 2, tmp_path / "state")  # resharded
+
+
+def test_kept_rollouts_name_the_saved_process_count(tmp_path) -> None:  # noqa: ANN001
+    meta = {**fake_state(tmp_path, processes=2, sharding=None), "rollouts_kept": True}
+    with pytest.raises(ValueError, match=r"rollouts of 2 processes.*this run has 1: resume with 2 processes"):
+        check_strategy(meta, "none", 1, tmp_path / "state")
+    check_strategy(meta, "none", 2, tmp_path / "state")

@@ -57,10 +57,16 @@ def check_strategy(meta: dict[str, Any], strategy: str, processes: int, state_di
     """Returns None if ``state_dir`` (its ``meta.json``) can be resumed under ``strategy`` on ``processes``.
 
     Raises:
-        ValueError: the state was saved under the other strategy, naming the saved strategy and process count
-            and the setting that resumes it.
+        ValueError: the state was saved under the other strategy, or holds rollouts that the next steps reuse
+            (``method.rl.num_iterations`` > 1: one set per process) and ``processes`` differs; naming the
+            saved strategy and process count and the setting that resumes it.
     """
     saved, count = meta.get("sharding", "none"), meta["processes"]
+    if meta.get("rollouts_kept") and count != processes:
+        raise ValueError(
+            f"{state_dir} holds the rollouts of {count} processes, reused by the next step "
+            f"(method.rl.num_iterations); this run has {processes}: resume with {count} processes"
+        )
     if saved != strategy:
         where = "on any number of processes" if saved == "none" else "on >= 2 processes (its shards reshard)"
         raise ValueError(
