@@ -61,7 +61,7 @@ def test_two_processes_match_one(tmp_path: Path) -> None:
         "-m", "tests.training.test_loop_distributed",
         str(tmp_path / "env"), str(tmp_path / "two"), str(tmp_path / "grads.pt"),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}:{ROOT / 'tests'}"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     two = torch.load(tmp_path / "grads.pt")

@@ -3,7 +3,8 @@
 - ``state/``: everything a resume needs (style convention 18): trainable weights, optimizer, LR scheduler,
   EMA, every RNG state (python, numpy, torch, cuda; one set per process), optimizer steps done, samples
   consumed, the W&B run id and the hash of the run-defining config; ``meta.json`` beside it is readable
-  before the model loads, so a mismatched resume fails first.
+  before the model loads, so a mismatched resume fails first. Under ``distributed.strategy=fsdp`` the
+  weights, optimizer and EMA tensors are shards in ``state/shards/`` instead (``training.sharded_state``).
 - ``checkpoint/``: the final model as a HF directory plus processor files, loadable with ``model.path=<dir>``
   (LoRA merged into the base weights, or the full weights).
 
@@ -131,6 +132,11 @@ def _sibling(final: Path, suffix: str) -> Path:
     return final.with_name(f".{final.name}.{suffix}")
 
 
+def tmp_dir(final: Path) -> Path:
+    """Returns the temporary directory ``final`` is written as before the swap (``fresh_tmp`` creates it)."""
+    return _sibling(final, "tmp")
+
+
 def recover_dir(final: Path) -> None:
     """Returns None; if a swap was interrupted after moving ``final`` aside, moves the old copy back."""
     old = _sibling(final, "old")
@@ -204,15 +210,17 @@ def canonical(obj: Any) -> Any:
     return obj
 
 
-def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any]) -> None:
+def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any], tmp: Path | None = None) -> None:
     """Returns None after atomically writing ``state/`` (``trainer.pt`` + ``meta.json`` with its sha256, size).
 
     Args:
         state_dir: ``<run_dir>/state``.
         payload: tensors and objects for ``torch.save`` (weights, optimizer, scheduler, EMA, RNG, counters).
         meta: JSON-able summary: step, samples_seen, config_hash, defining keys, resolved config, W&B id.
+        tmp: the temporary directory (``tmp_dir``) already holding the sharded run's shards, or None for a
+            fresh one.
     """
-    tmp = fresh_tmp(state_dir)
+    tmp = fresh_tmp(state_dir) if tmp is None else tmp
     with discarded_on_error(tmp):
         written = torch_save(tmp / STATE_FILE, canonical(payload), f"{state_dir} keeps the last state")
         atomic_write_json(

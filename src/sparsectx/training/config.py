@@ -108,6 +108,48 @@ class MemoryConfig:
             )
 
 
+STRATEGIES = ("none", "fsdp")
+"""``none``: every process holds the whole model and optimizer; ``fsdp``: FSDP2 shards them
+(``sparsectx.training.sharding``)."""
+
+
+@dataclass
+class DistributedConfig:
+    """``distributed``: how several processes share the model (one process: ``none`` only)."""
+
+    strategy: str
+    """none | fsdp. ``none`` replicates the model and optimizer and sums the gradients by all-reduce; ``fsdp``
+    shards the language model's parameters, gradients and AdamW states over the processes (the vision tower
+    stays replicated). The step's gradient is the same ∇L either way."""
+
+    def __post_init__(self) -> None:
+        check_choice(self.strategy, STRATEGIES, "distributed.strategy")
+
+    def check_run(self, rollout_weights: str, teacher_weights: str, memory: MemoryConfig) -> None:
+        """Returns None; raises ValueError for settings that need the whole model on every process."""
+        if self.strategy != "fsdp":
+            return
+        for key, value in (("rollout_weights", rollout_weights), ("teacher_weights", teacher_weights)):
+            if value == "copy":
+                raise ValueError(
+                    f"{key}=copy with distributed.strategy=fsdp: the plain twin shares the student's tensors, "
+                    f"which are sharded; set {key}=auto (live under fsdp) or distributed.strategy=none"
+                )
+        if memory.teacher_offload:
+            raise ValueError(
+                "memory.teacher_offload=true with distributed.strategy=fsdp: fsdp shards the frozen teacher "
+                "copy over the processes instead; set memory.teacher_offload=false"
+            )
+
+    def check_processes(self, processes: int) -> None:
+        """Returns None; raises ValueError when ``fsdp`` runs on one process (nothing to shard over)."""
+        if self.strategy == "fsdp" and processes < 2:
+            raise ValueError(
+                f"distributed.strategy=fsdp with {processes} process: sharding needs >= 2; launch with "
+                "`accelerate launch --num_processes N` (N >= 2) or set distributed.strategy=none"
+            )
+
+
 @dataclass
 class TrainConfig:
     """The composed ``conf/train.yaml``."""
@@ -146,6 +188,8 @@ class TrainConfig:
     """The decode engine's settings (``conf/engine``)."""
     memory: MemoryConfig
     """Accelerator-memory switches (activation checkpointing, teacher offload, 8-bit optimizer states)."""
+    distributed: DistributedConfig
+    """How several processes share the model: replicated (``none``) or sharded (``fsdp``)."""
     save_every: int
     """Optimizer steps between resume states (``state/``); the last step always saves."""
     log_every: int
@@ -185,6 +229,7 @@ class TrainConfig:
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)
+        self.distributed.check_run(self.rollout_weights, self.teacher_weights, self.memory)
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
             if top > 1.0 + 1e-12:
@@ -198,13 +243,25 @@ class TrainConfig:
         """Returns micro-batches per optimizer step; raises unless processes x micro x accum == effective."""
         per_round = processes * self.micro_batch_size
         effective = self.method.effective_batch_size
+        if processes > effective:
+            raise ValueError(
+                f"{processes} processes for method.effective_batch_size={effective} samples per step: every "
+                f"process needs at least one sample; launch at most {effective} processes or raise "
+                "method.effective_batch_size"
+            )
         accum = self.grad_accum if self.grad_accum is not None else effective // per_round
         if accum < 1 or per_round * accum != effective:
+            fits = [m for m in range(1, effective // processes + 1) if effective % (processes * m) == 0]
+            hint = (
+                f"with {processes} processes micro_batch_size can be one of {fits}"
+                if fits
+                else f"{effective} samples do not divide over {processes} processes: launch a number of "
+                f"processes that divides {effective}"
+            )
             raise ValueError(
                 f"method.effective_batch_size={effective} != processes ({processes}) x micro_batch_size "
                 f"({self.micro_batch_size}) x grad_accum ({self.grad_accum}); choose micro_batch_size and "
-                "grad_accum "
-                "(or grad_accum=null) so that the product matches"
+                f"grad_accum (or grad_accum=null) so that the product matches ({hint})"
             )
         return accum
 

@@ -30,6 +30,7 @@ from sparsectx.checks import check_choice
 from sparsectx.models import adapter_for
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.training.config import ROLLOUT_WEIGHTS
+from sparsectx.training.sharding import is_sharded
 from sparsectx.training.student import Student
 
 
@@ -57,8 +58,8 @@ class DecodeCopy:
 def uses_copy(choice: str, student: Student) -> bool:
     """Returns whether ``rollout_weights=choice`` decodes with the twin for this student."""
     check_choice(choice, ROLLOUT_WEIGHTS, "rollout_weights")
-    if choice == "auto":
-        return student.peft is not None and student.model.device.type == "cuda"
+    if choice == "auto":  # never under fsdp: the twin would share sharded tensors (``training.sharding``)
+        return student.peft is not None and student.model.device.type == "cuda" and not is_sharded(student)
     return choice == "copy"
 
 

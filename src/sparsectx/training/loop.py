@@ -33,12 +33,11 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from sparsectx.data.synthetic import derive_seed
-from sparsectx.io import atomic_write_text, git_commit
+from sparsectx.io import atomic_write_text
 from sparsectx.models import load_model
 from sparsectx.models.loading import check_device
 from sparsectx.paths import budget_tag, run_dir
@@ -49,8 +48,11 @@ from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.memory import apply_memory
+from sparsectx.training.run_files import log_checkpoint, restore, save, write_checkpoint
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
-from sparsectx.training.student import build_student, export_model, load_trainable_state, trainable_state
+from sparsectx.training.sharded_state import check_strategy
+from sparsectx.training.sharding import shard_student
+from sparsectx.training.student import build_student
 from sparsectx.training.update import (
     Trainer,
     accumulate_gradients,
@@ -96,10 +98,12 @@ def run(cfg: DictConfig) -> RunResult:
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
     accum = tc.accumulation(accelerator.num_processes)
+    tc.distributed.check_processes(accelerator.num_processes)
     out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
     meta = read_resume_meta(accelerator, out, tc.steps)
     if meta is not None:
+        check_strategy(meta, tc.distributed.strategy, accelerator.num_processes, out / "state")
         for warning in ckpt.check_resume(meta, defining, resolved, out):
             log.warning(warning)
     trainer = setup(tc, accelerator, accum, TrainingSet.load(tc.train_data, tc.seed), out, meta)
@@ -219,33 +223,15 @@ def setup(
     student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
     student.adapter.vision_signals = declared_signals(tc.pruner.name, tc.pruner.params, tc.seed)
     apply_memory(student, tc.memory)
+    if tc.distributed.strategy == "fsdp":
+        shard_student(student, accelerator.device)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:
-        restore(trainer, ckpt.load_state(out / "state", accelerator.device, meta))
+        payload = ckpt.load_state(out / "state", accelerator.device, meta)
+        restore(trainer, payload, out / "state", meta)
         log.info("resumed %s at step %d (%d samples seen)", out, trainer.step, trainer.samples_seen)
     return trainer
-
-
-def restore(trainer: Trainer, payload: dict[str, Any]) -> None:
-    """Returns None after loading weights, optimizer, scheduler, EMA, RNG and counters from a payload."""
-    load_trainable_state(trainer.student, payload["trainable"])
-    trainer.optimizer.load_state_dict(payload["optimizer"])
-    trainer.scheduler.load_state_dict(payload["scheduler"])
-    if trainer.student.ema is not None:
-        trainer.student.ema.load_state_dict(payload["ema"])
-    rngs = payload["rng"]
-    ckpt.set_rng_state(rngs[trainer.accelerator.process_index % len(rngs)])
-    trainer.step, trainer.samples_seen = int(payload["step"]), int(payload["samples_seen"])
-    rollouts = payload.get("rollouts")  # per process; present only between reuse steps (num_iterations > 1)
-    if rollouts is not None:
-        if len(rollouts) != trainer.accelerator.num_processes:
-            raise ValueError(
-                f"state/ holds the rollouts of {len(rollouts)} processes, reused by the next step; resume with "
-                f"{len(rollouts)} processes (this run has {trainer.accelerator.num_processes})"
-            )
-        trainer.rollouts = rollouts[trainer.accelerator.process_index]
-    trainer.wandb_id = payload["wandb_id"]
 
 
 def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) -> Tracker:
@@ -344,66 +330,3 @@ def train_until_stopped(
             raise TrainingStoppedError(signum, step, tc.steps, out / "state")
     bar.close()
     return metrics
-
-
-def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[str, Any]) -> None:
-    """Returns None after writing ``state/`` atomically (main process; every process contributes its RNG)."""
-    many = trainer.accelerator.num_processes > 1
-    rngs = gather_object([ckpt.rng_state()]) if many else [ckpt.rng_state()]
-    rollouts = trainer.rollouts  # the same steps keep them on every process
-    if rollouts is not None:
-        rollouts = gather_object([rollouts]) if many else [rollouts]
-    if trainer.accelerator.is_main_process:
-        student = trainer.student
-        payload = {
-            "step": trainer.step,
-            "samples_seen": trainer.samples_seen,
-            "trainable": trainable_state(student),
-            "optimizer": trainer.optimizer.state_dict(),
-            "scheduler": trainer.scheduler.state_dict(),
-            "ema": None if student.ema is None else student.ema.state_dict(),
-            "rng": rngs,
-            "wandb_id": trainer.wandb_id,
-            "config_hash": ckpt.config_hash(defining),
-        }
-        if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
-            payload["rollouts"] = rollouts
-        meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
-        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes)
-        ckpt.save_state(out / "state", payload, meta)
-    trainer.accelerator.wait_for_everyone()
-
-
-def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
-    """Returns None after handing ``checkpoint/`` to the tracker (uploaded if ``logger.log_checkpoints``)."""
-    tc = trainer.cfg
-    name = f"{tc.experiment}-{tc.model.name}-{tc.method.name}-{tc.pruner.name}-b{budget_tag(tc.budget)}-s{tc.seed}"
-    meta = {
-        "steps": trainer.step,
-        "samples_seen": trainer.samples_seen,
-        "config_hash": ckpt.config_hash(defining),
-    }
-    tracker.log_checkpoint(name, out / "checkpoint", meta)
-
-
-def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
-    """Returns whether ``checkpoint/`` already holds this run's final model with intact weight files."""
-    try:
-        return ckpt.checkpoint_info(target) == info and ckpt.verify_checkpoint(target)
-    except ckpt.DamagedFileError as err:
-        log.warning("rewriting the damaged checkpoint from the resume state: %s", err)
-        return False
-
-
-def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
-    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it intact)."""
-    target = out / "checkpoint"
-    info = {
-        "config_hash": ckpt.config_hash(defining),
-        "steps": trainer.step,
-        "samples_seen": trainer.samples_seen,
-    }
-    if trainer.accelerator.is_main_process and not checkpoint_is_current(target, info):
-        full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
-        ckpt.save_checkpoint(target, export_model(trainer.student), trainer.student.processor, full)
-    trainer.accelerator.wait_for_everyone()

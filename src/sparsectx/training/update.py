@@ -8,6 +8,10 @@ gradients of the trainable tensors are SUMMED over processes (``torch.distribute
 The result is exactly ∇L: no division by the number of micro-batches or processes appears anywhere, so
 1×4 == 4×1 == 2 processes × 2 (tested for accumulation). The model is not wrapped in DDP because the adapter
 calls the language model directly; Accelerate provides the process group, device placement and reductions.
+Under ``distributed.strategy=fsdp`` the sharded tensors' gradients are summed by FSDP2's reduce-scatter in
+each backward instead (divide factor 1, ``sparsectx.training.sharding``), the replicated ones (a trained vision
+tower) by the same all-reduce, and the clip norm is taken over the shards: the same ∇L (tested against one
+process).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.rl import rl_metrics
 from sparsectx.training.schedules import BUDGET_SCHEDULES, epic_teacher_budget
+from sparsectx.training.sharding import clip_gradients, gathered, is_sharded, sum_replicated_gradients
 from sparsectx.training.steps import NonFiniteLossError, StepCounts, micro_loss
 from sparsectx.training.student import Student, mode
 
@@ -198,18 +203,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     cfg, student = trainer.cfg, trainer.student
     device = trainer.accelerator.device
     reuse = not generates(trainer)
-    if reuse:
-        budget, micro = reused_step(trainer)
-    else:
-        budget = step_budget(trainer)
-        batches, hosts = step_host_inputs(trainer)
-        rollout_generator = trainer.generator("rollout", 0, device)
-        if cfg.method.objective == "rl":
-            draw = refill_draw(trainer)
-            micro = prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, draw)
-        else:
-            teacher_budget = step_teacher_budget(trainer, budget)
-            micro = prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
+    with gathered(student.model):  # fsdp: whole for the no-grad phase (decode loops differ per process)
+        budget, micro = reused_step(trainer) if reuse else fresh_step(trainer)
     counts = step_counts(micro, trainer.accelerator)
     stored: list[torch.Tensor | None] = [None] * len(micro)
     if cfg.memory.teacher_offload:  # the teacher phase: every micro-batch's teacher logits before any student
@@ -219,12 +214,16 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     for j, (mb, teacher) in enumerate(zip(micro, stored, strict=True)):
         generator = trainer.generator("positions", j, device)
         loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher)
-        if not torch.isfinite(loss):  # no backward: the gradients stay finite, the update will not happen
+        finite = bool(torch.isfinite(loss))
+        if not finite:  # no backward: the gradients stay finite, the update will not happen
             problems.append(
                 f"step {trainer.step}, micro-batch {j}: loss={float(loss.detach())} is not finite "
                 f"(budget {budget:.4f}, samples {[it.index for it in mb.items]}, prefix lengths "
                 f"{mb.valid.sum(-1).tolist()}, normalisers {counts})"
             )
+        if is_sharded(student):  # each backward reduce-scatters: every process runs it, or none does
+            check_finite(trainer, problems)
+        if not finite:
             continue
         with mode(student.model, training=True):  # a checkpointed layer recomputes in backward in this mode
             trainer.accelerator.backward(loss)
@@ -234,6 +233,19 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     if not reuse and rollout_iterations(cfg) > 1:  # old_logp is set now: micro_loss ran on every micro-batch
         trainer.rollouts = {"step": trainer.step, "budget": budget, "micro": stored_rollouts(micro)}
     return totals, micro, budget
+
+
+def fresh_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
+    """Returns (budget, micro-batches) of a step that takes new prompts: contexts, then rollouts or groups."""
+    cfg, student = trainer.cfg, trainer.student
+    budget = step_budget(trainer)
+    batches, hosts = step_host_inputs(trainer)
+    rollout_generator = trainer.generator("rollout", 0, trainer.accelerator.device)
+    if cfg.method.objective == "rl":
+        draw = refill_draw(trainer)
+        return budget, prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, draw)
+    teacher_budget = step_teacher_budget(trainer, budget)
+    return budget, prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
 
 
 def reused_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
@@ -281,8 +293,14 @@ def check_finite(trainer: Trainer, problems: list[str]) -> None:
 
 
 def sync_gradients(trainer: Trainer) -> None:
-    """Returns None after summing the trainable tensors' gradients over processes (a no-op on one process)."""
+    """Returns None after summing the trainable tensors' gradients over processes (a no-op on one process).
+
+    Under fsdp the sharded tensors' gradients were summed in backward; only the replicated ones remain.
+    """
     if trainer.accelerator.num_processes == 1:
+        return
+    if is_sharded(trainer.student):
+        sum_replicated_gradients(list(trainer.student.trainable.values()))
         return
     for param in trainer.student.trainable.values():
         if param.grad is None:
@@ -298,7 +316,11 @@ def apply_update(trainer: Trainer) -> float:
     """
     sync_gradients(trainer)
     params = list(trainer.student.trainable.values())
-    norm = float(torch.nn.utils.clip_grad_norm_(params, trainer.cfg.method.optim.max_grad_norm))
+    max_norm = trainer.cfg.method.optim.max_grad_norm
+    if is_sharded(trainer.student):
+        norm = clip_gradients(params, max_norm)
+    else:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if not math.isfinite(norm):
         raise NonFiniteLossError(
             f"step {trainer.step}: gradient norm {norm} is not finite; the run stops, keeping the last good "

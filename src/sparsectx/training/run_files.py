@@ -1,0 +1,126 @@
+"""A run's ``state/`` and ``checkpoint/`` as the loop writes and reads them, under either strategy.
+
+``save`` writes the resume state (``trainer.pt`` + ``meta.json``; under ``distributed.strategy=fsdp`` the
+tensors as shards beside them, ``training.sharded_state``), ``restore`` loads it into a fresh ``Trainer``, and
+``write_checkpoint`` exports the final model as a HF directory (skipped when ``checkpoint/`` already holds it).
+The file formats, atomic swaps and digests are ``training.checkpoint``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from accelerate.utils import gather_object
+
+from sparsectx.io import git_commit
+from sparsectx.paths import budget_tag
+from sparsectx.tracking import Tracker
+from sparsectx.training import checkpoint as ckpt
+from sparsectx.training.sharded_state import ema_scalars, export_sharded, load_shards, save_shards
+from sparsectx.training.sharding import is_sharded
+from sparsectx.training.student import export_model, load_trainable_state, trainable_state
+from sparsectx.training.update import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def restore(trainer: Trainer, payload: dict[str, Any], state_dir: Path, meta: dict[str, Any]) -> None:
+    """Returns None after loading weights, optimizer, scheduler, EMA, RNG and counters from a payload (and,
+    under fsdp, the shards beside it in ``state_dir``)."""
+    if is_sharded(trainer.student):
+        load_shards(trainer, state_dir, meta, payload)
+    else:
+        load_trainable_state(trainer.student, payload["trainable"])
+        trainer.optimizer.load_state_dict(payload["optimizer"])
+        if trainer.student.ema is not None:
+            trainer.student.ema.load_state_dict(payload["ema"])
+    trainer.scheduler.load_state_dict(payload["scheduler"])
+    rngs = payload["rng"]
+    ckpt.set_rng_state(rngs[trainer.accelerator.process_index % len(rngs)])
+    trainer.step, trainer.samples_seen = int(payload["step"]), int(payload["samples_seen"])
+    rollouts = payload.get("rollouts")  # per process; present only between reuse steps (num_iterations > 1)
+    if rollouts is not None:
+        if len(rollouts) != trainer.accelerator.num_processes:
+            raise ValueError(
+                f"state/ holds the rollouts of {len(rollouts)} processes, reused by the next step; resume with "
+                f"{len(rollouts)} processes (this run has {trainer.accelerator.num_processes})"
+            )
+        trainer.rollouts = rollouts[trainer.accelerator.process_index]
+    trainer.wandb_id = payload["wandb_id"]
+
+
+def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Returns None after writing ``state/`` atomically (main process; every process contributes its RNG)."""
+    many = trainer.accelerator.num_processes > 1
+    rngs = gather_object([ckpt.rng_state()]) if many else [ckpt.rng_state()]
+    rollouts = trainer.rollouts  # the same steps keep them on every process
+    if rollouts is not None:
+        rollouts = gather_object([rollouts]) if many else [rollouts]
+    student, tmp, sharding = trainer.student, None, {}
+    if is_sharded(student):  # every process writes its shards; trainer.pt keeps the rest
+        tmp, digests = save_shards(trainer, out / "state")
+        sharding = {"sharding": "fsdp", "shards_sha256": digests}
+    if trainer.accelerator.is_main_process:
+        ema = None if student.ema is None else student.ema.state_dict()
+        payload = {"step": trainer.step, "samples_seen": trainer.samples_seen}
+        if tmp is None:
+            payload.update(trainable=trainable_state(student), optimizer=trainer.optimizer.state_dict())
+        payload.update(
+            scheduler=trainer.scheduler.state_dict(),
+            ema=ema if tmp is None or ema is None else ema_scalars(ema),  # under fsdp its tensors are in the shards
+            rng=rngs,
+            wandb_id=trainer.wandb_id,
+            config_hash=ckpt.config_hash(defining),
+        )
+        if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
+            payload["rollouts"] = rollouts
+        meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
+        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes, **sharding)
+        if rollouts is not None:  # checked before the model loads: they resume on this many processes only
+            meta["rollouts_kept"] = True
+        ckpt.save_state(out / "state", payload, meta, tmp)
+    trainer.accelerator.wait_for_everyone()
+
+
+def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
+    """Returns None after handing ``checkpoint/`` to the tracker (uploaded if ``logger.log_checkpoints``)."""
+    tc = trainer.cfg
+    name = f"{tc.experiment}-{tc.model.name}-{tc.method.name}-{tc.pruner.name}-b{budget_tag(tc.budget)}-s{tc.seed}"
+    meta = {
+        "steps": trainer.step,
+        "samples_seen": trainer.samples_seen,
+        "config_hash": ckpt.config_hash(defining),
+    }
+    tracker.log_checkpoint(name, out / "checkpoint", meta)
+
+
+def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
+    """Returns whether ``checkpoint/`` already holds this run's final model with intact weight files."""
+    try:
+        return ckpt.checkpoint_info(target) == info and ckpt.verify_checkpoint(target)
+    except ckpt.DamagedFileError as err:
+        log.warning("rewriting the damaged checkpoint from the resume state: %s", err)
+        return False
+
+
+def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
+    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it intact)."""
+    target = out / "checkpoint"
+    info = {
+        "config_hash": ckpt.config_hash(defining),
+        "steps": trainer.step,
+        "samples_seen": trainer.samples_seen,
+    }
+    main = trainer.accelerator.is_main_process
+    current = checkpoint_is_current(target, info) if main else True
+    if is_sharded(trainer.student):  # every process takes part in the gather, or none does
+        current = bool(gather_object([current])[0])
+        model = None if current else export_sharded(trainer.student, trainer.cfg.model, trainer.cfg.method, main)
+    elif not current:
+        model = export_model(trainer.student)
+    if main and not current:
+        full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
+        ckpt.save_checkpoint(target, model, trainer.student.processor, full)
+    trainer.accelerator.wait_for_everyone()

@@ -1,0 +1,151 @@
+"""FSDP2 for ``distributed.strategy=fsdp``: the language model's parameters, gradients and AdamW states sharded.
+
+Why torch's ``fully_shard`` and not Accelerate's FSDP plugin: the adapter calls the language model's parts
+directly (``embed_tokens``, the text model, ``norm``, ``lm_head``; in-LLM pruning calls single decoder layers),
+never the root model's forward, so the root unit ``accelerator.prepare`` builds would never gather its
+parameters; and Accelerate ignores the plugin on CPU (``Accelerator(cpu=True)`` runs MULTI_CPU without FSDP),
+where the equivalence tests run (gloo). Accelerate still provides the process group and the device.
+
+Units (``shard_model``): every decoder layer, every other direct child of the text model holding parameters
+(``embed_tokens``, ``norm``) and ``lm_head``; modules that share a parameter (tied embeddings) form one unit.
+Each is a module the adapter calls, so its forward hooks gather it. The vision tower stays replicated: the
+grouped attention and the GEMM-aligned MLP read its weights directly, and it is small (0.7B at 7B); when it
+trains (``method.train_vision``) its gradients are summed by all-reduce as under ``none``.
+
+Gradients: every unit reduce-scatters its gradient after each micro-batch's backward with divide factor 1, a
+SUM over processes, so the synced gradient is exactly ∇L (``sparsectx.training.update``'s contract). Every
+process must therefore run the same backwards: a non-finite loss is agreed on before any backward.
+
+Rollouts (and the step's other no-grad context passes) run inside ``gathered``: a decode loop takes a
+different number of steps on each process (each stops with its own rollouts), which per-layer all-gathers
+would turn into a deadlock, so every unit is gathered once for the phase and resharded after. That phase
+holds the whole model once, in the compute dtype.
+
+Precision: with a half-precision checkpoint every unit gathers in that dtype and reduces gradients in fp32
+(``MixedPrecisionPolicy``); the sharded trained tensors are the fp32 master weights and AdamW's states are
+fp32. With an fp32 checkpoint nothing is cast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from sparsectx.training.ema import PeriodicCopy
+from sparsectx.training.lora import trainable_named
+from sparsectx.training.student import Student
+
+CLIP_EPS = 1e-6
+"""``torch.nn.utils.clip_grad_norm_``'s ε in max_norm / (norm + ε), kept so both strategies clip alike."""
+
+
+def unit_groups(model: nn.Module, language_model: nn.Module) -> list[list[nn.Module]]:
+    """Returns the modules to shard, one list per FSDP unit: decoder layers, the text model's other parameter
+    holders, ``lm_head``; modules sharing a parameter are merged into one unit."""
+    children = [m for name, m in language_model.named_children() if name != "layers"]
+    modules = [*language_model.layers, *(m for m in children if any(True for _ in m.parameters())), model.lm_head]
+    groups: list[list[nn.Module]] = []
+    owner: dict[int, list[nn.Module]] = {}
+    for module in modules:
+        shared = next((owner[id(p)] for p in module.parameters() if id(p) in owner), None)
+        group = shared if shared is not None else []
+        if shared is None:
+            groups.append(group)
+        group.append(module)
+        for param in module.parameters():
+            owner[id(param)] = group
+    return groups
+
+
+def shard_model(model: nn.Module, language_model: nn.Module, mesh: DeviceMesh, dtype: torch.dtype) -> None:
+    """Returns None after sharding ``model``'s language model with FSDP2 (``unit_groups``), gradients summed."""
+    policy = MixedPrecisionPolicy()
+    if dtype != torch.float32:
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for group in unit_groups(model, language_model):
+        fully_shard(group if len(group) > 1 else group[0], mesh=mesh, mp_policy=policy)
+    for unit in fsdp_units(model):  # a plain SUM over processes (the step's ∇L, never a mean); gloo has no
+        unit.set_gradient_divide_factor(1.0)  # PREMUL_SUM, and a sum needs no scaling
+        unit.set_force_sum_reduction_for_comms(True)
+
+
+def fsdp_units(model: nn.Module) -> list[FSDPModule]:
+    """Returns ``model``'s FSDP units (empty for a plain model)."""
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(student: Student) -> bool:
+    """Returns whether the student's model is sharded (``distributed.strategy=fsdp``)."""
+    return bool(fsdp_units(student.model))
+
+
+def shard_student(student: Student, device: torch.device) -> None:
+    """Returns None after sharding the student and its frozen copy over every process.
+
+    ``fully_shard`` replaces each parameter by a sharded one, so the trainable tensors are looked up again and
+    a progressive teacher's copy θ_0 is re-taken from them (same values, sharded alike); an EMA's shadow is
+    made from the sharded tensors at its first update. Call before building the optimizer.
+    """
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    shard_model(student.model, student.adapter.language_model, mesh, student.dtype)
+    if student.frozen is not None:
+        shard_model(student.frozen.model, student.frozen.language_model, mesh, student.dtype)
+    student.trainable = trainable_named(student.model)
+    if isinstance(student.ema, PeriodicCopy):  # θ_0 again, sharded like θ
+        student.ema = PeriodicCopy(student.ema.interval, student.trainable)
+
+
+@contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """Returns a context in which every FSDP unit of ``model`` is whole (gathered once, no collective inside
+    any forward); the units are sharded again on exit. A plain model is left alone."""
+    units = fsdp_units(model)
+    for unit in units:
+        unit.unshard()
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.set_reshard_after_forward(True, recurse=False)
+            unit.reshard()
+
+
+def sum_replicated_gradients(params: list[nn.Parameter]) -> None:
+    """Returns None after summing over processes the gradients of the replicated (not sharded) parameters;
+    the sharded ones were reduce-scattered (summed) in backward already."""
+    for param in params:
+        if isinstance(param, DTensor):
+            continue
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+
+
+def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:
+    """Returns the global L2 norm of the gradients (sharded and replicated) after scaling them to at most
+    ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does on whole tensors."""
+    grads = [p.grad for p in params if p.grad is not None]
+    sharded = [g.to_local() for g in grads if isinstance(g, DTensor)]
+    replicated = [g for g in grads if not isinstance(g, DTensor)]
+    device = grads[0].device if grads else torch.device("cpu")
+    squares = torch.zeros((), dtype=torch.float64, device=device)
+    for grad in sharded:
+        squares += grad.double().pow(2).sum()
+    dist.all_reduce(squares, op=dist.ReduceOp.SUM)
+    for grad in replicated:  # the same on every process: added once, after the sum
+        squares += grad.double().pow(2).sum()
+    norm = math.sqrt(float(squares))
+    scale = min(1.0, max_norm / (norm + CLIP_EPS))
+    if math.isfinite(norm):
+        for grad in grads:
+            grad.mul_(scale)
+    return norm
