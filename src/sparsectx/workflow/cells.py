@@ -30,8 +30,6 @@ SEED_FOLDER = "seed{seed}"
 ``sparsectx.report.seeds.seed_root`` reads: ``<results_root>/seed<s>/`` holds the usual tree)."""
 SEED_RESULT_PATTERN = f"results/{SEED_FOLDER}/" + RESULT_PATTERN.removeprefix("results/")
 SEED_CHECKPOINT_PATTERN = f"runs/{SEED_FOLDER}/" + CHECKPOINT_PATTERN.removeprefix("runs/")
-EVAL_JOBS = ("benchmark", "leaf")
-"""``grid.eval_jobs``: one evaluation job per (leaf, benchmark), or one per leaf writing all its benchmarks."""
 LEAF_JOB_STEM = "all_benchmarks"
 """Stem of a per-leaf evaluation job's log and timing files (there is no ``{bench}`` to name them by)."""
 
