@@ -4,6 +4,7 @@
     python scripts/bench_train_step.py --arch qwen3_vl_4b
     python scripts/bench_train_step.py --methods lt_opd --override memory.activation_checkpointing=true
     python scripts/bench_train_step.py --tiny                           # CPU smoke run on the tiny model
+    python scripts/bench_train_step.py --methods scopd_plus --no-reference --override distributed.strategy=fsdp
 
 The model is the real architecture with random weights (``bench_common``), images are resized to 1296
 merged visual tokens, the budget is the preset's (10% for SCOPD/SCOPD+, LT-OPD's curriculum starts higher),
@@ -12,7 +13,9 @@ rollouts run ``--new-tokens`` tokens. Each project method runs ``sparsectx.train
 ``--override`` applied, the ``memory`` switches too): ``--batch`` samples a step in micro-batches of
 ``--micro-batch`` (default: the whole step). The plain-HF reference (``bench_reference.py``) runs the same
 step for SCOPD and SCOPD+ (LoRA via peft on the same weights); LT-OPD has no reference (a plain
-full-parameter step with a frozen copy does not fit on one H200).
+full-parameter step with a frozen copy does not fit on one H200). With ``distributed.strategy=fsdp`` the
+student is sharded over a one-rank group (``sparsectx.training.sharding.process_group``): the sharded code
+path's cost on one GPU, to set beside the same command without the override; it has no reference row.
 
 Printed per row: s/sample; rollout ms per token step (prefill included); rollout tokens/s; MFU = model
 FLOPs / (step time x measured bf16 matmul peak), FLOPs from parameter counts (2 per parameter per token for a
@@ -61,6 +64,7 @@ from sparsectx.training.batches import TrainingSet, prompt_item  # noqa: E402
 from sparsectx.training.config import TrainConfig, load_train_config  # noqa: E402
 from sparsectx.training.loop import train_step  # noqa: E402
 from sparsectx.training.memory import apply_memory  # noqa: E402
+from sparsectx.training.sharding import is_sharded, process_group, shard_student  # noqa: E402
 from sparsectx.training.student import Student, build_student  # noqa: E402
 from sparsectx.training.update import Trainer, build_optimizer  # noqa: E402
 
@@ -257,6 +261,8 @@ def run_method(args, name, tc, loaded, lora, accelerator, items, phases):
             loaded = LoadedModel(adapter_for(model, tc.model.signal_chunk), loaded.processor)
         student = build_student(loaded, tc.method, tc.model.signal_chunk)
         apply_memory(student, tc.memory)
+    if tc.distributed.strategy == "fsdp" and not is_sharded(student):  # a one-rank group: the sharded code path
+        shard_student(student, accelerator.device)
     trainer = project_trainer(tc, student, items, accelerator)
     with instrumented(phases):
         results = {"project": measure(lambda: train_step(trainer), phases, args.repeats, args.warmup)}
@@ -264,7 +270,7 @@ def run_method(args, name, tc, loaded, lora, accelerator, items, phases):
             profiled(lambda: train_step(trainer), Path(args.profile), name)
     lengths = context_lengths(trainer)
     rollout = tc.method.rollout
-    if tc.method.lora.enabled and not args.no_reference:
+    if tc.method.lora.enabled and not args.no_reference and not is_sharded(student):
         shape = ReferenceShape(*lengths, args.new_tokens, tc.method.positions.fraction, rollout.do_sample)
         build = lambda row: prompt_item(row[1], tc.train_data, row[0])  # noqa: E731
         rows = list(enumerate(items[: args.batch]))
@@ -338,12 +344,18 @@ def run_all(args, scratch: Path) -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     phases, lora = Phases(device), None
-    for name, tc in ordered_methods(args.methods, args):
-        results, lengths, student = run_method(args, name, tc, loaded, lora, accelerator, items, phases)
-        lora = student if tc.method.lora.enabled else None
-        factor = 4 if tc.method.lora.enabled else 6
-        flops = step_flops(counts, lengths, args.batch, args.new_tokens, args.visual_tokens, factor)
-        print_rows(name, results, lengths, flops, peak, args)
+    methods = ordered_methods(args.methods, args)
+    strategy = methods[0][1].distributed.strategy
+    if strategy == "fsdp" and len({tc.method.lora.enabled for _, tc in methods}) > 1:
+        sys.exit("distributed.strategy=fsdp: bench LoRA and full-parameter methods in separate calls (a sharded "
+                 "LoRA model cannot be unloaded into a full-parameter student)")  # fmt: skip
+    with process_group(strategy, device):
+        for name, tc in methods:
+            results, lengths, student = run_method(args, name, tc, loaded, lora, accelerator, items, phases)
+            lora = student if tc.method.lora.enabled else None
+            factor = 4 if tc.method.lora.enabled else 6
+            flops = step_flops(counts, lengths, args.batch, args.new_tokens, args.visual_tokens, factor)
+            print_rows(name, results, lengths, flops, peak, args)
 
 
 if __name__ == "__main__":

@@ -63,13 +63,6 @@ def no_model(*args: object, **kwargs: object) -> None:
     raise AssertionError("the model must not load when the setting is refused")
 
 
-def test_fsdp_on_one_process_is_refused_before_the_model_loads(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(loop, "load_model", no_model)
-    cfg = compose_train([*train_overrides(tiny_env, tmp_path), "distributed.strategy=fsdp"])
-    with pytest.raises(ValueError, match=r"distributed\.strategy=fsdp with 1 process: sharding needs >= 2"):
-        loop.run(cfg)
-
-
 def fake_state(where: Path, processes: int, sharding: str | None) -> dict:
     """Returns the ``meta.json`` written into ``where/state`` for a state of ``processes`` processes."""
     meta = {"step": 1, "samples_seen": 2, "wandb_id": None, "config_hash": "x", "defining": {}, "resolved": {},

@@ -1,11 +1,11 @@
-"""Which modules become FSDP units (``sharding.unit_groups``): each module the adapter calls directly is one,
-the vision tower none, and modules sharing a parameter (tied embeddings) one together."""
+"""Which modules become FSDP units (``sharding.shard_units``): each module the adapter calls directly is one;
+the vision tower and modules sharing a parameter (tied embeddings) none: they stay replicated."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from sparsectx.training.sharding import unit_groups
+from sparsectx.training.sharding import shard_units
 
 
 class TextModel(nn.Module):
@@ -35,14 +35,13 @@ class VLM(nn.Module):
 def test_every_called_module_is_a_unit_and_the_tower_none() -> None:
     model = VLM(tied=False)
     text = model.model.language_model
-    groups = unit_groups(model, text)
-    assert groups == [[layer] for layer in text.layers] + [[text.embed_tokens], [text.norm], [model.lm_head]]
-    units = {id(p) for group in groups for module in group for p in module.parameters()}
-    assert units == {id(p) for p in model.parameters()} - {id(p) for p in model.model.visual.parameters()}
+    units = shard_units(model, text)
+    assert units == [*text.layers, text.embed_tokens, text.norm, model.lm_head]
+    sharded = {id(p) for module in units for p in module.parameters()}
+    assert sharded == {id(p) for p in model.parameters()} - {id(p) for p in model.model.visual.parameters()}
 
 
-def test_tied_embeddings_share_one_unit() -> None:
+def test_tied_embeddings_stay_replicated() -> None:
     model = VLM(tied=True)
     text = model.model.language_model
-    groups = unit_groups(model, text)
-    assert [text.embed_tokens, model.lm_head] in groups and len(groups) == 5
+    assert shard_units(model, text) == [*text.layers, text.norm]

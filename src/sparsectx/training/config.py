@@ -115,7 +115,7 @@ STRATEGIES = ("none", "fsdp")
 
 @dataclass
 class DistributedConfig:
-    """``distributed``: how several processes share the model (one process: ``none`` only)."""
+    """``distributed``: how several processes share the model (``fsdp`` on one process shards over one rank)."""
 
     strategy: str
     """none | fsdp. ``none`` replicates the model and optimizer and sums the gradients by all-reduce; ``fsdp``
@@ -139,14 +139,6 @@ class DistributedConfig:
             raise ValueError(
                 "memory.teacher_offload=true with distributed.strategy=fsdp: fsdp shards the frozen teacher "
                 "copy over the processes instead; set memory.teacher_offload=false"
-            )
-
-    def check_processes(self, processes: int) -> None:
-        """Returns None; raises ValueError when ``fsdp`` runs on one process (nothing to shard over)."""
-        if self.strategy == "fsdp" and processes < 2:
-            raise ValueError(
-                f"distributed.strategy=fsdp with {processes} process: sharding needs >= 2; launch with "
-                "`accelerate launch --num_processes N` (N >= 2) or set distributed.strategy=none"
             )
 
 

@@ -51,7 +51,7 @@ from sparsectx.training.memory import apply_memory
 from sparsectx.training.run_files import log_checkpoint, restore, save, write_checkpoint
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
 from sparsectx.training.sharded_state import check_strategy
-from sparsectx.training.sharding import shard_student
+from sparsectx.training.sharding import process_group, shard_student
 from sparsectx.training.student import build_student
 from sparsectx.training.update import (
     Trainer,
@@ -98,7 +98,6 @@ def run(cfg: DictConfig) -> RunResult:
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
     accum = tc.accumulation(accelerator.num_processes)
-    tc.distributed.check_processes(accelerator.num_processes)
     out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
     meta = read_resume_meta(accelerator, out, tc.steps)
@@ -106,6 +105,21 @@ def run(cfg: DictConfig) -> RunResult:
         check_strategy(meta, tc.distributed.strategy, accelerator.num_processes, out / "state")
         for warning in ckpt.check_resume(meta, defining, resolved, out):
             log.warning(warning)
+    with process_group(tc.distributed.strategy, accelerator.device):  # fsdp on one process: a one-rank group
+        return train_to_end(tc, accelerator, accum, out, meta, defining, resolved)
+
+
+def train_to_end(
+    tc: TrainConfig,
+    accelerator: Accelerator,
+    accum: int,
+    out: Path,
+    meta: dict[str, Any] | None,
+    defining: dict[str, Any],
+    resolved: dict[str, Any],
+) -> RunResult:
+    """Returns the finished run after building (or restoring) the trainer, training its remaining steps and
+    exporting ``checkpoint/``; the tracker and the prefetch thread are closed however it ends."""
     trainer = setup(tc, accelerator, accum, TrainingSet.load(tc.train_data, tc.seed), out, meta)
     if accelerator.is_main_process:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(resolved))

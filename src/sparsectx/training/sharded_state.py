@@ -68,7 +68,7 @@ def check_strategy(meta: dict[str, Any], strategy: str, processes: int, state_di
             f"(method.rl.num_iterations); this run has {processes}: resume with {count} processes"
         )
     if saved != strategy:
-        where = "on any number of processes" if saved == "none" else "on >= 2 processes (its shards reshard)"
+        where = "on any number of processes" if saved == "none" else "on any number of processes (its shards reshard)"
         raise ValueError(
             f"{state_dir} was saved with distributed.strategy={saved} by {count} processes; this run has "
             f"distributed.strategy={strategy} with {processes}: a {saved} state cannot be converted. Resume "

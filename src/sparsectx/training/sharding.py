@@ -7,10 +7,12 @@ parameters; and Accelerate ignores the plugin on CPU (``Accelerator(cpu=True)`` 
 where the equivalence tests run (gloo). Accelerate still provides the process group and the device.
 
 Units (``shard_model``): every decoder layer, every other direct child of the text model holding parameters
-(``embed_tokens``, ``norm``) and ``lm_head``; modules that share a parameter (tied embeddings) form one unit.
-Each is a module the adapter calls, so its forward hooks gather it. The vision tower stays replicated: the
+(``embed_tokens``, ``norm``) and ``lm_head``. Each is a module the adapter calls, so its forward hooks gather
+it, and each is its own FSDP root (no unit wraps the whole model). The vision tower stays replicated: the
 grouped attention and the GEMM-aligned MLP read its weights directly, and it is small (0.7B at 7B); when it
-trains (``method.train_vision``) its gradients are summed by all-reduce as under ``none``.
+trains (``method.train_vision``) its gradients are summed by all-reduce as under ``none``. Tied embeddings
+(``embed_tokens`` and ``lm_head`` sharing one weight, as in the 3B models and the tiny model) stay replicated
+too: a unit of two modules must sit below a root unit, which this layout has none of.
 
 Gradients: every unit reduce-scatters its gradient after each micro-batch's backward with divide factor 1, a
 SUM over processes, so the synced gradient is exactly ∇L (``sparsectx.training.update``'s contract). Every
@@ -21,6 +23,10 @@ different number of steps on each process (each stops with its own rollouts), wh
 would turn into a deadlock, so every unit is gathered once for the phase and resharded after. That phase
 holds the whole model once, in the compute dtype.
 
+One process: ``python src/train.py distributed.strategy=fsdp`` without a launcher has no process group, so
+``process_group`` makes a one-rank group for the run (nothing is split; the same code path runs, which is how
+the sharded step's cost is measured on one GPU against the replicated one).
+
 Precision: with a half-precision checkpoint every unit gathers in that dtype and reduces gradients in fp32
 (``MixedPrecisionPolicy``); the sharded trained tensors are the fp32 master weights and AdamW's states are
 fp32. With an fp32 checkpoint nothing is cast.
@@ -29,6 +35,7 @@ fp32. With an fp32 checkpoint nothing is cast.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,31 +54,39 @@ CLIP_EPS = 1e-6
 """``torch.nn.utils.clip_grad_norm_``'s ε in max_norm / (norm + ε), kept so both strategies clip alike."""
 
 
-def unit_groups(model: nn.Module, language_model: nn.Module) -> list[list[nn.Module]]:
-    """Returns the modules to shard, one list per FSDP unit: decoder layers, the text model's other parameter
-    holders, ``lm_head``; modules sharing a parameter are merged into one unit."""
+@contextmanager
+def process_group(strategy: str, device: torch.device) -> Iterator[None]:
+    """Returns a context in which ``fsdp`` has a process group: a run started without a launcher gets a
+    one-rank group (NCCL on CUDA, gloo on the CPU), destroyed on exit; a launched run keeps its own."""
+    if strategy != "fsdp" or dist.is_initialized():
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def shard_units(model: nn.Module, language_model: nn.Module) -> list[nn.Module]:
+    """Returns the modules to shard, one FSDP unit each: decoder layers, the text model's other parameter
+    holders, ``lm_head``. Modules that share a parameter (tied embeddings) stay replicated, like the vision
+    tower: FSDP2 accepts a unit of several modules only below a root unit, and here every unit is called
+    directly and so is its own root."""
     children = [m for name, m in language_model.named_children() if name != "layers"]
     modules = [*language_model.layers, *(m for m in children if any(True for _ in m.parameters())), model.lm_head]
-    groups: list[list[nn.Module]] = []
-    owner: dict[int, list[nn.Module]] = {}
-    for module in modules:
-        shared = next((owner[id(p)] for p in module.parameters() if id(p) in owner), None)
-        group = shared if shared is not None else []
-        if shared is None:
-            groups.append(group)
-        group.append(module)
-        for param in module.parameters():
-            owner[id(param)] = group
-    return groups
+    holders = Counter(id(p) for module in modules for p in module.parameters())
+    return [module for module in modules if all(holders[id(p)] == 1 for p in module.parameters())]
 
 
 def shard_model(model: nn.Module, language_model: nn.Module, mesh: DeviceMesh, dtype: torch.dtype) -> None:
-    """Returns None after sharding ``model``'s language model with FSDP2 (``unit_groups``), gradients summed."""
+    """Returns None after sharding ``model``'s language model with FSDP2 (``shard_units``), gradients summed."""
     policy = MixedPrecisionPolicy()
     if dtype != torch.float32:
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    for group in unit_groups(model, language_model):
-        fully_shard(group if len(group) > 1 else group[0], mesh=mesh, mp_policy=policy)
+    for unit in shard_units(model, language_model):
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
     for unit in fsdp_units(model):  # a plain SUM over processes (the step's ∇L, never a mean); gloo has no
         unit.set_gradient_divide_factor(1.0)  # PREMUL_SUM, and a sum needs no scaling
         unit.set_force_sum_reduction_for_comms(True)
