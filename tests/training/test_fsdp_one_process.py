@@ -18,7 +18,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from sparsectx.models import resolve_model_path
-from sparsectx.training import loop
+from sparsectx.training import groups, loop
 
 from .test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
 
@@ -26,6 +26,9 @@ LR = 0.001
 SCOPD_PLUS_LORA = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
                    "method.teacher.ema_decay=null", f"method.optim.lr={LR}"]  # fmt: skip
 LT_OPD_FULL = ["method=lt_opd", "method.rollout.do_sample=false", f"method.optim.lr={LR}"]
+GRPO_LORA = ["method=grpo", "method.rl.group_size=4", "method.rl.num_iterations=2", f"method.optim.lr={LR}"]
+"""Sampled rollouts from the seeded stream, step 1 reusing step 0's (``num_iterations``): the clipped
+surrogate's ratio is then the sharded weights' against the ones that sampled."""
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +69,17 @@ def equal_runs(env: TinyEnv, root: Path, model: str, method: list[str]) -> tuple
     return base, want, got
 
 
-@pytest.mark.parametrize("method", [SCOPD_PLUS_LORA, LT_OPD_FULL], ids=["scopd_plus_lora", "lt_opd_full"])
-def test_fsdp_on_one_process_trains_as_the_replicated_run(tiny_env, tmp_path, method) -> None:  # noqa: ANN001
+def parity_rewards(cfg, prefix, context) -> torch.Tensor:  # noqa: ANN001
+    """A reward that varies inside a group (the parity of each rollout's token sum): the tiny test model's
+    answers score 0 on the real scorers, which leaves every advantage 0 and nothing to compare."""
+    return torch.tensor([float(int(t.sum()) % 2) for t in prefix.tokens], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "method", [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA], ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora"]
+)
+def test_fsdp_on_one_process_trains_as_the_replicated_run(tiny_env, tmp_path, method, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(groups, "group_rewards", parity_rewards)
     _, want, got = equal_runs(tiny_env, tmp_path, "", method)
     for name, weight in want.items():
         torch.testing.assert_close(got[name], weight, atol=1e-6, rtol=1e-5, msg=name)
