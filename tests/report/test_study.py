@@ -357,3 +357,34 @@ def test_every_preset_renders_with_no_results(preset: str, tmp_path: Path) -> No
         shown = [r["pruner"] for r in rows if r["model"] == model and float(r["budget"]) == budget]
         declared = [p for row in block.rows if budget in row.budgets for p in row.pruners]
         assert list(dict.fromkeys(shown)) == list(dict.fromkeys(declared))  # the grid's pruner order
+
+
+def test_blocks_render_only_the_named_blocks_and_the_same_numbers(results: Path) -> None:
+    out = results / "tiny" / "tables"
+    run(compose_tables(results))
+    whole = (out / "main.csv").read_text()
+    others = {path.name for path in out.iterdir() if "main" not in path.name and path.name != "README.md"}
+    assert {"sweep.csv", "passk.csv", "efficiency.csv"} <= others
+    for path in out.iterdir():
+        path.unlink()
+    run(compose_tables(results, "blocks=[main]"))
+    names = {path.name for path in out.iterdir()}
+    assert "main.csv" in names and "README.md" in names and not names & others, names
+    assert (out / "main.csv").read_text() == whole
+
+
+def test_seed_checks_see_only_the_named_blocks(results: Path) -> None:
+    with pytest.raises(ValueError, match=r"train_seeds=\[0, 1\] asks for seeds that were not trained"):
+        run(compose_tables(results, "train_seeds=[0,1]"))  # main's scopd has no seed-1 result
+    run(compose_tables(results, "train_seeds=[0,1]", "blocks=[sweep,passk]"))  # no trained method there
+    assert (results / "tiny" / "tables" / "sweep.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("blocks", "unknown"), [("[main,nope]", r"\['nope'\]"), ("[main,main]", r"\[\]"), ("[]", r"\[\]")]
+)
+def test_bad_block_names_fail_before_any_table(results: Path, blocks: str, unknown: str) -> None:
+    known = r"the grid has \['sweep', 'main', 'passk', 'efficiency'\]"
+    with pytest.raises(ValueError, match=rf"blocks=.*each once; unknown {unknown}, {known}"):
+        run(compose_tables(results, f"blocks={blocks}"))
+    assert not (results / "tiny" / "tables").exists()

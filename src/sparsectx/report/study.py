@@ -42,6 +42,7 @@ from sparsectx.report.plots import caption_path
 from sparsectx.report.seeds import check_seed_list, check_trained, pooled_entries
 from sparsectx.report.uncertainty import BlockSpreads, Replicates, block_spreads, cell_replicates
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
+from sparsectx.workflow.select import selected_blocks
 
 TABLES_DIR = "tables"
 """Folder under ``<results_root>/<experiment>/`` holding every output (the Snakemake rule's directory)."""
@@ -76,6 +77,9 @@ class TablesConfig:
     """Training seeds pooled in every trained row (mean ± std over seeds, bootstrap over items and seeds);
     null = the grid's one seed. Seed ``s`` other than ``grid.seed`` reads ``<results_root>/seed<s>/``
     (``sparsectx.report.seeds``)."""
+    blocks: list[str] | None
+    """Names of the grid's blocks to render (``tables`` entries, ``passk``, ``efficiency``); null = all. A
+    partial study renders the blocks whose runs finished; the seed and emptiness checks see only those."""
 
     def __post_init__(self) -> None:
         if self.grid is None:
@@ -105,6 +109,9 @@ def load_study_grid(tc: TablesConfig) -> wf.Grid:
         raise ValueError(f"grid must be a mapping (the preset's `grid:` block), got {type(tc.grid).__name__}")
     grid = dict(tc.grid)
     wf.validate_config({"experiment": tc.experiment, "grid": grid, "hydra_overrides": {}})
+    if tc.blocks is not None:
+        wf.Grid(tc.experiment, grid)  # the whole preset is checked, then cut
+        grid = selected_blocks(grid, tc.blocks)
     return wf.Grid(tc.experiment, grid)
 
 
