@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,14 +61,34 @@ def _fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sparsectx.eval.runner.time.perf_counter", lambda: 0.0)
 
 
-def _reference(model_dir: Path, results: Path, tsv: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes]:
-    """Returns the one-process run's result and predictions bytes, and removes them from ``results``."""
-    with monkeypatch.context() as patch:
+@pytest.fixture(scope="module")
+def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Returns the results root of the reference and of every test that merges shards (it is part of the
+    config, so the reference's bytes hold only for runs under this root)."""
+    return tmp_path_factory.mktemp("sharded") / "results"
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path, tsv: Path, results_root: Path) -> tuple[bytes, bytes]:
+    """Returns the one-process run's result and predictions bytes, and removes them from ``results_root``.
+
+    Run once for the module: each test compares with the same config, model and data.
+    """
+    with pytest.MonkeyPatch.context() as patch:
         _fixed_clock(patch)
-        run(compose_eval(_overrides(model_dir, results, tsv)))
-    reference = _outputs(_leaf(results))
-    shutil.rmtree(_leaf(results))
+        run(compose_eval(_overrides(model_dir, results_root, tsv)))
+    reference = _outputs(_leaf(results_root))
+    shutil.rmtree(_leaf(results_root))
     return reference
+
+
+@pytest.fixture
+def results(results_root: Path, reference: tuple[bytes, bytes]) -> Iterator[Path]:
+    """Returns ``results_root`` as the reference run left it (its leaf removed); the leaf the test writes is
+    removed afterwards, so no test finds another's parts or merged files."""
+    shutil.rmtree(_leaf(results_root), ignore_errors=True)
+    yield results_root
+    shutil.rmtree(_leaf(results_root), ignore_errors=True)
 
 
 def _child_env(threads: int) -> dict[str, str]:
@@ -135,10 +156,8 @@ def test_bad_shard_settings_fail_with_the_key(overrides, match):
 
 
 @pytest.mark.slow
-def test_two_processes_then_a_merge_write_one_process_bytes(model_dir, tsv, tmp_path, monkeypatch):
-    results = tmp_path / "results"
+def test_two_processes_then_a_merge_write_one_process_bytes(model_dir, tsv, reference, results, tmp_path, monkeypatch):
     overrides = _overrides(model_dir, results, tsv)
-    reference = _reference(model_dir, results, tsv, monkeypatch)
     env = _child_env(torch.get_num_threads())
     shards = [
         subprocess.Popen(
@@ -205,10 +224,8 @@ def test_too_many_shards_fail_before_the_model_loads(model_dir, tsv, tmp_path, m
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_merge_after_a_barrier(model_dir, tsv, tmp_path, monkeypatch):
-    results = tmp_path / "results"
+def test_torchrun_ranks_merge_after_a_barrier(model_dir, tsv, reference, results, tmp_path):
     overrides = _overrides(model_dir, results, tsv)
-    reference = _reference(model_dir, results, tsv, monkeypatch)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(ROOT / "src" / "evaluate.py"), *overrides, "shard.from_env=torchrun",

@@ -8,9 +8,11 @@ the CLI calls). They need the entry points; until those exist they are skipped.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +95,24 @@ def planned(workdir: Path, configfile: Path, *targets: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
 
 
+def reuse_outputs(source: Path, workdir: Path, outputs: list[str]) -> None:
+    """Copies ``outputs`` (paths relative to ``source``, files or folders) of a finished Snakemake run into
+    ``workdir`` with their modification times and Snakemake's metadata records, so a run in ``workdir`` whose
+    jobs for them have the same params and inputs finds them up to date (as if its own jobs had written them)."""
+    for output in outputs:
+        if (source / output).is_dir():
+            shutil.copytree(source / output, workdir / output, symlinks=True)
+        else:
+            (workdir / output).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / output, workdir / output)
+    records = workdir / ".snakemake" / "metadata"
+    records.mkdir(parents=True, exist_ok=True)
+    for record in (source / ".snakemake" / "metadata").iterdir():
+        path = base64.urlsafe_b64decode(record.name).decode()
+        if any(path == output or path.startswith(output.rstrip("/") + "/") for output in outputs):
+            shutil.copy2(record, records / record.name)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Returns (workdir, configfile) after running the reduced tiny study to all_tables once."""
@@ -134,10 +154,13 @@ def test_deleting_a_leaf_reruns_only_its_dependents(study: tuple[Path, Path]) ->
     assert {p: p.stat().st_mtime_ns for p in others} == before
 
 
-def test_a_killed_training_job_resumes_from_its_state(tmp_path: Path) -> None:
+def test_a_killed_training_job_resumes_from_its_state(tmp_path: Path, study: tuple[Path, Path]) -> None:
     config = {**REDUCED, "hydra_overrides": {**REDUCED["hydra_overrides"]}}
     config["hydra_overrides"]["train"] = [*REDUCED["hydra_overrides"]["train"], "steps=12"]
     configfile = write_config(tmp_path / "reduced.yaml", config)
+    # The data job's outputs are the study's (same data config and build_data overrides, so the same
+    # data/tiny-<digest>/ and params): only the training job, the one under test, runs and is killed here.
+    reuse_outputs(study[0], tmp_path, ["data"])
     state = tmp_path / "runs/tiny/tiny/scopd/visionzip/0.1/state/meta.json"
     job = subprocess.Popen(
         snakemake_cmd(tmp_path, configfile, CHECKPOINT),
@@ -176,6 +199,12 @@ def test_per_leaf_jobs_write_what_per_benchmark_jobs_write(tmp_path: Path, study
     per-benchmark job's (same score, predictions and config hash), a rerun does nothing, and a deleted result
     reruns its leaf's one job."""
     configfile = write_config(tmp_path / "leaf.yaml", LEAF_JOBS)
+    # The study's data, training run and efficiency file are this grid's too (same build_data and train
+    # overrides, same cells): copied in, so only the jobs under test run here, the evaluations (every leaf's
+    # result is written afresh: no result or table is copied), the Pass@K runs that read them, and the tables.
+    per_bench_dir, _ = study
+    shared = ["data", "runs/tiny/tiny/scopd/visionzip/0.1", "results/tiny/tiny/base/visionzip/efficiency.json"]
+    reuse_outputs(per_bench_dir, tmp_path, shared)
     done = run(tmp_path, configfile, "all_tables")
     logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((tmp_path / "logs").rglob("*.log")))
     assert done.returncode == 0, done.stderr[-5000:] + logs
@@ -188,7 +217,6 @@ def test_per_leaf_jobs_write_what_per_benchmark_jobs_write(tmp_path: Path, study
             assert (tmp_path / leaf / f"{bench}.json").is_file(), (leaf, bench)
     assert planned(tmp_path, configfile, "all_tables") == {}
     # the per-benchmark study of the same cells (REDUCED, syn_count only) scored the same predictions
-    per_bench_dir, _ = study
     for leaf in leaves:
         one = json.loads((per_bench_dir / leaf / "syn_count.json").read_text())
         many = json.loads((tmp_path / leaf / "syn_count.json").read_text())
