@@ -91,6 +91,22 @@ QWEN3_5_4B = {
     "tie_word_embeddings": True,
 }  # fmt: skip
 
+# Qwen3.5-9B, as conf/model/qwen3_5_9b.yaml states it: transformers 5.17's Qwen3_5TextConfig defaults, which it
+# documents as the 9B style (width 4096, MLP 12288, 32 hybrid layers, 16 query / 4 KV heads of 256, linear
+# attention 16 key / 32 value heads of 128, kernel 4, untied head). UNVERIFIED (the checkpoint's config.json
+# could not be read from this machine): the vision tower, taken as Qwen3_5VisionConfig's defaults (depth 27,
+# width 1152, MLP 4304) with its output at the decoder's width, and the rotary sections (the 4B's).
+QWEN3_5_9B = {
+    "text_config": {
+        **QWEN3_5_4B["text_config"], "hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False,
+    },
+    "vision_config": {
+        **QWEN3_5_4B["vision_config"], "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+        "out_hidden_size": 4096,
+    },
+    "tie_word_embeddings": False,
+}  # fmt: skip
+
 # zai-org/GLM-4.6V-Flash, as conf/model/glm46v_9b.yaml states it (vision depth 24, width 1536, out 4096,
 # patch 14, merge 2; a 40-layer GLM-4 decoder, width 4096, 32 heads, 2 KV heads, partial rotary 0.5, M-RoPE
 # sections [8, 12, 12]). UNVERIFIED here: the MLP width 13696 (also the merger's), vocabulary 151,552, the
@@ -115,6 +131,7 @@ ARCHITECTURES = {
     "qwen2_5_vl_7b": (Qwen2_5_VLConfig, QWEN2_5_VL_7B),
     "qwen3_vl_4b": (Qwen3VLConfig, QWEN3_VL_4B),
     "qwen3_5_4b": (Qwen3_5Config, QWEN3_5_4B),
+    "qwen3_5_9b": (Qwen3_5Config, QWEN3_5_9B),
     "glm46v_9b": (Glm46VConfig, GLM46V_9B),
 }
 QWEN_TOKENS = {
