@@ -1,10 +1,12 @@
-"""Training-step cost: the project's SCOPD, SCOPD+ and LT-OPD steps against a plain-HF reference, one process.
+"""Training-step cost: the project's SCOPD, SCOPD+ and LT-OPD steps against a plain-HF reference.
 
     python scripts/bench_train_step.py                                  # CUDA, bf16, random Qwen2.5-VL-7B
     python scripts/bench_train_step.py --arch qwen3_vl_4b
     python scripts/bench_train_step.py --methods lt_opd --override memory.activation_checkpointing=true
     python scripts/bench_train_step.py --tiny                           # CPU smoke run on the tiny model
     python scripts/bench_train_step.py --methods scopd_plus --no-reference --override distributed.strategy=fsdp
+    accelerate launch --num_processes 4 scripts/bench_train_step.py --methods scopd_plus --no-reference \
+        --override distributed.strategy=fsdp
 
 The model is the real architecture with random weights (``bench_common``), images are resized to 1296
 merged visual tokens, the budget is the preset's (10% for SCOPD/SCOPD+, LT-OPD's curriculum starts higher),
@@ -16,6 +18,8 @@ step for SCOPD and SCOPD+ (LoRA via peft on the same weights); LT-OPD has no ref
 full-parameter step with a frozen copy does not fit on one H200). With ``distributed.strategy=fsdp`` the
 student is sharded over a one-rank group (``sparsectx.training.sharding.process_group``): the sharded code
 path's cost on one GPU, to set beside the same command without the override; it has no reference row.
+Under ``accelerate launch --num_processes N`` (with ``--no-reference``) ``--batch`` is the global step split
+over the processes and the main process prints (its GPU's peak memory); not yet run on several GPUs.
 
 Printed per row: s/sample; rollout ms per token step (prefill included); rollout tokens/s; MFU = model
 FLOPs / (step time x measured bf16 matmul peak), FLOPs from parameter counts (2 per parameter per token for a
@@ -29,6 +33,7 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -151,9 +156,10 @@ def build_model(args, scratch: Path) -> tuple[LoadedModel, int]:
 
 def train_config(args, method: str) -> TrainConfig:
     """Returns conf/train.yaml composed for ``method`` at the benchmark's batch and rollout length."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))  # set by the launcher; the step is split over them
     overrides = [
         f"model={'tiny' if args.tiny else args.arch}", f"method={method}", "logger=none",
-        f"micro_batch_size={args.micro_batch or args.batch}", f"method.effective_batch_size={args.batch}",
+        f"micro_batch_size={args.micro_batch or args.batch // processes}", f"method.effective_batch_size={args.batch}",
         f"max_new_tokens={args.new_tokens}", "steps=1000", "train_data.path=unused", "runs_root=unused",
         *args.override,
     ]  # fmt: skip
@@ -309,7 +315,9 @@ def main() -> None:
     parser.add_argument("--config", default=None, help="a local model dir whose config.json to build")
     parser.add_argument("--methods", nargs="+", default=["scopd", "scopd_plus", "lt_opd"])
     parser.add_argument("--batch", type=int, default=32, help="samples per step")
-    parser.add_argument("--micro-batch", type=int, default=None, help="micro_batch_size (default: --batch)")
+    parser.add_argument(
+        "--micro-batch", type=int, default=None, help="micro_batch_size (default: --batch / processes)"
+    )
     parser.add_argument("--new-tokens", type=int, default=155)
     parser.add_argument("--visual-tokens", type=int, default=1296, help="merged visual tokens per image")
     parser.add_argument("--override", nargs="*", default=[], help="extra train.yaml overrides (key=value)")
@@ -330,9 +338,13 @@ def main() -> None:
 
 def run_all(args, scratch: Path) -> None:
     """Prints both tables for every method of ``args`` (a processor GLM needs is built in ``scratch``)."""
+    accelerator = Accelerator(cpu=args.tiny)  # first: under a launcher it sets each process's GPU
+    if accelerator.num_processes > 1 and not args.no_reference:
+        sys.exit("several processes: pass --no-reference (the plain-HF reference step runs on one process)")
+    if not accelerator.is_main_process:  # one table: the main process's (peak memory is its GPU's)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     loaded, side = build_model(args, scratch)
     device = loaded.adapter.model.device
-    accelerator = Accelerator(cpu=device.type == "cpu")
     items = noise_items(args.batch, side, seed=0)
     peak, counts = matmul_peak(device), parameter_counts(loaded.adapter.model)
     name = "tiny" if args.tiny else args.arch
