@@ -67,9 +67,10 @@ from sparsectx.models.vision_mlp import align_vision_mlps  # noqa: E402
 from sparsectx.training import contexts, loop, prefetch, steps, update  # noqa: E402
 from sparsectx.training.batches import TrainingSet, prompt_item  # noqa: E402
 from sparsectx.training.config import TrainConfig, load_train_config  # noqa: E402
+from sparsectx.training.decode_copy import shard_keeping_twin  # noqa: E402
 from sparsectx.training.loop import train_step  # noqa: E402
 from sparsectx.training.memory import apply_memory  # noqa: E402
-from sparsectx.training.sharding import is_sharded, process_group, shard_student  # noqa: E402
+from sparsectx.training.sharding import is_sharded, process_group  # noqa: E402
 from sparsectx.training.student import Student, build_student  # noqa: E402
 from sparsectx.training.update import Trainer, build_optimizer  # noqa: E402
 
@@ -268,7 +269,7 @@ def run_method(args, name, tc, loaded, lora, accelerator, items, phases):
         student = build_student(loaded, tc.method, tc.model.signal_chunk)
         apply_memory(student, tc.memory)
     if tc.distributed.strategy == "fsdp" and not is_sharded(student):  # a one-rank group: the sharded code path
-        shard_student(student, accelerator.device)
+        shard_keeping_twin(student, tc.rollout_weights, tc.model.signal_chunk, accelerator.device)
     trainer = project_trainer(tc, student, items, accelerator)
     with instrumented(phases):
         results = {"project": measure(lambda: train_step(trainer), phases, args.repeats, args.warmup)}

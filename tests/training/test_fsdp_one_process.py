@@ -18,7 +18,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from sparsectx.models import resolve_model_path
-from sparsectx.training import groups, loop
+from sparsectx.training import decode_copy, groups, loop
 
 from .test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
 
@@ -75,12 +75,23 @@ def parity_rewards(cfg, prefix, context) -> torch.Tensor:  # noqa: ANN001
     return torch.tensor([float(int(t.sum()) % 2) for t in prefix.tokens], dtype=torch.float64)
 
 
+TWIN = ["rollout_weights=copy"]
+"""Rollouts decoded by the plain twin (merged LoRA or cast full-parameter weights), built before sharding and
+refreshed from the gathered tensors; both runs use it, so their rollouts are the same text."""
+
+
 @pytest.mark.parametrize(
-    "method", [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA], ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora"]
+    "method",
+    [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA, [*SCOPD_PLUS_LORA, *TWIN], [*LT_OPD_FULL, *TWIN]],
+    ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora", "scopd_plus_lora_twin", "lt_opd_full_twin"],
 )
 def test_fsdp_on_one_process_trains_as_the_replicated_run(tiny_env, tmp_path, method, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", parity_rewards)
+    built = []
+    real_build = decode_copy.build_copy
+    monkeypatch.setattr(decode_copy, "build_copy", lambda *a: built.append(1) or real_build(*a))
     _, want, got = equal_runs(tiny_env, tmp_path, "", method)
+    assert len(built) == (2 if TWIN[0] in method else 0)  # each run decoded with its own twin, or none did
     for name, weight in want.items():
         torch.testing.assert_close(got[name], weight, atol=1e-6, rtol=1e-5, msg=name)
 

@@ -14,6 +14,12 @@ trained) is the student's own, shared, so the twin costs the adapted weights onc
 
 The twin's logits equal the live student's up to the rounding of the merged weight (the same mismatch
 vLLM-backed RL trainers accept); ``live`` decodes with the student itself, exactly.
+
+Under ``distributed.strategy=fsdp`` the twin is built before the student is sharded (``shard_keeping_twin``),
+so it keeps the whole frozen model (every process holds one copy: ``rollout_weights=copy`` trades that memory
+for rollouts without adapter layers and without FSDP's per-unit hooks in the decode loop). It is refreshed
+inside the rollout phase, where every unit is gathered: the sources are looked up on their modules then, so
+the refresh reads the gathered tensors. ``auto`` stays ``live`` under fsdp.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from sparsectx.checks import check_choice
 from sparsectx.models import adapter_for
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.training.config import ROLLOUT_WEIGHTS
-from sparsectx.training.sharding import is_sharded
+from sparsectx.training.sharding import is_sharded, shard_student
 from sparsectx.training.student import Student
 
 
@@ -41,8 +47,9 @@ class DecodeCopy:
     adapter: VLMAdapter
     merged: list[tuple[torch.Tensor, LoraLayer]]
     """LoRA targets: the twin's weight and the student's adapter layer it merges."""
-    cast: list[tuple[torch.Tensor, torch.Tensor]]
-    """Full-parameter: the twin's weight and the student's fp32 master weight."""
+    cast: list[tuple[torch.Tensor, nn.Module, str]]
+    """Full-parameter: the twin's weight and where the student's fp32 master weight is registered (module,
+    attribute), looked up at each refresh (fsdp registers the gathered tensor there while gathered)."""
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -51,8 +58,8 @@ class DecodeCopy:
             adapter = layer.active_adapters[0]
             merged = layer.base_layer.weight.float() + layer.get_delta_weight(adapter).float()
             target.copy_(merged)
-        for target, source in self.cast:
-            target.copy_(source)
+        for target, module, name in self.cast:
+            target.copy_(getattr(module, name))
 
 
 def uses_copy(choice: str, student: Student) -> bool:
@@ -70,13 +77,16 @@ def build_copy(student: Student, signal_chunk: int) -> DecodeCopy:
     trainable = {id(p) for p in student.trainable.values()}
     memo: dict[int, object] = {}
     cast = []
-    for param in model.parameters():
-        if student.peft is None and id(param) in trainable:
-            twin = nn.Parameter(torch.empty_like(param, dtype=dtype), requires_grad=False)
-            cast.append((twin, param))
-            memo[id(param)] = twin
-        else:
-            memo[id(param)] = param
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if id(param) in memo:  # a tied weight: refreshed once, through its first holder
+                continue
+            if student.peft is None and id(param) in trainable:
+                twin = nn.Parameter(torch.empty_like(param, dtype=dtype), requires_grad=False)
+                cast.append((twin, module, name))
+                memo[id(param)] = twin
+            else:
+                memo[id(param)] = param
     for buffer in model.buffers():
         memo[id(buffer)] = buffer
     twin_model = copy.deepcopy(model, memo).eval()
@@ -88,7 +98,7 @@ def build_copy(student: Student, signal_chunk: int) -> DecodeCopy:
             twin_model.set_submodule(name, linear)
             merged.append((linear.weight, source))
     twin_model.requires_grad_(False)
-    return DecodeCopy(adapter_for(twin_model, signal_chunk), merged, [(t, s) for t, s in cast])
+    return DecodeCopy(adapter_for(twin_model, signal_chunk), merged, cast)
 
 
 def plain_linear(layer: LoraLayer) -> nn.Linear:
@@ -111,7 +121,18 @@ def rollout_adapter(student: Student, choice: str, signal_chunk: int) -> VLMAdap
     if not uses_copy(choice, student):
         return student.adapter
     if student.model not in _COPIES:
+        if is_sharded(student):
+            raise RuntimeError("rollout_weights=copy under fsdp: the twin is built before sharding "
+                               "(shard_keeping_twin), and this student was sharded without it")  # fmt: skip
         _COPIES[student.model] = build_copy(student, signal_chunk)
     twin = _COPIES[student.model]
     twin.refresh()
     return twin.adapter
+
+
+def shard_keeping_twin(student: Student, rollout_weights: str, signal_chunk: int, device: torch.device) -> None:
+    """Returns None after sharding the student (``sharding.shard_student``); with ``rollout_weights=copy`` the
+    rollout twin is built first, from the whole model, and kept with it."""
+    if rollout_weights == "copy" and student.model not in _COPIES:
+        _COPIES[student.model] = build_copy(student, signal_chunk)
+    shard_student(student, device)

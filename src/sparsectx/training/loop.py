@@ -47,11 +47,12 @@ from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.contexts import MicroBatch
+from sparsectx.training.decode_copy import shard_keeping_twin
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.run_files import log_checkpoint, restore, save, write_checkpoint
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
 from sparsectx.training.sharded_state import check_strategy
-from sparsectx.training.sharding import process_group, shard_student
+from sparsectx.training.sharding import process_group
 from sparsectx.training.student import build_student
 from sparsectx.training.update import (
     Trainer,
@@ -238,7 +239,7 @@ def setup(
     student.adapter.vision_signals = declared_signals(tc.pruner.name, tc.pruner.params, tc.seed)
     apply_memory(student, tc.memory)
     if tc.distributed.strategy == "fsdp":
-        shard_student(student, accelerator.device)
+        shard_keeping_twin(student, tc.rollout_weights, tc.model.signal_chunk, accelerator.device)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:
