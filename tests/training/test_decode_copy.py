@@ -74,7 +74,9 @@ def test_full_parameter_twin_is_a_cast_of_the_master_weights(tiny_env, tmp_path)
     twin = build_copy(student, 8)
     twin.refresh()
     assert len(twin.cast) == len({id(p) for p in student.trainable.values()})
-    for target, master in twin.cast:
+    for target, module, name in twin.cast:
+        master = getattr(module, name)
+        assert any(master is p for p in student.trainable.values()), name  # the live master, not a copy
         assert target.dtype == student.dtype and torch.equal(target, master.to(student.dtype))
     encoded, responses = context(student, 14)
     live = logits_of(student.adapter, encoded, responses)
