@@ -65,7 +65,7 @@ class DecodeCopy:
 def uses_copy(choice: str, student: Student) -> bool:
     """Returns whether ``rollout_weights=choice`` decodes with the twin for this student."""
     check_choice(choice, ROLLOUT_WEIGHTS, "rollout_weights")
-    if choice == "auto":  # never under fsdp: the twin would share sharded tensors (``training.sharding``)
+    if choice == "auto":  # never under fsdp: there the twin keeps a whole frozen model on every process
         return student.peft is not None and student.model.device.type == "cuda" and not is_sharded(student)
     return choice == "copy"
 
@@ -120,19 +120,24 @@ def rollout_adapter(student: Student, choice: str, signal_chunk: int) -> VLMAdap
     """
     if not uses_copy(choice, student):
         return student.adapter
-    if student.model not in _COPIES:
-        if is_sharded(student):
-            raise RuntimeError("rollout_weights=copy under fsdp: the twin is built before sharding "
-                               "(shard_keeping_twin), and this student was sharded without it")  # fmt: skip
-        _COPIES[student.model] = build_copy(student, signal_chunk)
-    twin = _COPIES[student.model]
+    if student.model not in _COPIES and is_sharded(student):
+        raise RuntimeError("rollout_weights=copy under fsdp: the twin is built before sharding "
+                           "(shard_keeping_twin), and this student was sharded without it")  # fmt: skip
+    twin = kept_copy(student, signal_chunk)
     twin.refresh()
     return twin.adapter
+
+
+def kept_copy(student: Student, signal_chunk: int) -> DecodeCopy:
+    """Returns the twin kept with ``student``'s model, built on first use (``build_copy``)."""
+    if student.model not in _COPIES:
+        _COPIES[student.model] = build_copy(student, signal_chunk)
+    return _COPIES[student.model]
 
 
 def shard_keeping_twin(student: Student, rollout_weights: str, signal_chunk: int, device: torch.device) -> None:
     """Returns None after sharding the student (``sharding.shard_student``); with ``rollout_weights=copy`` the
     rollout twin is built first, from the whole model, and kept with it."""
-    if rollout_weights == "copy" and student.model not in _COPIES:
-        _COPIES[student.model] = build_copy(student, signal_chunk)
+    if rollout_weights == "copy":
+        kept_copy(student, signal_chunk)
     shard_student(student, device)
