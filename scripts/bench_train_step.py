@@ -269,7 +269,8 @@ def run_method(args, name, tc, loaded, lora, accelerator, items, phases):
         student = build_student(loaded, tc.method, tc.model.signal_chunk)
         apply_memory(student, tc.memory)
     if tc.distributed.strategy == "fsdp" and not is_sharded(student):  # a one-rank group: the sharded code path
-        shard_keeping_twin(student, tc.rollout_weights, tc.model.signal_chunk, accelerator.device)
+        shard_keeping_twin(student, tc.rollout_weights, tc.teacher_weights, tc.model.signal_chunk,
+                           accelerator.device)
     trainer = project_trainer(tc, student, items, accelerator)
     with instrumented(phases):
         results = {"project": measure(lambda: train_step(trainer), phases, args.repeats, args.warmup)}

@@ -43,16 +43,12 @@ def test_a_batch_that_does_not_divide_over_the_processes(tiny_env, tmp_path) -> 
     assert load(tiny_env, tmp_path, "method.effective_batch_size=6").accumulation(processes=2) == 3
 
 
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("teacher_weights=copy", r"teacher_weights=copy with distributed\.strategy=fsdp: .*set teacher_weights=auto"),
-        ("distributed.strategy=zero3", r"distributed\.strategy"),
-    ],
-)
-def test_settings_that_need_the_whole_model(tiny_env, tmp_path, override: str, message: str) -> None:  # noqa: ANN001
-    with pytest.raises(ValueError, match=message):
-        load(tiny_env, tmp_path, "distributed.strategy=fsdp", override)
+def test_an_unknown_strategy_is_refused_by_name(tiny_env, tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(ValueError, match=r"distributed\.strategy"):
+        load(tiny_env, tmp_path, "distributed.strategy=zero3")
+
+
+def test_teacher_offload_needs_the_whole_model(tiny_env, tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match=r"memory\.teacher_offload=true with distributed\.strategy=fsdp"):
         load(tiny_env, tmp_path, "distributed.strategy=fsdp", "method=lt_opd", "memory.teacher_offload=true")
 

@@ -78,12 +78,17 @@ def parity_rewards(cfg, prefix, context) -> torch.Tensor:  # noqa: ANN001
 TWIN = ["rollout_weights=copy"]
 """Rollouts decoded by the plain twin (merged LoRA or cast full-parameter weights), built before sharding and
 refreshed from the gathered tensors; both runs use it, so their rollouts are the same text."""
+EMA_TEACHER_TWIN = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.ema_decay=0.5",
+                    f"method.optim.lr={LR}", *TWIN, "teacher_weights=copy"]  # fmt: skip
+"""The EMA teacher's forwards on the same twin, refreshed inside the EMA swap by a gathered pass of its own
+(outside the rollout phase); at decay 0.5 the second step's teacher is not the student."""
 
 
 @pytest.mark.parametrize(
     "method",
-    [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA, [*SCOPD_PLUS_LORA, *TWIN], [*LT_OPD_FULL, *TWIN]],
-    ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora", "scopd_plus_lora_twin", "lt_opd_full_twin"],
+    [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA, [*SCOPD_PLUS_LORA, *TWIN], [*LT_OPD_FULL, *TWIN], EMA_TEACHER_TWIN],
+    ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora", "scopd_plus_lora_twin", "lt_opd_full_twin",
+         "scopd_plus_ema_teacher_twin"],
 )
 def test_fsdp_on_one_process_trains_as_the_replicated_run(tiny_env, tmp_path, method, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", parity_rewards)

@@ -125,16 +125,10 @@ class DistributedConfig:
     def __post_init__(self) -> None:
         check_choice(self.strategy, STRATEGIES, "distributed.strategy")
 
-    def check_run(self, teacher_weights: str, memory: MemoryConfig) -> None:
+    def check_run(self, memory: MemoryConfig) -> None:
         """Returns None; raises ValueError for settings that need the whole model on every process."""
         if self.strategy != "fsdp":
             return
-        if teacher_weights == "copy":
-            raise ValueError(
-                "teacher_weights=copy with distributed.strategy=fsdp: the teacher's twin would be refreshed "
-                "outside the rollout phase, where the student's tensors are sharded; set teacher_weights=auto "
-                "(live under fsdp) or distributed.strategy=none"
-            )
         if memory.teacher_offload:
             raise ValueError(
                 "memory.teacher_offload=true with distributed.strategy=fsdp: fsdp shards the frozen teacher "
@@ -221,7 +215,7 @@ class TrainConfig:
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)
-        self.distributed.check_run(self.teacher_weights, self.memory)
+        self.distributed.check_run(self.memory)
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
             if top > 1.0 + 1e-12:

@@ -18,8 +18,9 @@ vLLM-backed RL trainers accept); ``live`` decodes with the student itself, exact
 Under ``distributed.strategy=fsdp`` the twin is built before the student is sharded (``shard_keeping_twin``),
 so it keeps the whole frozen model (every process holds one copy: ``rollout_weights=copy`` trades that memory
 for rollouts without adapter layers and without FSDP's per-unit hooks in the decode loop). It is refreshed
-inside the rollout phase, where every unit is gathered: the sources are looked up on their modules then, so
-the refresh reads the gathered tensors. ``auto`` stays ``live`` under fsdp.
+where every unit is gathered, the rollout phase or a teacher's own gathered pass (``teacher_twin``): the
+sources are looked up on their modules then, so the refresh reads the gathered tensors. ``auto`` stays
+``live`` under fsdp.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from sparsectx.checks import check_choice
 from sparsectx.models import adapter_for
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.training.config import ROLLOUT_WEIGHTS
-from sparsectx.training.sharding import is_sharded, shard_student
+from sparsectx.training.sharding import gathered, is_sharded, shard_student
 from sparsectx.training.student import Student
 
 
@@ -135,9 +136,22 @@ def kept_copy(student: Student, signal_chunk: int) -> DecodeCopy:
     return _COPIES[student.model]
 
 
-def shard_keeping_twin(student: Student, rollout_weights: str, signal_chunk: int, device: torch.device) -> None:
-    """Returns None after sharding the student (``sharding.shard_student``); with ``rollout_weights=copy`` the
-    rollout twin is built first, from the whole model, and kept with it."""
-    if rollout_weights == "copy":
+def teacher_twin(student: Student, signal_chunk: int) -> VLMAdapter:
+    """Returns the twin refreshed to the model's current tensors for a teacher forward (``teacher_weights=copy``).
+
+    It runs inside the teacher's view (an EMA swapped in, or the student itself), outside the step's gathered
+    rollout phase: under fsdp the refresh gathers every unit once (the swapped-in shards included) and
+    reshards them after, so it reads whole tensors; the twin's forward then runs without FSDP's hooks.
+    """
+    with gathered(student.model):
+        return rollout_adapter(student, "copy", signal_chunk)
+
+
+def shard_keeping_twin(
+    student: Student, rollout_weights: str, teacher_weights: str, signal_chunk: int, device: torch.device
+) -> None:
+    """Returns None after sharding the student (``sharding.shard_student``); when ``rollout_weights`` or
+    ``teacher_weights`` is ``copy`` the twin is built first, from the whole model, and kept with it."""
+    if "copy" in (rollout_weights, teacher_weights):
         kept_copy(student, signal_chunk)
     shard_student(student, device)

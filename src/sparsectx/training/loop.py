@@ -239,7 +239,7 @@ def setup(
     student.adapter.vision_signals = declared_signals(tc.pruner.name, tc.pruner.params, tc.seed)
     apply_memory(student, tc.memory)
     if tc.distributed.strategy == "fsdp":
-        shard_keeping_twin(student, tc.rollout_weights, tc.model.signal_chunk, accelerator.device)
+        shard_keeping_twin(student, tc.rollout_weights, tc.teacher_weights, tc.model.signal_chunk, accelerator.device)
     optimizer, scheduler = build_optimizer(tc, student)
     trainer = Trainer(tc, accelerator, student, data, optimizer, scheduler, accum, 0, 0, None)
     if meta is not None:

@@ -118,17 +118,27 @@ def shard_student(student: Student, device: torch.device) -> None:
         student.ema = PeriodicCopy(student.ema.interval, student.trainable)
 
 
+_GATHERED: set[int] = set()
+"""``id``s of the models inside a ``gathered`` context (an inner context leaves them gathered)."""
+
+
 @contextmanager
 def gathered(model: nn.Module) -> Iterator[None]:
     """Returns a context in which every FSDP unit of ``model`` is whole (gathered once, no collective inside
-    any forward); the units are sharded again on exit. A plain model is left alone."""
+    any forward); the units are sharded again on exit. A plain model is left alone, and so is one already
+    gathered by an enclosing context (which reshards it at its own exit)."""
     units = fsdp_units(model)
+    if not units or id(model) in _GATHERED:
+        yield
+        return
+    _GATHERED.add(id(model))
     for unit in units:
         unit.unshard()
         unit.set_reshard_after_forward(False, recurse=False)
     try:
         yield
     finally:
+        _GATHERED.discard(id(model))
         for unit in units:
             unit.set_reshard_after_forward(True, recurse=False)
             unit.reshard()
@@ -149,18 +159,23 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:
     """Returns the global L2 norm of the gradients (sharded and replicated) after scaling them to at most
     ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does on whole tensors."""
     grads = [p.grad for p in params if p.grad is not None]
-    sharded = [g.to_local() for g in grads if isinstance(g, DTensor)]
+    sharded = [g.to_local() for g in grads if isinstance(g, DTensor)]  # views of the shards' storage
     replicated = [g for g in grads if not isinstance(g, DTensor)]
     device = grads[0].device if grads else torch.device("cpu")
-    squares = torch.zeros((), dtype=torch.float64, device=device)
-    for grad in sharded:
-        squares += grad.double().pow(2).sum()
+    squares = sum_of_squares(sharded, device)
     dist.all_reduce(squares, op=dist.ReduceOp.SUM)
-    for grad in replicated:  # the same on every process: added once, after the sum
-        squares += grad.double().pow(2).sum()
+    squares += sum_of_squares(replicated, device)  # the same on every process: added once, after the sum
     norm = math.sqrt(float(squares))
     scale = min(1.0, max_norm / (norm + CLIP_EPS))
-    if math.isfinite(norm):
-        for grad in grads:
-            grad.mul_(scale)
+    if math.isfinite(norm) and grads:  # plain tensors: one multi-tensor kernel, no DTensor dispatch per grad
+        torch._foreach_mul_([*sharded, *replicated], scale)
     return norm
+
+
+def sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Returns the sum of squares of ``tensors``' elements (a 0-d fp64 tensor on ``device``), formed as
+    ``clip_grad_norm_`` forms its norm: per-tensor norms in the gradients' dtype by one multi-tensor kernel,
+    then combined (here in fp64, so the sum over processes adds no rounding of its own)."""
+    if not tensors:
+        return torch.zeros((), dtype=torch.float64, device=device)
+    return torch.stack(torch._foreach_norm(tensors)).double().pow(2).sum()

@@ -17,7 +17,7 @@ from sparsectx.generation import response_logits
 from sparsectx.training import reduction
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.contexts import MicroBatch
-from sparsectx.training.decode_copy import rollout_adapter, uses_copy
+from sparsectx.training.decode_copy import teacher_twin, uses_copy
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import (
     POSITION_SELECTORS,
@@ -156,7 +156,7 @@ def micro_loss(
     elif method.objective in ("distill", "distill_sft"):
         twin = None
         if uses_copy(cfg.teacher_weights, student):
-            twin = lambda: rollout_adapter(student, "copy", cfg.model.signal_chunk)  # noqa: E731
+            twin = lambda: teacher_twin(student, cfg.model.signal_chunk)  # noqa: E731
         view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections, mb.vision)
         t_logits = teacher_logits(student, method.teacher.kind, *view)
         if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
