@@ -345,6 +345,13 @@ def run_all(args, scratch: Path) -> None:
         sys.exit("several processes: pass --no-reference (the plain-HF reference step runs on one process)")
     if not accelerator.is_main_process:  # one table: the main process's (peak memory is its GPU's)
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    methods = ordered_methods(args.methods, args)
+    strategy = methods[0][1].distributed.strategy
+    if strategy == "fsdp":  # the sharded units run eager: the composed config settled auto to off
+        if args.compile_blocks == "on":
+            sys.exit("--compile-blocks on with distributed.strategy=fsdp: compiled blocks have not been run with "
+                     "sharded units; pass --compile-blocks off or leave it out")  # fmt: skip
+        args.compile_blocks = methods[0][1].model.compile_blocks
     loaded, side = build_model(args, scratch)
     device = loaded.adapter.model.device
     items = noise_items(args.batch, side, seed=0)
@@ -358,8 +365,6 @@ def run_all(args, scratch: Path) -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     phases, lora = Phases(device), None
-    methods = ordered_methods(args.methods, args)
-    strategy = methods[0][1].distributed.strategy
     if strategy == "fsdp" and len({tc.method.lora.enabled for _, tc in methods}) > 1:
         sys.exit("distributed.strategy=fsdp: bench LoRA and full-parameter methods in separate calls (a sharded "
                  "LoRA model cannot be unloaded into a full-parameter student)")  # fmt: skip

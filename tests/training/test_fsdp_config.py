@@ -3,6 +3,7 @@ fix, raised before the model loads (the multi-process runs themselves are in ``t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,18 @@ def test_a_batch_that_does_not_divide_over_the_processes(tiny_env, tmp_path) -> 
 def test_an_unknown_strategy_is_refused_by_name(tiny_env, tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match=r"distributed\.strategy"):
         load(tiny_env, tmp_path, "distributed.strategy=zero3")
+
+
+@pytest.mark.parametrize("key", ["engine.compile", "model.compile_blocks"])
+def test_compilation_under_fsdp_is_eager(tiny_env, tmp_path, key: str) -> None:  # noqa: ANN001
+    """``auto`` settles to ``off`` under fsdp (the sharded units' figures are eager); ``on`` is refused by name."""
+    name = re.escape(key)
+    with pytest.raises(ValueError, match=rf"{name}=on with distributed\.strategy=fsdp: .*set {name}=off"):
+        load(tiny_env, tmp_path, "distributed.strategy=fsdp", f"{key}=on")
+    section, attr = key.split(".")
+    sharded = load(tiny_env, tmp_path, "distributed.strategy=fsdp", f"{key}=auto")
+    replicated = load(tiny_env, tmp_path, f"{key}=auto")
+    assert (getattr(getattr(sharded, section), attr), getattr(getattr(replicated, section), attr)) == ("off", "auto")
 
 
 def test_teacher_offload_needs_the_whole_model(tiny_env, tmp_path) -> None:  # noqa: ANN001

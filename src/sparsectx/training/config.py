@@ -125,10 +125,19 @@ class DistributedConfig:
     def __post_init__(self) -> None:
         check_choice(self.strategy, STRATEGIES, "distributed.strategy")
 
-    def check_run(self, memory: MemoryConfig) -> None:
-        """Returns None; raises ValueError for settings that need the whole model on every process."""
+    def check_run(self, memory: MemoryConfig, engine: EngineConfig, model: ModelConfig) -> None:
+        """Returns None after settling ``auto`` compilation to ``off`` under fsdp; raises ValueError for
+        settings that need the whole model on every process, or that fsdp has not been run with."""
         if self.strategy != "fsdp":
             return
+        for key, holder, attr in (("engine.compile", engine, "compile"),
+                                  ("model.compile_blocks", model, "compile_blocks")):  # fmt: skip
+            if getattr(holder, attr) == "on":
+                raise ValueError(
+                    f"{key}=on with distributed.strategy=fsdp: torch.compile of the sharded units has not been "
+                    f"run or tested (the fsdp figures are eager); set {key}=off (auto is off under fsdp)"
+                )
+            setattr(holder, attr, "off")
         if memory.teacher_offload:
             raise ValueError(
                 "memory.teacher_offload=true with distributed.strategy=fsdp: fsdp shards the frozen teacher "
@@ -215,7 +224,7 @@ class TrainConfig:
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)
-        self.distributed.check_run(self.memory)
+        self.distributed.check_run(self.memory, self.engine, self.model)
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
             if top > 1.0 + 1e-12:
