@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The suite runs on a worker per core (pytest-xdist), a test file per worker at a time: the files that hold
+# slow end-to-end runs go first (tests/conftest.py). One worker: `.venv/bin/python -m pytest -q`.
 test: $(STAMP) $(TEST_ENVS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts

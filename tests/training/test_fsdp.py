@@ -44,7 +44,7 @@ def launch(
     """Returns None after a multi-process ``loop.run`` (torchrun, gloo) of the shrunk config finished, or with
     ``die_at`` after all of its processes were killed at that step."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
         "-m", "tests.training.test_fsdp", str(env_root), str(runs_root), str(die_at or 0), *overrides,
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT), str(ROOT / "tests")])

@@ -171,7 +171,7 @@ def test_signal_to_one_of_two_processes_stops_both_at_one_step_and_resumes_ident
 ) -> None:
     args = [*train_overrides(tiny_env, tmp_path), *ARGS, "method.effective_batch_size=4"]
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(ROOT / "src" / "train.py"), *args,
     ]  # fmt: skip
 

@@ -57,7 +57,7 @@ def test_two_processes_match_one(tmp_path: Path) -> None:
     build_env(tmp_path / "env")
     single, loss = synced_gradients(tmp_path / "env", tmp_path / "one", [*OVERRIDES, "micro_batch_size=1"])
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         "-m", "tests.training.test_loop_distributed",
         str(tmp_path / "env"), str(tmp_path / "two"), str(tmp_path / "grads.pt"),
     ]  # fmt: skip
