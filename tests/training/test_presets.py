@@ -8,8 +8,9 @@ import pytest
 
 from sparsectx.training.config import load_train_config
 from sparsectx.training.loop import run
-from sparsectx.training.method import PREFIX_KINDS, TEACHER_KINDS
+from sparsectx.training.method import PREFIX_KINDS
 from sparsectx.training.rollout import PREFIX_SOURCES
+from sparsectx.training.teacher_config import TEACHER_KINDS
 from sparsectx.training.teachers import TEACHERS
 
 from .test_loop_support import CONF_DIR, METHODS, TinyEnv, compose_train, shared_env, train_overrides

@@ -247,18 +247,8 @@ def build_table(
         order = _row_order(recs, reference_method, methods)
         rows = [mp for mp in order if any(k[:3] == (*mp, budget) for k in by_key)]
         grid = [
-            _row_cells(
-                by_key,
-                (m, p, budget),
-                benches,
-                full,
-                avg_blocker,
-                ref_caveat,
-                notes,
-                caveats,
-                avg_label,
-                decimals,
-            )  # fmt: skip
+            _row_cells(by_key, (m, p, budget), benches, full, avg_blocker, ref_caveat, notes, caveats,
+                       avg_label, decimals)  # fmt: skip
             for m, p in rows
         ]
         marked = _mark(_spread(grid, rows, budget, (*benches, avg_label), spreads or {}), decimals)

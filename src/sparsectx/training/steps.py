@@ -132,46 +132,40 @@ def _policy_loss(
     return per_token, rl_stats(mb.group, kl, clipped, mask)
 
 
-def micro_loss(
-    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator,
-    stored_teacher: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
-    """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
+def _teacher_logits(
+    cfg: TrainConfig, student: Student, mb: MicroBatch, stored_teacher: torch.Tensor | None
+) -> torch.Tensor | None:
+    """Returns the (B, T, V) teacher logits the objective needs (None for SFT and RL), no grad.
 
-    Args:
-        cfg: the run config.
-        student: the model.
-        mb: the prepared micro-batch.
-        counts: the whole step's normalisers.
-        generator: the random position selector's generator.
-        stored_teacher: (B, T, V) teacher logits from the step's offloaded teacher phase
-            (``memory.offloaded_teacher_logits``), or None to run the teacher here.
+    The step's offloaded teacher phase may have stored them (``stored_teacher``); otherwise the teacher of
+    ``method.teacher.kind`` runs here, on the merged twin when ``teacher_weights`` is ``copy``.
     """
     method = cfg.method
-    t_logits = None
-    # The teacher goes first: the EMA swap writes the weights in place, which must not happen while the
-    # student's autograd graph holds them.
     if stored_teacher is not None:
-        t_logits = stored_teacher.to(student.model.device)
-    elif method.objective in ("distill", "distill_sft"):
-        twin = None
-        if uses_copy(cfg.teacher_weights, student):
-            twin = lambda: teacher_twin(student, cfg.model.signal_chunk)  # noqa: E731
-        view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections, mb.vision)
-        t_logits = teacher_logits(student, method.teacher.kind, *view)
-        if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
-            current = teacher_logits(student, "shared", *view)
-            t_logits = trust_region_logits(t_logits, current, method.teacher.trust_region_lambda)
-    ref_logp = None
-    if method.objective == "rl" and method.rl.beta > 0:
-        ref_logp = _reference_logprobs(cfg, student, mb)
-    with mode(student.model, training=True), student.compute():
-        encoded, selections = mb.encoded, mb.selections
-        if mb.vision is not None:  # the tower trains: recompute it with gradients, same kept tokens
-            encoded, selections = trained_inputs(student.adapter, cfg.pruner, encoded, selections, mb.vision)
-        batch = build_context(student.adapter, encoded, selections, mb.prefix.tokens)
-        s_logits, _ = response_logits(student.adapter, batch)
-    sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
+        return stored_teacher.to(student.model.device)
+    if method.objective not in ("distill", "distill_sft"):
+        return None
+    twin = None
+    if uses_copy(cfg.teacher_weights, student):
+        twin = lambda: teacher_twin(student, cfg.model.signal_chunk)  # noqa: E731
+    view = (mb.teacher_encoded, mb.prefix.tokens, twin, mb.teacher_selections, mb.vision)
+    t_logits = teacher_logits(student, method.teacher.kind, *view)
+    if method.teacher.kind == "trust_region":  # lerp towards the current student's logits (spec §1.8)
+        current = teacher_logits(student, "shared", *view)
+        t_logits = trust_region_logits(t_logits, current, method.teacher.trust_region_lambda)
+    return t_logits
+
+
+def _select_positions(
+    cfg: TrainConfig, mb: MicroBatch, s_logits: torch.Tensor, t_logits: torch.Tensor | None,
+    sensitivity: torch.Tensor | None, generator: torch.Generator,
+) -> torch.Tensor:  # fmt: skip
+    """Returns the (B, T) bool positions ``method.positions`` picks, exactly the step's planned count per row.
+
+    Raises:
+        RuntimeError: the selector picked another count than planned (the step's normaliser would be wrong).
+    """
+    method = cfg.method
     selector = POSITION_SELECTORS.get(method.positions.name)
     scores = sensitivity
     if selector.score in ("teacher_divergence", "tip"):
@@ -188,17 +182,57 @@ def micro_loss(
             f"position selector {method.positions.name!r} picked {selected.sum(-1).tolist()}, "
             f"planned {mb.planned.tolist()}: the step's loss normaliser would be wrong"
         )
-    extra: dict[str, float] = {}
+    return selected
+
+
+def _objective(
+    cfg: TrainConfig, mb: MicroBatch, s_logits: torch.Tensor, t_logits: torch.Tensor | None,
+    selected: torch.Tensor, ref_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """Returns the (B, T) per-position loss of ``method.objective`` at ``selected`` and its extra statistics."""
+    method = cfg.method
     if method.objective == "sft":
-        per_token = token_cross_entropy(s_logits, mb.ids, selected)
-    elif method.objective == "rl":
-        per_token, extra = _policy_loss(cfg, s_logits, mb, selected, ref_logp)
-    elif method.objective == "distill_sft":  # EPIC: α·KL(teacher‖student) + (1 − α)·CE, same positions
+        return token_cross_entropy(s_logits, mb.ids, selected), {}
+    if method.objective == "rl":
+        return _policy_loss(cfg, s_logits, mb, selected, ref_logp)
+    divergence = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
+    if method.objective == "distill_sft":  # EPIC: α·KL(teacher‖student) + (1 − α)·CE, same positions
         alpha = float(method.distill_weight)
-        divergence = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
-        per_token = alpha * divergence + (1.0 - alpha) * token_cross_entropy(s_logits, mb.ids, selected)
-    else:
-        per_token = _divergence(cfg, s_logits, t_logits, selected, mb.ids)
+        return alpha * divergence + (1.0 - alpha) * token_cross_entropy(s_logits, mb.ids, selected), {}
+    return divergence, {}
+
+
+def micro_loss(
+    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator,
+    stored_teacher: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
+
+    Args:
+        cfg: the run config.
+        student: the model.
+        mb: the prepared micro-batch.
+        counts: the whole step's normalisers.
+        generator: the random position selector's generator.
+        stored_teacher: (B, T, V) teacher logits from the step's offloaded teacher phase
+            (``memory.offloaded_teacher_logits``), or None to run the teacher here.
+    """
+    method = cfg.method
+    # The teacher goes first: the EMA swap writes the weights in place, which must not happen while the
+    # student's autograd graph holds them.
+    t_logits = _teacher_logits(cfg, student, mb, stored_teacher)
+    ref_logp = None
+    if method.objective == "rl" and method.rl.beta > 0:
+        ref_logp = _reference_logprobs(cfg, student, mb)
+    with mode(student.model, training=True), student.compute():
+        encoded, selections = mb.encoded, mb.selections
+        if mb.vision is not None:  # the tower trains: recompute it with gradients, same kept tokens
+            encoded, selections = trained_inputs(student.adapter, cfg.pruner, encoded, selections, mb.vision)
+        batch = build_context(student.adapter, encoded, selections, mb.prefix.tokens)
+        s_logits, _ = response_logits(student.adapter, batch)
+    sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
+    selected = _select_positions(cfg, mb, s_logits, t_logits, sensitivity, generator)
+    per_token, extra = _objective(cfg, mb, s_logits, t_logits, selected, ref_logp)
     loss = _reduce(cfg, per_token, selected, counts)
     stats = micro_stats(mb, per_token, selected, sensitivity, loss, method.prefix == "rollout")
     return loss, {**stats, **extra}
