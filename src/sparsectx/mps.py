@@ -1,0 +1,122 @@
+"""Runs a command with the one GPU shared through CUDA MPS, as ``make study`` does on a GPU machine.
+
+    python -m sparsectx.mps -- python -m sparsectx.pipeline --profile workflow/profiles/gpu all_tables
+
+The tiny study runs sixteen processes on one GPU. Without MPS the GPU time-slices between their contexts, and
+the tiny model's decode steps (short, launch-bound kernels) wait for their turn: on one H200 an evaluation job
+took 59 s among sixteen against 27 s alone. With an MPS control daemon the processes' kernels share the GPU
+at once: the same job took 27.5 s among sixteen, and ``tiny_scopd`` finished in about half the time with the
+same scores (docs/performance.md, "The tiny study on one GPU").
+
+This module starts a private daemon (its pipe and log directories in a fresh temporary directory, so it
+neither needs root nor meets another user's daemon), runs the command as a child with
+``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_LOG_DIRECTORY`` set, then stops the daemon and returns the child's
+exit status. Where no daemon can be had (no ``nvidia-cuda-mps-control`` on PATH, or it fails to start) it says
+why and runs the command without one: the study is slower, never wrong. Where ``CUDA_MPS_PIPE_DIRECTORY`` is
+already set, a daemon is someone else's to manage and the command runs under it as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+CONTROL = "nvidia-cuda-mps-control"
+"""The MPS control program (NVIDIA's driver utilities put it on PATH beside ``nvidia-smi``)."""
+
+PIPE_VAR, LOG_VAR = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
+"""Where the daemon and its clients meet; every CUDA process with the same pipe directory is its client."""
+
+STOP_TIMEOUT_S = 60
+"""How long the daemon may take to quit after the command ends (it waits for its clients to exit)."""
+
+
+def _say(message: str) -> None:
+    print(f"sparsectx.mps: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def mps_daemon(control: str = CONTROL) -> Iterator[dict[str, str] | None]:
+    """Yields the environment variables that make CUDA processes clients of a private MPS daemon.
+
+    Yields None (after saying why) where no daemon was started: ``control`` is not on PATH, it exits
+    non-zero, or ``CUDA_MPS_PIPE_DIRECTORY`` is already set (someone else's daemon, used as it is). The
+    daemon is stopped and its directory removed when the block ends, however it ends.
+    """
+    if os.environ.get(PIPE_VAR):
+        _say(f"{PIPE_VAR}={os.environ[PIPE_VAR]} is set: the command runs under that daemon, left as it is")
+        yield None
+        return
+    program = shutil.which(control)
+    if program is None:
+        _say(f"no {control} on PATH: the GPU's processes time-slice it (slower, the same results)")
+        yield None
+        return
+    root = Path(tempfile.mkdtemp(prefix="sparsectx-mps-"))
+    env = {PIPE_VAR: str(root / "pipe"), LOG_VAR: str(root / "log")}
+    for path in env.values():
+        Path(path).mkdir()
+    started = subprocess.run([program, "-d"], env={**os.environ, **env}, capture_output=True, text=True)
+    if started.returncode != 0:
+        log = Path(env[LOG_VAR]) / "control.log"
+        detail = (started.stderr or started.stdout).strip() or (log.read_text()[-500:] if log.exists() else "")
+        _say(f"`{program} -d` exited {started.returncode} ({detail}): running without MPS (slower, the same results)")
+        shutil.rmtree(root, ignore_errors=True)
+        yield None
+        return
+    _say(f"started an MPS control daemon ({PIPE_VAR}={env[PIPE_VAR]})")
+    try:
+        yield env
+    finally:
+        stopped = subprocess.run(
+            [program], input="quit\n", env={**os.environ, **env}, capture_output=True, text=True,
+            timeout=STOP_TIMEOUT_S,
+        )
+        if stopped.returncode != 0:
+            _say(f"stopping the daemon exited {stopped.returncode}: {stopped.stderr.strip()}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_shared(command: Sequence[str], control: str = CONTROL) -> int:
+    """Runs ``command`` under a private MPS daemon (or without one, as ``mps_daemon`` says) and returns its
+    exit status.
+
+    Ctrl-C reaches the command directly (it shares the terminal's process group); this process ignores it and
+    waits, so the command stops as it would alone (Snakemake finishing its bookkeeping) before the daemon goes.
+    A SIGTERM to this process is passed on to the command. A command that cannot be started returns 127.
+    """
+    with mps_daemon(control) as env:
+        try:
+            child = subprocess.Popen(list(command), env={**os.environ, **(env or {})})
+        except OSError as error:
+            _say(f"cannot run {command[0]!r}: {error}")
+            return 127
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous_term = signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
+        try:
+            return child.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parses ``[--] command ...`` and runs it shared; exits 2 with the usage when no command is given."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("usage: python -m sparsectx.mps -- <command> [args ...]", file=sys.stderr)
+        return 2
+    return run_shared(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
