@@ -79,13 +79,21 @@ def _start(program: str, env: dict[str, str], probe: Sequence[str]) -> str | Non
     return f"the daemon started, but a CUDA client under it failed: `{' '.join(probe)}` {failure}"
 
 
-def _stop(program: str, env: dict[str, str]) -> None:
-    stopped = subprocess.run(
-        [program], input="quit\n", env={**os.environ, **env}, capture_output=True, text=True,
-        timeout=STOP_TIMEOUT_S,
-    )
+def _stop(program: str, env: dict[str, str]) -> bool:
+    """Asks the daemon to quit; returns False when it did not within ``STOP_TIMEOUT_S`` (its directory must
+    then stay, for the command this prints to reach it)."""
+    try:
+        stopped = subprocess.run(
+            [program], input="quit\n", env={**os.environ, **env}, capture_output=True, text=True,
+            timeout=STOP_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        _say(f"the daemon did not quit within {STOP_TIMEOUT_S} s; stop it with `echo quit | "
+             f"{PIPE_VAR}={env[PIPE_VAR]} {program}`")
+        return False
     if stopped.returncode != 0:
         _say(f"stopping the daemon exited {stopped.returncode}: {_tail(stopped)}")
+    return True
 
 
 @contextmanager
@@ -120,8 +128,8 @@ def mps_daemon(control: str = CONTROL, probe: Sequence[str] = PROBE) -> Iterator
     try:
         yield env
     finally:
-        _stop(program, env)
-        shutil.rmtree(root, ignore_errors=True)
+        if _stop(program, env):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def run_shared(command: Sequence[str], control: str = CONTROL, probe: Sequence[str] = PROBE) -> int:
