@@ -14,10 +14,11 @@ from sparsectx.encoding import encode_samples
 from sparsectx.generation import response_logits
 from sparsectx.models import LoadedModel, adapter_for
 from sparsectx.prompting import PromptItem
-from sparsectx.training.batches import reencode_text
+from sparsectx.training.batches import reencode_text, reference_text, with_reference
 from sparsectx.training.config import load_train_config
 from sparsectx.training.contexts import nested_union, prepare_step, select_images
 from sparsectx.training.method import MethodConfig
+from sparsectx.training.prefetch import host_inputs
 from sparsectx.training.steps import StepCounts, micro_loss
 from sparsectx.training.student import Student, build_student
 from sparsectx.training.teachers import teacher_logits
@@ -212,3 +213,31 @@ def test_probe_context_is_a_superset_or_the_pruner_choice(nesting: str, tiny_env
                 assert set(a.indices.tolist()) <= set(b.indices.tolist())
             else:
                 assert torch.equal(b.indices, c.indices) and torch.equal(b.embeds, c.embeds)
+
+
+def test_privileged_teacher_scores_the_rollout_as_a_fresh_encoding_of_the_reference_prompt(
+    tiny_env, tmp_path  # noqa: ANN001
+) -> None:
+    """SCOPD+GT: the teacher's logits on the student's rollout equal those of the prompt with the reference
+    encoded from scratch (the evaluation path: processor, vision tower, positions), at every response position."""
+    cfg = load_train_config(
+        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd_gt"])
+    )
+    student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
+    items = training_items(2)
+    (mb,) = prepare_step(cfg, student, [(items, [0, 1])], cfg.budget, torch.Generator().manual_seed(0))
+    got = teacher_logits(student, "shared", mb.teacher_encoded, mb.prefix.tokens)
+
+    prompts = host_inputs(cfg, student.processor, (items, [0, 1]), pin=False).prompts
+    template = cfg.method.teacher.reference_template
+    privileged = [with_reference(p, it, template) for p, it in zip(prompts, items, strict=True)]
+    fresh = encode_samples(student.adapter, student.processor, privileged)
+    tokenizer = student.processor.tokenizer
+    for sample, item in zip(fresh, items, strict=True):
+        assert reference_text(item) in tokenizer.decode(sample.prompt_ids)
+    adapter = student.adapter
+    with torch.no_grad():
+        want, _ = response_logits(
+            adapter, build_context(adapter, fresh, [keep_all(s) for s in fresh], mb.prefix.tokens)
+        )
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
