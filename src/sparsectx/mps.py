@@ -58,24 +58,27 @@ def _tail(done: subprocess.CompletedProcess) -> str:
     return ((done.stderr or "") + (done.stdout or "")).strip()[-500:]
 
 
-def _start(program: str, env: dict[str, str], probe: Sequence[str]) -> str | None:
-    """Starts the daemon and checks it with ``probe``; returns None when both worked, else why not (the
-    daemon then stopped again)."""
-    started = subprocess.run([program, "-d"], env={**os.environ, **env}, capture_output=True, text=True)
-    if started.returncode != 0:
-        log = Path(env[LOG_VAR]) / "control.log"
-        detail = _tail(started) or (log.read_text()[-500:] if log.exists() else "")
-        return f"`{program} -d` exited {started.returncode} ({detail})"
+def _start(program: str, env: dict[str, str]) -> str | None:
+    """Starts the daemon with ``env`` (the process environment and the daemon's two directories); returns
+    None when it started, else why not."""
+    started = subprocess.run([program, "-d"], env=env, capture_output=True, text=True)
+    if started.returncode == 0:
+        return None
+    log = Path(env[LOG_VAR]) / "control.log"
+    detail = _tail(started) or (log.read_text()[-500:] if log.exists() else "")
+    return f"`{program} -d` exited {started.returncode} ({detail})"
+
+
+def _probe(probe: Sequence[str], env: dict[str, str]) -> str | None:
+    """Runs the CUDA client ``probe`` as the daemon's client; returns None when it worked, else why not."""
     try:
-        checked = subprocess.run(
-            list(probe), env={**os.environ, **env}, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
-        )
-        failure = None if checked.returncode == 0 else f"exited {checked.returncode} ({_tail(checked)})"
+        checked = subprocess.run(list(probe), env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as error:
         failure = str(error)
-    if failure is None:
-        return None
-    _stop(program, env)
+    else:
+        if checked.returncode == 0:
+            return None
+        failure = f"exited {checked.returncode} ({_tail(checked)})"
     return f"the daemon started, but a CUDA client under it failed: `{' '.join(probe)}` {failure}"
 
 
@@ -84,8 +87,7 @@ def _stop(program: str, env: dict[str, str]) -> bool:
     then stay, for the command this prints to reach it)."""
     try:
         stopped = subprocess.run(
-            [program], input="quit\n", env={**os.environ, **env}, capture_output=True, text=True,
-            timeout=STOP_TIMEOUT_S,
+            [program], input="quit\n", env=env, capture_output=True, text=True, timeout=STOP_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
         _say(f"the daemon did not quit within {STOP_TIMEOUT_S} s; stop it with `echo quit | "
@@ -101,9 +103,9 @@ def mps_daemon(control: str = CONTROL, probe: Sequence[str] = PROBE) -> Iterator
     """Yields the environment variables that make CUDA processes clients of a private MPS daemon.
 
     Yields None (after saying why) where there is none to use: ``control`` is not on PATH, it exits
-    non-zero, ``probe`` (a CUDA client) fails under it, or ``CUDA_MPS_PIPE_DIRECTORY`` is already set
-    (someone else's daemon, used as it is). The daemon is stopped and its directory removed when the block
-    ends, however it ends.
+    non-zero, ``probe`` (a CUDA client) fails under it (the daemon is then stopped before the block), or
+    ``CUDA_MPS_PIPE_DIRECTORY`` is already set (someone else's daemon, used as it is). The daemon is stopped
+    and its directory removed when the block ends, however it ends.
     """
     if os.environ.get(PIPE_VAR):
         _say(f"{PIPE_VAR}={os.environ[PIPE_VAR]} is set: the command runs under that daemon, left as it is")
@@ -115,18 +117,24 @@ def mps_daemon(control: str = CONTROL, probe: Sequence[str] = PROBE) -> Iterator
         yield None
         return
     root = Path(tempfile.mkdtemp(prefix="sparsectx-mps-"))
-    env = {PIPE_VAR: str(root / "pipe"), LOG_VAR: str(root / "log")}
-    for path in env.values():
+    daemon = {PIPE_VAR: str(root / "pipe"), LOG_VAR: str(root / "log")}
+    for path in daemon.values():
         Path(path).mkdir()
-    reason = _start(program, env, probe)
+    env = {**os.environ, **daemon}
+    stopped = True
+    reason = _start(program, env)
+    if reason is None:
+        reason = _probe(probe, env)
+        stopped = reason is None or _stop(program, env)
     if reason is not None:
         _say(f"{reason}: running without MPS (slower, the same results)")
-        shutil.rmtree(root, ignore_errors=True)
+        if stopped:
+            shutil.rmtree(root, ignore_errors=True)
         yield None
         return
-    _say(f"started an MPS control daemon ({PIPE_VAR}={env[PIPE_VAR]})")
+    _say(f"started an MPS control daemon ({PIPE_VAR}={daemon[PIPE_VAR]})")
     try:
-        yield env
+        yield daemon
     finally:
         if _stop(program, env):
             shutil.rmtree(root, ignore_errors=True)

@@ -220,9 +220,7 @@ def test_privileged_teacher_scores_the_rollout_as_a_fresh_encoding_of_the_refere
 ) -> None:
     """SCOPD+GT: the teacher's logits on the student's rollout equal those of the prompt with the reference
     encoded from scratch (the evaluation path: processor, vision tower, positions), at every response position."""
-    cfg = load_train_config(
-        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd_gt"])
-    )
+    cfg = load_train_config(compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd_gt"]))
     student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
     items = training_items(2)
     (mb,) = prepare_step(cfg, student, [(items, [0, 1])], cfg.budget, torch.Generator().manual_seed(0))
