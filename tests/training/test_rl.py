@@ -139,6 +139,28 @@ def test_clipped_positions_are_trls_region() -> None:
     assert not clipped[~x["mask"]].any() and 0 < int(clipped.sum()) < int(x["mask"].sum())
 
 
+def test_on_policy_grpo_and_gspo_share_one_gradient_and_part_off_policy() -> None:
+    """At μ = 1 every ratio is exactly 1, so with the per-rollout token mean (TRL's loss_type="grpo") the
+    token-level and sequence-level surrogates have the same gradient, −A_i · mean_t ∇log π_t, by calculus
+    (make study's GRPO and GSPO rows are identical for that reason); off policy the two must differ."""
+    x = inputs(4)
+
+    def grad(level: str, old: torch.Tensor) -> torch.Tensor:
+        logp = x["logp"].clone().requires_grad_(True)
+        per_token, _ = clipped_surrogate(
+            logp, old, x["adv"], x["mask"], epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, level=level
+        )
+        reduction.seq_mean_token_mean(per_token, x["mask"], num_sequences=6).backward()
+        return logp.grad
+
+    lengths = x["mask"].sum(-1, keepdim=True).to(torch.float64)
+    expected = torch.where(x["mask"], -x["adv"][:, None] / lengths / 6, torch.zeros((), dtype=torch.float64))
+    on_policy = x["logp"].detach()
+    for level in LEVELS:
+        assert torch.allclose(grad(level, on_policy), expected, rtol=0, atol=1e-15)
+    assert not torch.allclose(grad("token", x["old"]), grad("sequence", x["old"]), atol=1e-3)
+
+
 @pytest.mark.parametrize("std", ["population", "sample"])
 @pytest.mark.parametrize("scale", [True, False])
 def test_group_advantages_match_brute_force(std: str, scale: bool) -> None:
