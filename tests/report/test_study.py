@@ -26,6 +26,8 @@ from sparsectx.paths import leaf_dir, result_path
 from sparsectx.report import study
 from sparsectx.report.study import load_tables_config, run
 
+from .passk_fakes import write_passk_leaf
+
 FASTV = "FastV prunes inside the LLM at layer K; sparsectx.pruning has pre-LLM operators only"
 BENCHES = ["syn_count", "syn_ocr"]
 ROW = {"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.1]}
@@ -80,17 +82,11 @@ def write_result(
     write_json(result_path(leaf_dir(root, "tiny", "tiny", method, pruner, budget), bench), as_dict(result))
 
 
-def write_passk(root: Path, budget: float, greedy: float, curve: dict[str, float], control: dict[str, float]):
-    """Writes a ``<bench>.passk.json`` (the fields of ``passk_mode._payload`` the tables read)."""
-    gap = curve["4"] - greedy
-    payload = {
-        "benchmark": "syn_count", "method": "base", "pruner": "visionzip", "budget": budget, "n": 4,
-        "k": [1, 2, 4], "cohort": {"size": 6, "source": "test", "ids": []},
-        "sparse": {"n_items": 6, "greedy_accuracy": greedy, "pass_at_k": curve},
-        "no_image": {"n_items": 6, "greedy_accuracy": 0.0, "pass_at_k": control},
-        "gap": gap, "control_floor": control["4"], "gap_over_control": gap - control["4"],
-    }  # fmt: skip
-    write_json(leaf_dir(root, "tiny", "tiny", "base", "visionzip", budget) / "syn_count.passk.json", payload)
+def write_passk(root: Path, budget: float, greedy: list[bool], correct: list[int], control: list[int]) -> None:
+    """Writes a ``syn_count.passk.json`` and its draws (``passk_fakes``): n = 4 samples, ``correct[i]`` of them
+    right on item i, ``control[i]`` without the image."""
+    leaf = leaf_dir(root, "tiny", "tiny", "base", "visionzip", budget)
+    write_passk_leaf(leaf, "syn_count", budget, (greedy, correct), control, 4)
 
 
 def _efficiency_row(budget: float, kept: float, ratios: tuple[float, ...], total_ms: float) -> dict:
@@ -125,8 +121,8 @@ def results(tmp_path: Path) -> Path:
     for (method, pruner, budget), scores in SCORES.items():
         for bench, score in scores.items():
             write_result(tmp_path, method, pruner, budget, bench, score)
-    write_passk(tmp_path, 0.1, 50.0, {"1": 25.0, "2": 50.0, "4": 75.0}, {"1": 2.5, "2": 5.0, "4": 10.0})
-    write_passk(tmp_path, 1.0, 100.0, {"1": 90.0, "2": 95.0, "4": 100.0}, {"1": 2.5, "2": 5.0, "4": 10.0})
+    write_passk(tmp_path, 0.1, [True] * 4 + [False] * 4, [2, 2, 2, 2, 1, 1, 0, 0], [0] * 8)
+    write_passk(tmp_path, 1.0, [True] * 8, [4, 4, 4, 3, 4, 3, 4, 4], [1] + [0] * 7)
     write_efficiency(tmp_path)
     return tmp_path
 
@@ -208,19 +204,42 @@ def test_plots_are_valid_pngs_and_listed_in_the_index(results: Path) -> None:
     assert retain.splitlines()[0] == "# Retain ratio vs. budget: main, model tiny"  # experiment, model once
     assert "Data: experiment `tiny`, model `tiny`, table `main` (main.md, whose footnotes" in retain
     passk = (out / "passk_tiny_syn_count_base_visionzip_0.1.caption.md").read_text()
-    assert "Cohort: the 6 items the full-context model solved; n = 4 samples per item." in passk
+    assert "Cohort: the 8 items the full-context model solved; n = 4 samples per item." in passk
     assert all(p.is_file() for p in paths) and paths[-1] == out / "README.md"
     assert not list(out.glob(".*.tmp*"))  # atomic writes leave no temporary file
+
+
+def test_passk_row_without_draws_keeps_its_values_and_says_why(results: Path) -> None:
+    leaf = leaf_dir(results, "tiny", "tiny", "base", "visionzip", 1.0)
+    (leaf / "syn_count.passk.samples.jsonl").unlink()
+    run(compose_tables(results))
+    out = results / "tiny" / "tables"
+    passk = {r["budget"]: r for r in csv.DictReader(io.StringIO((out / "passk.csv").read_text()))}
+    assert passk["1"]["pass@n (%)"] == "100.00" and passk["1"]["pass@n (%) lo"] == "" and passk["1"]["note"] == ""
+    assert passk["0.1"]["pass@n (%) lo"] != ""
+    md = (out / "passk.md").read_text()
+    assert md.rstrip().endswith(
+        "No interval: tiny / syn_count / Vanilla / visionzip / 1 (no per-item draws: "
+        "syn_count.passk.samples.jsonl is not beside the Pass@K JSON)"
+    )
 
 
 def test_passk_and_efficiency_tables(results: Path) -> None:
     run(compose_tables(results))
     out = results / "tiny" / "tables"
     passk = {r["budget"]: r for r in csv.DictReader(io.StringIO((out / "passk.csv").read_text()))}
+    # budget 0.1: greedy 4 of 8; pass@1 = (4 * 2 + 2 * 1) / 32; pass@4 = 6 of 8 items with a right sample
     assert [passk["0.1"][c] for c in ("greedy (%)", "pass@1 (%)", "pass@n (%)", "gap (pp)")] == [
-        "50.00", "25.00", "75.00", "25.00"
+        "50.00", "31.25", "75.00", "25.00"
     ]  # fmt: skip
-    assert passk["0.1"]["gap over control (pp)"] == "15.00" and passk["1"]["pass@n (%)"] == "100.00"
+    assert passk["0.1"]["gap over control (pp)"] == "25.00" and passk["1"]["pass@n (%)"] == "100.00"
+    assert passk["1"]["gap (pp)"] == "0.00" and passk["1"]["gap over control (pp)"] == "-12.50"
+    # the full context's greedy and pass@4 are right on every item: no resample moves them
+    assert [passk["1"][f"pass@n (%) {end}"] for end in ("lo", "hi")] == ["100.00", "100.00"]
+    lo, hi = (float(passk["0.1"][f"gap (pp) {end}"]) for end in ("lo", "hi"))
+    assert 0.0 <= lo < 25.0 < hi <= 75.0  # two of eight items carry the gap (100 each)
+    md = (out / "passk.md").read_text()
+    assert f"| 25.00 [{lo:.2f}, {hi:.2f}] |" in md and "percentile interval of a bootstrap over the cohort" in md
     rows = list(csv.DictReader(io.StringIO((out / "efficiency.csv").read_text())))
     by_budget = {(r["pruner"], r["budget"]): r for r in rows}
     row = by_budget[("visionzip", "0.2")]

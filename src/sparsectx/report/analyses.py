@@ -23,15 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparsectx.eval.passk_mode import samples_path
 from sparsectx.paths import budget_tag
+from sparsectx.report.bootstrap import BootstrapConfig
 from sparsectx.report.collect import (
     Entry,
     block_records,
+    cell_leaf,
     method_label,
     ordered_cells,
     read_efficiency,
     read_passk,
 )
+from sparsectx.report.passk_spread import GAP_COLUMNS, PasskSpread, passk_spread, shift_mark, too_small
 from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
 from sparsectx.report.tables import MISSING, NO_RECORD
 from sparsectx.report.uncertainty import BlockSpreads
@@ -48,26 +52,62 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """A side-table cell's interval as displayed, and its mark (`` ↑`` / `` ↓`` / empty) in Markdown."""
+
+    lo: str
+    hi: str
+    mark: str = ""
+
+
+@dataclass(frozen=True)
 class SideTable:
-    """A flat table (Pass@K summary, efficiency): displayed cells, the last column being ``note``."""
+    """A flat table (Pass@K summary, efficiency): displayed cells, the last column being ``note``.
+
+    ``intervals`` (one mapping per row, column -> ``Bounds``) shows as ``value [lo, hi]`` in Markdown and as
+    ``<column> lo`` / ``<column> hi`` columns at the end of the CSV; ``footnote`` follows the Markdown table.
+    """
 
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    intervals: tuple[Mapping[str, Bounds], ...] = ()
+    footnote: str = ""
+
+    def _spread(self, index: int) -> Mapping[str, Bounds]:
+        return self.intervals[index] if self.intervals else {}
+
+    def interval_columns(self) -> list[str]:
+        """Returns the columns that have an interval in some row, in table order."""
+        used = {c for row in self.intervals for c in row}
+        return [c for c in self.columns if c in used]
 
     def markdown(self, title: str) -> str:
-        """Returns the table as GitHub Markdown under a ``# title`` heading."""
+        """Returns the table as GitHub Markdown under a ``# title`` heading, then the footnote."""
         lines = [f"# {title}", "", "| " + " | ".join(self.columns) + " |"]
         lines.append(
             "|" + "|".join(":--" if i < 4 else "--:" for i in range(len(self.columns) - 1)) + "|:--|"
         )
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows]
-        return "\n".join(lines) + "\n"
+        for index, row in enumerate(self.rows):
+            spread = self._spread(index)
+            cells = [
+                f"{cell} [{b.lo}, {b.hi}]{b.mark}" if (b := spread.get(column)) else cell
+                for cell, column in zip(row, self.columns, strict=True)
+            ]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        return "\n".join([*lines, *(["", self.footnote] if self.footnote else [])]) + "\n"
 
     def csv(self) -> str:
-        """Returns the table as CSV with a header row."""
+        """Returns the table as CSV with a header row; interval bounds are extra columns at the end."""
+        spread_columns = self.interval_columns()
+        header = [*self.columns, *(f"{c} {end}" for c in spread_columns for end in ("lo", "hi"))]
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerows([self.columns, *self.rows])
+        writer.writerow(header)
+        for index, row in enumerate(self.rows):
+            spread = self._spread(index)
+            ends = [(c, end) for c in spread_columns for end in ("lo", "hi")]
+            bounds = [getattr(spread[c], end) if c in spread else "" for c, end in ends]
+            writer.writerow([*row, *bounds])
         return out.getvalue()
 
 
@@ -108,16 +148,25 @@ def _fraction_curve(percent: Mapping[str, float]) -> dict[int, float]:
     return {int(k): value / 100.0 for k, value in percent.items()}
 
 
+NO_IMAGE_LABEL = "no image (control)"
+
+
+def curve_labels(cell: Cell, labels: Mapping[str, str]) -> dict[str, str]:
+    """Returns condition -> the legend label of its curve in a pruned cell's Pass@K plot."""
+    return {
+        "sparse": f"{method_label(cell.method, labels)} / {cell.pruner} / {cell.budget * 100:g}%",
+        "no_image": NO_IMAGE_LABEL,
+    }
+
+
 def passk_curves(
     cell: Cell, pruned: dict[str, Any], labels: Mapping[str, str]
 ) -> dict[str, dict[int, float]]:
     """Returns label -> {k: pass@k in [0, 1]} of one pruned Pass@K cell (its JSON): its curve and the
     no-image control's."""
-    label = f"{method_label(cell.method, labels)} / {cell.pruner} / {cell.budget * 100:g}%"
-    curves = {label: _fraction_curve(pruned["sparse"]["pass_at_k"])}
-    if pruned["no_image"] is not None:
-        curves["no image (control)"] = _fraction_curve(pruned["no_image"]["pass_at_k"])
-    return curves
+    names = curve_labels(cell, labels)
+    present = [c for c in ("sparse", "no_image") if pruned[c] is not None]
+    return {names[c]: _fraction_curve(pruned[c]["pass_at_k"]) for c in present}
 
 
 def passk_plot(
@@ -127,10 +176,12 @@ def passk_plot(
     labels: Mapping[str, str],
     path: Path,
     data: str,
+    spread: PasskSpread | None = None,
 ) -> Path:
-    """Writes the Pass@K plot of one pruned cell and returns its path: its curves, its greedy accuracy (the
-    same fixed context) and the full-context curve (``full``, the budget-1.0 cell's JSON) when measured;
-    ``data`` (where the numbers came from) goes to the caption."""
+    """Writes the Pass@K plot of one pruned cell and returns its path: its curves (with ``spread``'s intervals
+    as error bars when given), its greedy accuracy (the same fixed context) and the full-context curve
+    (``full``, the budget-1.0 cell's JSON) when measured; ``data`` (where the numbers came from) goes to the
+    caption."""
     full_sparse = None if full is None else full["sparse"]
     full_curve = None if full_sparse is None else _fraction_curve(full_sparse["pass_at_k"])
     notes = [
@@ -141,22 +192,33 @@ def passk_plot(
     if full_curve is None:
         why = NO_RECORD if full is None else "its cohort is empty (the full-context model solved no item)"
         notes.append(f"full-context curve not drawn: {why}")
+    names = curve_labels(cell, labels)
+    bars = None
+    if spread is not None:
+        as_fraction = lambda by_k: {k: (lo / 100, hi / 100) for k, (lo, hi) in by_k.items()}  # noqa: E731
+        bars = {names[c]: as_fraction(by_k) for c, by_k in spread.curves.items()}
     return plot_pass_at_k(
-        passk_curves(cell, pruned, labels), path, full_context=full_curve, notes=notes,
+        passk_curves(cell, pruned, labels), path, full_context=full_curve, notes=notes, intervals=bars,
         references={"greedy accuracy, same context": pruned["sparse"]["greedy_accuracy"] / 100.0},
         title=f"Pass@k at a fixed context: {cell.bench}, model {cell.model}",
     )  # fmt: skip
 
 
 def passk_outputs(
-    grid: Grid, root: str | Path, labels: Mapping[str, str], out_dir: Path, decimals: int
+    grid: Grid,
+    root: str | Path,
+    labels: Mapping[str, str],
+    out_dir: Path,
+    decimals: int,
+    boot: BootstrapConfig,
 ) -> tuple[SideTable, list[Figure]]:
-    """Returns the Pass@K summary table (every passk cell) and the figure of every pruned passk cell."""
+    """Returns the Pass@K summary table (every passk cell, with bootstrap intervals over its cohort's items)
+    and the figure of every pruned passk cell (its curves with the same intervals as error bars)."""
     (block,) = [b for b in grid.blocks if b.kind == "passk"]
     fmt = _formatter(decimals)
     columns = ("model", "benchmark", "method", "pruner", "budget", "cohort", "greedy (%)", "pass@1 (%)",
                "pass@n (%)", "n", "gap (pp)", "no-image pass@n (%)", "gap over control (pp)", "note")  # fmt: skip
-    rows, figures = [], []
+    rows, intervals, figures, undrawn = [], [], [], []
     for model in block.models:
         for cell in ordered_cells(grid, block, model):
             head = (
@@ -171,10 +233,16 @@ def passk_outputs(
             why = reason or (NO_RECORD if payload is None else "")
             if payload is not None and payload["sparse"] is None:
                 why = "empty cohort: the full-context model solved no item"
+            spread = None
             if why:
                 rows.append((*head, *[MISSING] * 8, why))
             else:
+                spread = _cell_spread(root, grid.experiment, cell, payload, boot)
                 rows.append((*head, *_passk_values(payload, fmt), ""))
+                if isinstance(spread, str):
+                    undrawn.append(f"{' / '.join(head)} ({spread})")
+                    spread = None
+            intervals.append({} if spread is None else _displayed(spread, fmt))
             if cell.budget == 1.0:
                 continue
             name = f"passk_{model}_{cell.bench}_{cell.method}_{cell.pruner}_{budget_tag(cell.budget)}"
@@ -184,13 +252,45 @@ def passk_outputs(
             ref = Cell(model, BASE, grid.reference_pruner, 1.0, cell.bench)
             full = read_passk(root, grid.experiment, ref) if grid.reason(ref) is None else None
             data = f"experiment `{grid.experiment}`, passk.md"
-            path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data)
+            path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
             figures.append(Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}"))
-    return SideTable(columns, tuple(rows)), figures
+    footnote = passk_footnote(boot, undrawn)
+    return SideTable(columns, tuple(rows), tuple(intervals), footnote), figures
+
+
+def _cell_spread(
+    root: str | Path, experiment: str, cell: Cell, payload: dict[str, Any], boot: BootstrapConfig
+) -> PasskSpread | str:
+    """Returns the intervals of a Pass@K cell, or why it has none (no draws file, too small a cohort)."""
+    draws = samples_path(cell_leaf(root, experiment, cell), cell.bench)
+    if not draws.is_file():
+        return f"no per-item draws: {draws.name} is not beside the Pass@K JSON"
+    return too_small(payload["cohort"]["size"], boot) or passk_spread(payload, draws, boot, cell.bench)
+
+
+def _displayed(spread: PasskSpread, fmt: Callable[[float | None], str]) -> dict[str, Bounds]:
+    return {
+        column: Bounds(fmt(lo), fmt(hi), shift_mark((lo, hi)) if column in GAP_COLUMNS else "")
+        for column, (lo, hi) in spread.columns.items()
+    }
+
+
+def passk_footnote(boot: BootstrapConfig, undrawn: Sequence[str]) -> str:
+    """Returns the Pass@K table's note on its intervals, listing the rows that have none and why."""
+    text = (
+        f"Intervals: [lo, hi] is the {boot.level * 100:g}% percentile interval of a bootstrap over the cohort's "
+        f"items ({boot.resamples} resamples, bootstrap.seed={boot.seed}); every column of a row is computed on "
+        "the same resampled items, so the gaps are paired. ↑ / ↓: a gap whose interval lies above / below 0. "
+        "Trained rows are one training seed (grid.seed). docs/tables.md"
+    )
+    if undrawn:
+        text += f". No interval: {'; '.join(undrawn)}"
+    return text
 
 
 def _formatter(decimals: int) -> Callable[[float | None], str]:
-    return lambda value: MISSING if value is None else f"{value:.{decimals}f}"
+    """Returns the side tables' number format; a value that rounds to zero prints as 0, never -0."""
+    return lambda value: MISSING if value is None else f"{round(value, decimals) + 0.0:.{decimals}f}"
 
 
 def _passk_values(payload: dict[str, Any], fmt: Callable[[float | None], str]) -> tuple[str, ...]:

@@ -118,6 +118,13 @@ def _draw_series(
         ax.plot(run, [points[x] for x in run], label=label if i == 0 else f"_{label}", **style)
 
 
+def _error_bar(ax: Axes, index: int, x: float, y: float, bounds: tuple[float, float]) -> float:
+    """Draws the interval ``bounds`` around point (x, y) in series ``index``'s colour; returns its top."""
+    lo, hi = bounds
+    ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt="none", color=f"C{index % 10}", capsize=3)
+    return hi
+
+
 def retain_series(
     records: Iterable[ResultRecord | Mapping[str, object]],
     *,
@@ -173,12 +180,7 @@ def retain_figure(
             ax, index, label, {100 * x: y for x, y in points.items()}, [[100 * x for x in r] for r in runs]
         )
         bars = {x: b for x, b in (intervals or {}).get(label, {}).items() if x in points}
-        for x, (lo, hi) in bars.items():
-            y = points[x]
-            ax.errorbar(
-                [100 * x], [y], yerr=[[y - lo], [hi - y]], fmt="none", color=f"C{index % 10}", capsize=3
-            )
-            tops.append(hi)
+        tops += [_error_bar(ax, index, 100 * x, points[x], b) for x, b in bars.items()]
     ax.axhline(100.0, label=REFERENCE_LABEL, **REFERENCE_STYLE)
     ax.set_xscale("log")
     ax.set_xticks([100 * b for b in sorted(budgets)], [f"{100 * b:g}" for b in sorted(budgets)])
@@ -236,6 +238,7 @@ def pass_at_k_figure(
     title: str,
     full_context: Mapping[int, float] | None = None,
     references: Mapping[str, float] | None = None,
+    intervals: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
 ) -> Figure:
     """Returns the figure of pass@k (%) against k (log2 axis): one line per curve, then the references.
 
@@ -245,14 +248,18 @@ def pass_at_k_figure(
         full_context: The unpruned model's curve, drawn dashed and labelled ``REFERENCE_LABEL``.
         references: Label -> one value in [0, 1] that does not depend on k (e.g. greedy accuracy): a
             horizontal dotted line each.
+        intervals: Curve label -> k -> (lo, hi) in [0, 1]: error bars in the curve's colour.
     """
     if not curves:
         raise ValueError("pass_at_k_figure got no curves")
     fig, ax = _new_axes(title)
     every = [*curves.values(), *([full_context] if full_context else [])]
     ks = sorted({k for curve in every for k in curve})
+    tops = []
     for index, (label, curve) in enumerate(curves.items()):
         _draw_series(ax, index, label, {k: 100.0 * v for k, v in curve.items()}, measured_segments(curve, ks))
+        bars = (intervals or {}).get(label, {}).items()
+        tops += [_error_bar(ax, index, k, 100.0 * curve[k], (100.0 * lo, 100.0 * hi)) for k, (lo, hi) in bars]
     if full_context:
         xs = sorted(full_context)
         ax.plot(
@@ -264,9 +271,8 @@ def pass_at_k_figure(
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
     ax.set_xlabel("k (samples per item, log scale)")
-    values = [100.0 * v for curve in every for v in curve.values()] + [
-        100.0 * v for v in (references or {}).values()
-    ]
+    values = [100.0 * v for curve in every for v in curve.values()] + tops
+    values += [100.0 * v for v in (references or {}).values()]
     _percent_axis(ax, values, "pass@k (%)")
     ax.legend(**LEGEND_STYLE)
     return fig
@@ -276,6 +282,9 @@ PASSK_CAPTION = (
     "Pass@k at a fixed visual context: the fraction of items with at least one correct answer among k samples "
     "(unbiased estimator from n samples per item), against k. Markers are the measured k. The dashed line is the "
     "full context (unpruned model) when it was measured; dotted horizontal lines do not depend on k."
+)
+PASSK_INTERVAL_CAPTION = (
+    " Error bars are each point's bootstrap interval over the cohort's items, as in passk.md's interval note."
 )
 
 
@@ -287,8 +296,12 @@ def plot_pass_at_k(
     full_context: Mapping[int, float] | None = None,
     references: Mapping[str, float] | None = None,
     notes: Sequence[str] = (),
+    intervals: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
 ) -> Path:
     """Writes the Pass@K plot (``pass_at_k_figure``) to ``path`` (PNG) and its caption with ``notes``; returns
     ``path``."""
-    fig = pass_at_k_figure(curves, title=title, full_context=full_context, references=references)
-    return _save(fig, path, caption_markdown(title, PASSK_CAPTION, notes))
+    fig = pass_at_k_figure(
+        curves, title=title, full_context=full_context, references=references, intervals=intervals
+    )
+    description = PASSK_CAPTION + (PASSK_INTERVAL_CAPTION if intervals else "")
+    return _save(fig, path, caption_markdown(title, description, notes))

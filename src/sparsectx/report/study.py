@@ -226,7 +226,7 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
             written.append(_write_rendered(out, f"{block.name}.delta", title, render(title, deltas)))
     figures = retain_plots(grid, entries, labels, out, spreads)
     if has_block(grid, "passk"):
-        summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals)
+        summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals, tc.bootstrap)
         written.append(_write_side(out, "passk", f"{grid.experiment}: fixed-context Pass@K", summary))
         figures += passk_figures
     if has_block(grid, "efficiency"):
