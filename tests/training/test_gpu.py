@@ -67,6 +67,17 @@ def test_lt_opd_memory_switches_on_gpu_match_the_plain_run(tiny_env, tmp_path) -
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_lt_opd_twice_on_gpu_writes_the_same_weights(tiny_env, tmp_path) -> None:  # noqa: ANN001
+    # LT-OPD trains the vision tower: its attention backward is the kernel that varied run to run before
+    # deterministic=true (docs/performance.md, "Run-to-run determinism of training").
+    common = ["method=lt_opd", "steps=3", "model.device=cuda", "method.optim.lr=0.01", "deterministic=true"]
+    first, second = (run(compose_train([*train_overrides(tiny_env, tmp_path / n), *common])) for n in "ab")
+    want, got = (r.checkpoint / "model.safetensors" for r in (first, second))
+    assert got.read_bytes() == want.read_bytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_kill_and_resume_on_gpu_with_int8_states(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     common = [
         "method=lt_opd", "steps=3", "save_every=2", "method.optim.lr=0.01", "model.device=cuda",

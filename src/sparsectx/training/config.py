@@ -179,6 +179,9 @@ class TrainConfig:
     prefetch_host_inputs: bool
     """Build the next step's prompts and processor tensors (image decoding, resizing) on a CPU thread while
     this step runs on the GPU (``sparsectx.training.prefetch``); the same inputs either way."""
+    deterministic: bool
+    """``torch.use_deterministic_algorithms`` for the run (``sparsectx.training.determinism``): the same seed
+    gives the same weights on CUDA; false trades that for speed."""
     engine: EngineConfig
     """The decode engine's settings (``conf/engine``)."""
     memory: MemoryConfig

@@ -48,6 +48,7 @@ from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.decode_copy import shard_keeping_twin
+from sparsectx.training.determinism import apply_determinism
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.run_files import log_checkpoint, restore, save, write_checkpoint
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
@@ -233,6 +234,7 @@ def setup(
     meta: dict[str, Any] | None,
 ) -> Trainer:
     """Returns the ``Trainer``: model, teacher parts and optimizer, restored from ``state/`` if present."""
+    apply_determinism(tc.deterministic)
     torch.manual_seed(derive_seed(tc.seed, "init"))  # LoRA's A initialisation; overwritten on resume
     model_cfg = dataclasses.replace(tc.model, device=str(accelerator.device))
     student = build_student(load_model(model_cfg), tc.method, tc.model.signal_chunk)
