@@ -18,6 +18,7 @@ from sparsectx.io import read_jsonl
 from sparsectx.report.analyses import SideTable, passk_footnote
 from sparsectx.report.bootstrap import BootstrapConfig, Layout, counts_from_indices
 from sparsectx.report.passk_spread import item_values, passk_spread, read_draws, resampled_means, too_small
+from sparsectx.report.tables import Spread
 
 from .passk_fakes import write_passk_leaf
 
@@ -158,10 +159,8 @@ def test_too_few_items_for_the_resamples_names_the_key(tmp_path: Path) -> None:
 
 
 def test_side_table_shows_bounds_in_markdown_and_columns_in_csv() -> None:
-    from sparsectx.report.analyses import Bounds
-
     table = SideTable(("model", "gap (pp)", "note"), (("tiny", "5.00", ""), ("big", "-", "no record")),
-                      ({"gap (pp)": Bounds("1.00", "9.00", " ↑")}, {}), "a note")  # fmt: skip
+                      ({"gap (pp)": Spread(1.0, 9.0, None, "up")}, {}), "a note")  # fmt: skip
     md = table.markdown("t")
     assert "| tiny | 5.00 [1.00, 9.00] ↑ |  |" in md and md.rstrip().endswith("a note")
     assert table.csv().splitlines() == ["model,gap (pp),note,gap (pp) lo,gap (pp) hi", "tiny,5.00,,1.00,9.00",

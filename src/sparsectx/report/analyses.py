@@ -35,9 +35,10 @@ from sparsectx.report.collect import (
     read_efficiency,
     read_passk,
 )
-from sparsectx.report.passk_spread import GAP_COLUMNS, PasskSpread, passk_spread, shift_mark, too_small
+from sparsectx.report.passk_spread import GAP_COLUMNS, PasskSpread, passk_spread, too_small
 from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
-from sparsectx.report.tables import MISSING, NO_RECORD
+from sparsectx.report.render import spread_text
+from sparsectx.report.tables import MISSING, NO_RECORD, Spread, shift_of
 from sparsectx.report.uncertainty import BlockSpreads
 from sparsectx.workflow import BASE, Cell, Grid
 
@@ -52,28 +53,21 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Bounds:
-    """A side-table cell's interval as displayed, and its mark (`` ↑`` / `` ↓`` / empty) in Markdown."""
-
-    lo: str
-    hi: str
-    mark: str = ""
-
-
-@dataclass(frozen=True)
 class SideTable:
     """A flat table (Pass@K summary, efficiency): displayed cells, the last column being ``note``.
 
-    ``intervals`` (one mapping per row, column -> ``Bounds``) shows as ``value [lo, hi]`` in Markdown and as
-    ``<column> lo`` / ``<column> hi`` columns at the end of the CSV; ``footnote`` follows the Markdown table.
+    ``intervals`` (one mapping per row, column -> ``Spread``) shows as the block tables show it (``value [lo, hi]
+    ↑``, ``sparsectx.report.render.spread_text``) in Markdown and as ``<column> lo`` / ``<column> hi`` columns at
+    the end of the CSV, with ``decimals``; ``footnote`` follows the Markdown table.
     """
 
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
-    intervals: tuple[Mapping[str, Bounds], ...] = ()
+    intervals: tuple[Mapping[str, Spread], ...] = ()
     footnote: str = ""
+    decimals: int = 2
 
-    def _spread(self, index: int) -> Mapping[str, Bounds]:
+    def _spread(self, index: int) -> Mapping[str, Spread]:
         return self.intervals[index] if self.intervals else {}
 
     def interval_columns(self) -> list[str]:
@@ -90,7 +84,7 @@ class SideTable:
         for index, row in enumerate(self.rows):
             spread = self._spread(index)
             cells = [
-                f"{cell} [{b.lo}, {b.hi}]{b.mark}" if (b := spread.get(column)) else cell
+                cell + spread_text(spread.get(column), self.decimals)
                 for cell, column in zip(row, self.columns, strict=True)
             ]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -106,7 +100,7 @@ class SideTable:
         for index, row in enumerate(self.rows):
             spread = self._spread(index)
             ends = [(c, end) for c in spread_columns for end in ("lo", "hi")]
-            bounds = [getattr(spread[c], end) if c in spread else "" for c, end in ends]
+            bounds = [f"{getattr(spread[c], end):.{self.decimals}f}" if c in spread else "" for c, end in ends]
             writer.writerow([*row, *bounds])
         return out.getvalue()
 
@@ -242,7 +236,7 @@ def passk_outputs(
                 if isinstance(spread, str):
                     undrawn.append(f"{' / '.join(head)} ({spread})")
                     spread = None
-            intervals.append({} if spread is None else _displayed(spread, fmt))
+            intervals.append({} if spread is None else _shown(spread))
             if cell.budget == 1.0:
                 continue
             name = f"passk_{model}_{cell.bench}_{cell.method}_{cell.pruner}_{budget_tag(cell.budget)}"
@@ -255,7 +249,7 @@ def passk_outputs(
             path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
             figures.append(Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}"))
     footnote = passk_footnote(boot, undrawn)
-    return SideTable(columns, tuple(rows), tuple(intervals), footnote), figures
+    return SideTable(columns, tuple(rows), tuple(intervals), footnote, decimals), figures
 
 
 def _cell_spread(
@@ -268,9 +262,10 @@ def _cell_spread(
     return too_small(payload["cohort"]["size"], boot) or passk_spread(payload, draws, boot, cell.bench)
 
 
-def _displayed(spread: PasskSpread, fmt: Callable[[float | None], str]) -> dict[str, Bounds]:
+def _shown(spread: PasskSpread) -> dict[str, Spread]:
+    """Returns a Pass@K row's intervals as the table shows them: the gaps marked when they exclude 0."""
     return {
-        column: Bounds(fmt(lo), fmt(hi), shift_mark((lo, hi)) if column in GAP_COLUMNS else "")
+        column: Spread(lo, hi, None, shift_of(lo, hi) if column in GAP_COLUMNS else "")
         for column, (lo, hi) in spread.columns.items()
     }
 

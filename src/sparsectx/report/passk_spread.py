@@ -75,13 +75,11 @@ def resampled_means(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return (counts @ values) / counts.sum(axis=1)
 
 
-def _check_fresh(payload: Mapping[str, Any], by_condition: Mapping[str, list], where: str) -> None:
-    """Returns None when the draws reproduce ``passk.json``'s summary; else raises naming both files."""
-    for condition, rows in by_condition.items():
+def check_fresh(payload: Mapping[str, Any], per_condition: Mapping[str, Mapping[str, np.ndarray]], where: str) -> None:
+    """Returns None when the draws' per-item values (``item_values`` of each condition) reproduce
+    ``passk.json``'s summary; else raises naming the draws' file ``where``."""
+    for condition, values in per_condition.items():
         summary = payload[condition]
-        if summary is None:
-            continue
-        values = item_values(rows, int(payload["n"]))
         recomputed = {"greedy": summary["greedy_accuracy"]}
         recomputed |= {f"pass@{k}": v for k, v in summary["pass_at_k"].items()}
         for name, stored in recomputed.items():
@@ -96,7 +94,7 @@ def _check_fresh(payload: Mapping[str, Any], by_condition: Mapping[str, list], w
 
 def read_draws(payload: Mapping[str, Any], samples_file: Path) -> dict[str, list[dict[str, Any]]]:
     """Returns the cell's draws per condition, in ``passk.json``'s cohort order, after checking that they are
-    this run's (config hash, cohort and summary); raises naming ``samples_file`` when they are not."""
+    this run's (config hash and cohort; ``check_fresh`` checks the summary); raises naming ``samples_file``."""
     rows = read_jsonl(samples_file)
     chash = payload.get("provenance", {}).get("config_hash")
     stale = sorted({str(r.get("config_hash")) for r in rows if r.get("config_hash") != chash})
@@ -116,7 +114,6 @@ def read_draws(payload: Mapping[str, Any], samples_file: Path) -> dict[str, list
                 "beside it: the draws are incomplete or stale; rerun the cell's Pass@K job"
             )
         by_condition[condition] = [by_key[f"{i}/{condition}"] for i in ids]
-    _check_fresh(payload, by_condition, str(samples_file))
     return by_condition
 
 
@@ -140,13 +137,12 @@ def too_small(size: int, boot: BootstrapConfig) -> str | None:
 def passk_spread(payload: Mapping[str, Any], samples_file: Path, boot: BootstrapConfig, bench: str) -> PasskSpread:
     """Returns the intervals of one Pass@K cell (its ``passk.json`` payload and its draws' file): every table
     column and every k of each condition's curve, all from the same resampled cohort items."""
-    draws = read_draws(payload, samples_file)
-    ids = tuple(payload["cohort"]["ids"])
-    lay = cohort_layout(ids)
+    n = int(payload["n"])
+    values = {c: item_values(rows, n) for c, rows in read_draws(payload, samples_file).items()}
+    check_fresh(payload, values, str(samples_file))
+    lay = cohort_layout(tuple(payload["cohort"]["ids"]))
     check_enough(lay, boot.resamples, f"{bench} (Pass@K cohort)")
     counts = draw_counts(lay, boot.resamples, stream(boot.seed, "passk", bench))
-    n = int(payload["n"])
-    values = {c: item_values(rows, n) for c, rows in draws.items()}
     sparse, control = values["sparse"], values.get("no_image")
     per_item = {
         "greedy (%)": sparse["greedy"],
@@ -169,8 +165,3 @@ def passk_spread(payload: Mapping[str, Any], samples_file: Path, boot: Bootstrap
     }
     return PasskSpread(columns, curves)
 
-
-def shift_mark(bounds: tuple[float, float]) -> str:
-    """Returns `` ↑`` / `` ↓`` when an interval lies above / below 0, else an empty string."""
-    lo, hi = bounds
-    return " ↑" if lo > 0 else " ↓" if hi < 0 else ""

@@ -58,6 +58,11 @@ class Spread:
     shift: str = ""
 
 
+def shift_of(lo: float, hi: float) -> str:
+    """Returns ``Spread.shift`` of a difference's interval: ``"up"`` above 0, ``"down"`` below 0, else ""."""
+    return "up" if lo > 0 else "down" if hi < 0 else ""
+
+
 @dataclass(frozen=True)
 class Cell:
     """One displayed cell: its value, text, mark (``"best"``, ``"second"`` or ``""``), footnote and spread."""

@@ -39,7 +39,7 @@ from sparsectx.report.bootstrap import (
 from sparsectx.report.collect import Entry, cell_leaf, method_label, ordered_cells, read_json
 from sparsectx.report.items import Benches, ItemRecords, read_items
 from sparsectx.report.seeds import seed_std
-from sparsectx.report.tables import Spread
+from sparsectx.report.tables import Spread, shift_of
 from sparsectx.workflow import BASE, Block, Cell, Grid
 
 Replicates = dict[Cell, np.ndarray | str]
@@ -116,10 +116,6 @@ class BlockSpreads:
     """Why a scored cell has no interval -> the cells ("method / pruner / budget%: column")."""
     avg_intervals: dict[str, dict[float, tuple[float, float]]]
     """"method / pruner" (as the retain plot labels a series) -> budget -> the average retain ratio's interval."""
-
-
-def _shift(lo: float, hi: float) -> str:
-    return "up" if lo > 0 else "down" if hi < 0 else ""
 
 
 def block_spreads(
@@ -234,11 +230,11 @@ def _deltas(
                 a, b = entries[Cell(model, method, pruner, budget, bench)], entries[Cell(model, *base, bench)]
                 point = float(a["score"]) - float(b["score"])  # type: ignore[index]
                 lo, hi = interval(diff, level)
-                out[(label, pruner, budget, bench)] = (point, Spread(lo, hi, None, _shift(lo, hi)))
+                out[(label, pruner, budget, bench)] = (point, Spread(lo, hi, None, shift_of(lo, hi)))
         if (method, pruner, budget) in avg_reps and base in avg_reps:
             diff = avg_reps[(method, pruner, budget)] - avg_reps[base]
             lo, hi = interval(diff, level)
             point = _point_avg(entries, model, (method, pruner, budget), benches, ref)
             point -= _point_avg(entries, model, base, benches, ref)
-            out[(label, pruner, budget, avg_label)] = (point, Spread(lo, hi, None, _shift(lo, hi)))
+            out[(label, pruner, budget, avg_label)] = (point, Spread(lo, hi, None, shift_of(lo, hi)))
     return out
