@@ -148,3 +148,45 @@ def family_model(family: str, tmp: Path, seed: int = 0, **kwargs: object):  # no
         model = tiny_llava_onevision(tok, seed, **kwargs)
     model.config.save_pretrained(tmp)
     return model, load_processor(tmp)
+
+
+PUBLISHED = Path(__file__).resolve().parent / "models" / "published"
+"""The published checkpoints' config.json, preprocessor_config.json and tokenizer_config.json (their chat
+templates), in the real layout; tests/models/published/SOURCES.md says where each came from."""
+QWEN_SPECIALS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+    "<|video_pad|>", "<think>", "</think>",
+]  # fmt: skip
+PUBLISHED_SPECIALS = {
+    "Qwen2.5-VL-7B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),
+    "Qwen3-VL-4B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),
+    "Qwen3.5-4B": (QWEN_SPECIALS, "<|im_end|>"),
+    "GLM-4.6V-Flash": ([*GLM_SPECIALS, "<think>", "</think>"], "<|endoftext|>"),
+    "llava-onevision-qwen2-7b-ov-hf": (LLAVA_SPECIALS, "<|im_end|>"),
+}
+"""Per published checkpoint: the special tokens its template writes, and its eos (for the stand-in tokenizer)."""
+
+
+def published_checkpoint(name: str, tmp: Path) -> Path:
+    """Returns ``tmp`` holding the published files of checkpoint ``name`` and a character tokenizer with its
+    special tokens (the real tokenizer.json is megabytes; prompts here only need the template's tokens).
+
+    The published tokenizer_config.json is kept as published (its chat template included), with the stand-in
+    tokenizer's class and special-token entries added so transformers can load it.
+    """
+    import json
+    import shutil
+
+    source = PUBLISHED / name
+    specials, eos = PUBLISHED_SPECIALS[name]
+    tok = _char_tokenizer(specials, eos, "")
+    tok.chat_template = None
+    tok.save_pretrained(tmp)
+    saved = json.loads((tmp / "tokenizer_config.json").read_text())
+    published = json.loads((source / "tokenizer_config.json").read_text())
+    for file in ("config.json", "preprocessor_config.json"):
+        shutil.copy(source / file, tmp / file)
+    keep = {k: saved[k] for k in ("tokenizer_class", "added_tokens_decoder", "unk_token") if k in saved}
+    (tmp / "tokenizer_config.json").write_text(json.dumps({**published, **keep}, indent=2))
+    (tmp / "chat_template.jinja").unlink(missing_ok=True)
+    return tmp

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
-from sparsectx.models.qwen_common import VisionLayout
+from sparsectx.models.family import FamilySpec
+from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -36,3 +39,28 @@ LAYOUT = VisionLayout(
     object_block=_object_block,
     merger_merges=False,
 )
+
+NAME = "glm46v"
+
+
+def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
+    return QwenVLAdapter(NAME, model, LAYOUT, signal_chunk)
+
+
+SPEC = FamilySpec(
+    name=NAME,
+    model_types=("glm46v", "glm4v"),
+    architectures=("Glm46VForConditionalGeneration", "Glm4vForConditionalGeneration"),
+    adapter=_adapter,
+    image_processors={"Glm46VImageProcessor": Glm46VImageProcessorPil, "Glm4vImageProcessor": Glm4vImageProcessorPil},
+    image_marker="<|image|>",
+    video_layout="glm_frames",
+    thinking_switch="enable_thinking",
+    temporal_in_pixel_bounds=True,
+    source="zai-org/GLM-4.6V-Flash config.json declares model_type glm4v / Glm4vForConditionalGeneration "
+    "(issue 36); transformers 5.17 models/glm46v/modular_glm46v.py: Glm46VForConditionalGeneration, "
+    "Glm46VImageProcessorPil subclass the glm4v classes unchanged, so one adapter serves both names",
+)
+"""GLM-4.6V (published as ``glm4v``): marker ``<|image|>`` inside ``<|begin_of_image|>``/``<|end_of_image|>``;
+the video layout is ``Glm46VProcessor``'s (``{t:.1f} seconds`` after each frame; ``Glm4vProcessor`` writes
+integer seconds, not built)."""

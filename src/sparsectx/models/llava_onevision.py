@@ -23,8 +23,12 @@ from dataclasses import replace
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+    LlavaOnevisionImageProcessorPil,
+)
 
 from sparsectx.models.adapter import LLMInputs
+from sparsectx.models.family import FamilySpec
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.positions import flat_positions
 from sparsectx.models.video_input import video_refusal
@@ -74,9 +78,7 @@ class LlavaOnevisionAdapter:
 
     def __init__(self, model: PreTrainedModel, signal_chunk: int) -> None:
         config = model.config
-        if config.vision_feature_select_strategy != "full" or not isinstance(
-            config.vision_feature_layer, int
-        ):
+        if config.vision_feature_select_strategy != "full" or not isinstance(config.vision_feature_layer, int):
             raise ValueError(
                 "the llava_onevision adapter supports vision_feature_select_strategy='full' with one integer "
                 f"vision_feature_layer (the OneVision checkpoints); got {config.vision_feature_select_strategy!r}"
@@ -140,9 +142,7 @@ class LlavaOnevisionAdapter:
         extra: dict[str, list[torch.Tensor]] = {}
         if self.vision_signals.object_attention:
             objects, _ = siglip_signals(attns[1], captured[1][-1], self.signal_chunk)
-            extra["object_attention"] = [
-                o[:, 0] for o in self._pack(objects[..., None], views, sizes, zero(1))
-            ]
+            extra["object_attention"] = [o[:, 0] for o in self._pack(objects[..., None], views, sizes, zero(1))]
         probe = self.vision_signals.merger_probe
         if probe is not None:
             flat = selected.reshape(-1, selected.shape[-1])
@@ -200,3 +200,20 @@ class LlavaOnevisionAdapter:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Returns logits of ``hidden`` through the LM head."""
         return self.model.lm_head(hidden)
+
+
+SPEC = FamilySpec(
+    name="llava_onevision",
+    model_types=("llava_onevision",),
+    architectures=("LlavaOnevisionForConditionalGeneration",),
+    adapter=LlavaOnevisionAdapter,
+    image_processors={"LlavaOnevisionImageProcessor": LlavaOnevisionImageProcessorPil},
+    image_marker="<image>",
+    video_layout=None,
+    thinking_switch=None,
+    tiled=True,
+    source="llava-hf/llava-onevision-qwen2-7b-ov-hf config.json / preprocessor_config.json (model_type "
+    "llava_onevision, LlavaOnevisionImageProcessor, 384 px views, anyres pinpoints); transformers 5.17 "
+    "models/llava_onevision",
+)
+"""LLaVA-OneVision: tiles plus a base view; no pixel cap (``model.max_visual_tokens`` is refused)."""

@@ -26,6 +26,8 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 )
 from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
 
+from sparsectx.models.templates import ChatTemplating
+
 IMAGE_TOKEN = "<image>"
 
 
@@ -51,7 +53,7 @@ def tile_token_count(config: PretrainedConfig, height: int, width: int) -> int:
     return side * side + rows * cols + rows
 
 
-class LlavaOnevisionTextProcessor:
+class LlavaOnevisionTextProcessor(ChatTemplating):
     """Turns chat-templated text plus images into ``input_ids``, ``pixel_values`` and per-image layouts."""
 
     def __init__(
@@ -68,12 +70,6 @@ class LlavaOnevisionTextProcessor:
         self.image_token = IMAGE_TOKEN
         """The prompt's one-per-image marker, expanded to one copy per packed visual token."""
 
-    def apply_chat_template(self, messages: list[dict], tokenize: bool, add_generation_prompt: bool) -> str:
-        """Returns the prompt text of ``messages`` under the tokenizer's chat template (one marker per image)."""
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=tokenize, add_generation_prompt=add_generation_prompt
-        )
-
     def _views(self, groups: list[list[Image.Image]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (pixel_values (n, V_max, 3, S, S), image_sizes (n, 2)) of the grouped images, in order."""
         run = lambda group: self.image_processor(images=[group], return_tensors="pt")  # noqa: E731
@@ -85,9 +81,7 @@ class LlavaOnevisionTextProcessor:
                 parts = list(pool.map(run, groups))
         most = max(part["pixel_values"].shape[1] for part in parts)
         pixels = [
-            torch.nn.functional.pad(
-                p["pixel_values"], (0, 0, 0, 0, 0, 0, 0, most - p["pixel_values"].shape[1])
-            )
+            torch.nn.functional.pad(p["pixel_values"], (0, 0, 0, 0, 0, 0, 0, most - p["pixel_values"].shape[1]))
             for p in parts
         ]
         return torch.cat(pixels), torch.cat([part["image_sizes"] for part in parts])
@@ -107,8 +101,7 @@ class LlavaOnevisionTextProcessor:
         """Returns the number of ``<image>`` tokens of each image of ``layouts``."""
         side = self.config.vision_config.image_size // self.config.vision_config.patch_size
         return [
-            tile_token_count(self.config, h, w) if views > 1 else side * side + 1
-            for views, h, w in layouts.tolist()
+            tile_token_count(self.config, h, w) if views > 1 else side * side + 1 for views, h, w in layouts.tolist()
         ]
 
     def __call__(
@@ -126,8 +119,7 @@ class LlavaOnevisionTextProcessor:
         per_prompt = [prompt.count(IMAGE_TOKEN) for prompt in text]
         if sum(per_prompt) != len(images or []):
             raise ValueError(
-                f"{len(images or [])} images were given but the prompts hold {sum(per_prompt)} "
-                f"{IMAGE_TOKEN} markers"
+                f"{len(images or [])} images were given but the prompts hold {sum(per_prompt)} {IMAGE_TOKEN} markers"
             )
         counts: list[int] = []
         if images:
@@ -145,19 +137,20 @@ class LlavaOnevisionTextProcessor:
                 cursor += 1
             expanded.append("".join(parts))
         self.tokenizer.padding_side = "left"
-        tokens = self.tokenizer(
-            expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False
-        )
+        tokens = self.tokenizer(expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False)
         data["input_ids"] = tokens["input_ids"]
         data["attention_mask"] = tokens["attention_mask"]
         return BatchFeature(data)
 
 
 def load_llava_processor(
-    path: str | Path, tokenizer: PreTrainedTokenizerBase, image_workers: int
+    path: str | Path,
+    tokenizer: PreTrainedTokenizerBase,
+    image_workers: int,
+    image_processor: LlavaOnevisionImageProcessorPil | None = None,
 ) -> LlavaOnevisionTextProcessor:
-    """Returns the LLaVA-OneVision processor of the checkpoint at ``path`` (its image processor and config)."""
-    image_processor = LlavaOnevisionImageProcessorPil.from_pretrained(str(path))
-    return LlavaOnevisionTextProcessor(
-        tokenizer, image_processor, AutoConfig.from_pretrained(str(path)), image_workers
-    )
+    """Returns the LLaVA-OneVision processor of the checkpoint at ``path`` (its image processor, loaded from the
+    folder unless given, and its config)."""
+    if image_processor is None:
+        image_processor = LlavaOnevisionImageProcessorPil.from_pretrained(str(path))
+    return LlavaOnevisionTextProcessor(tokenizer, image_processor, AutoConfig.from_pretrained(str(path)), image_workers)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,39 +9,19 @@ import torch
 from transformers import AutoModelForImageTextToText, PreTrainedModel
 
 from sparsectx.checks import check_choice
-from sparsectx.models import glm46v, qwen2_5_vl, qwen3_vl
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.compiled_blocks import COMPILE_BLOCKS, compile_blocks, compile_on
-from sparsectx.models.llava_onevision import LlavaOnevisionAdapter
-from sparsectx.models.processor import ImageTextProcessor, checkpoint_family, load_processor
-from sparsectx.models.qwen3_5 import Qwen35Adapter
-from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.families import FAMILIES, family_for
+from sparsectx.models.processor import ImageTextProcessor, checkpoint_spec, load_processor
 from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.models.vision_mlp import align_vision_mlps
 
 PACKAGE_PREFIX = "package:"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
-LAYOUTS: dict[str, VisionLayout] = {
-    "qwen2_5_vl": qwen2_5_vl.LAYOUT,
-    "qwen3_vl": qwen3_vl.LAYOUT,
-    "glm46v": glm46v.LAYOUT,
-}
-ADAPTERS: dict[str, Callable[[PreTrainedModel, int], VLMAdapter]] = {
-    "qwen3_5": Qwen35Adapter,
-    "llava_onevision": LlavaOnevisionAdapter,
-}
-"""Families whose adapter is its own class (model, signal_chunk) rather than ``QwenVLAdapter`` with a layout."""
-NOT_YET = {
-    "llavaonevision1_5": "LLaVA-OneVision-1.5 has no class in transformers 5.17, only remote code; "
-    "conf/model/llava_onevision_qwen2_7b.yaml is the llava_onevision stand-in",
-}
-"""Known checkpoint families without an adapter, with the reason."""
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VISION_ATTENTION = ("grouped", "hf")
 TILE_BUDGETS = ("pooled",)
-TILED_FAMILIES = ("llava_onevision",)
-"""Families whose images are any-resolution tiles plus a base view (``model.tile_budget`` applies)."""
 
 
 @dataclass
@@ -82,6 +61,16 @@ class ModelConfig:
     newlines) and the pruner's scores alone choose where the kept tokens fall
     (``sparsectx.models.llava_onevision``)."""
 
+    thinking: bool | None = None
+    """Thinking mode, passed to the chat template as the family's switch (``enable_thinking`` for Qwen3.5 and
+    GLM-4.6V; ``FamilySpec.thinking_switch``): null = the checkpoint template's own default; true/false on a
+    family whose template has no switch is a config error. The effective value: ``LoadedModel.thinking``."""
+    max_visual_tokens: int | None = None
+    """Cap on one image's post-merger visual tokens, applied by lowering the image processor's pixel bound
+    (``longest_edge`` = tokens * (patch * merge)^2, times the temporal patch size for GLM): null = the
+    checkpoint's own bound. SCOPD caps 1,280 in training and 4,096 in evaluation (its appendix;
+    conf/model/scale/{train,evaluate}/qwen2_5_vl_7b.yaml). Refused on tiled families (LLaVA-OneVision)."""
+
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
         check_choice(self.vision_attention, VISION_ATTENTION, "model.vision_attention")
@@ -94,10 +83,12 @@ class ModelConfig:
             )
         if self.tile_budget is not None:
             check_choice(self.tile_budget, TILE_BUDGETS, "model.tile_budget")
-        if self.image_workers < 1:
+        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
             raise ValueError(
-                f"model.image_workers={self.image_workers} must be a positive integer (1 = no threads)"
+                f"model.max_visual_tokens={self.max_visual_tokens} must be a positive integer or null (no cap)"
             )
+        if self.image_workers < 1:
+            raise ValueError(f"model.image_workers={self.image_workers} must be a positive integer (1 = no threads)")
 
 
 @dataclass
@@ -107,15 +98,24 @@ class LoadedModel:
     adapter: VLMAdapter
     processor: ImageTextProcessor
 
+    @property
+    def thinking(self) -> bool | None:
+        """The effective thinking setting (``model.thinking``, else the template's default; None when the
+        family's template has no switch); record it with results."""
+        return self.processor.thinking
+
+    @property
+    def generation_prefix(self) -> str:
+        """What the generation prompt opens after the assistant header (``templates.generation_prefix``)."""
+        return self.processor.generation_prefix
+
 
 def check_device(device: str) -> None:
     """Returns None; raises ValueError naming ``model.device`` when the device string is not usable here."""
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(
-            f"model.device={device!r} is not a torch device ({err}); use cpu, cuda or cuda:<n>"
-        ) from err
+        raise ValueError(f"model.device={device!r} is not a torch device ({err}); use cpu, cuda or cuda:<n>") from err
     if parsed.type != "cuda":
         return
     if not torch.cuda.is_available():
@@ -149,33 +149,26 @@ def resolve_model_path(path: str) -> str:
 
 def adapter_for(model: PreTrainedModel, signal_chunk: int) -> VLMAdapter:
     """Returns the family adapter for an already-built HF model; unknown families raise with the supported list."""
-    family = model.config.model_type
-    check_family(family)
-    if family in ADAPTERS:
-        return ADAPTERS[family](model, signal_chunk)
-    return QwenVLAdapter(family, model, LAYOUTS[family], signal_chunk)
+    return family_for(model.config.model_type).adapter(model, signal_chunk)
 
 
-def check_family(family: str) -> None:
-    """Returns None if ``family`` (a ``model_type``) has an adapter; raises KeyError naming the supported ones."""
-    if family not in LAYOUTS and family not in ADAPTERS:
-        supported = ", ".join(sorted({*LAYOUTS, *ADAPTERS}))
-        reason = f" ({NOT_YET[family]})" if family in NOT_YET else ""
-        raise KeyError(f"model family {family!r} has no adapter{reason}; supported: {supported}")
+def check_family(model_type: str) -> None:
+    """Returns None if ``model_type`` has a family; raises KeyError naming the supported model_types."""
+    family_for(model_type)
 
 
 def check_family_options(cfg: ModelConfig, family: str) -> None:
-    """Returns None if ``cfg``'s family-specific options suit ``family``; raises ValueError naming the key."""
-    tiled = family in TILED_FAMILIES
-    if cfg.tile_budget is not None and not tiled:
+    """Returns None if ``cfg``'s family-specific options suit ``family`` (a family name or an accepted
+    model_type); raises ValueError naming the key."""
+    spec = FAMILIES.by_name(family) if family in FAMILIES.names() else family_for(family)
+    tiled = [s.name for s in FAMILIES if s.tiled]
+    if cfg.tile_budget is not None and not spec.tiled:
         raise ValueError(
-            f"model.tile_budget={cfg.tile_budget!r} applies to tiled families ({', '.join(TILED_FAMILIES)}), "
+            f"model.tile_budget={cfg.tile_budget!r} applies to tiled families ({', '.join(tiled)}), "
             f"not to {family!r} checkpoints; remove model.tile_budget (set it to null)"
         )
-    if cfg.tile_budget is None and tiled:
-        raise ValueError(
-            f"model.tile_budget is null but {family!r} tiles its images; set model.tile_budget=pooled"
-        )
+    if cfg.tile_budget is None and spec.tiled:
+        raise ValueError(f"model.tile_budget is null but {family!r} tiles its images; set model.tile_budget=pooled")
 
 
 def set_vision_attention(model: PreTrainedModel, choice: str) -> None:
@@ -202,10 +195,9 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     check_device(cfg.device)
     source = resolve_model_path(cfg.path)
     try:
-        family = checkpoint_family(source)
-        check_family(family)
-        check_family_options(cfg, family)
-        processor = load_processor(source, cfg.image_workers)
+        spec = checkpoint_spec(source)
+        check_family_options(cfg, spec.name)
+        processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking)
         model = AutoModelForImageTextToText.from_pretrained(
             source, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
         )

@@ -9,6 +9,14 @@ GLM-4.6V's patches work the same way (its own image processor and ``<|image|>`` 
 tiles have their own processor (``sparsectx.models.llava_onevision_processor``). Videos (sampled frames,
 ``sparsectx.data.video``) become temporal patches through the same image processor and each family's
 prompt layout (``sparsectx.models.video_input``).
+
+What a checkpoint folder decides (``load_processor``): its ``config.json`` picks the family record
+(``sparsectx.models.families``; an accepted alias such as GLM-4.6V-Flash's ``glm4v`` included), its
+``preprocessor_config.json`` (or ``processor_config.json``'s ``image_processor``) names the image processor
+(``image_processor_type``) and carries its settings, and its chat template renders the prompts
+(``sparsectx.models.templates``: the tokenizer's, else the processor's; one image marker per image is checked
+at load). ``model.max_visual_tokens`` caps the post-merger tokens of one image by lowering the processor's
+pixel bound (``cap_visual_tokens``); ``model.thinking`` is passed to the template as the family's switch.
 """
 
 from __future__ import annotations
@@ -16,15 +24,24 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
 from transformers import AutoConfig, AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
-from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.utils import cached_file
 
 from sparsectx.data.video import Video
+from sparsectx.models.families import FAMILIES
+from sparsectx.models.family import FamilySpec
 from sparsectx.models.llava_onevision_processor import LlavaOnevisionTextProcessor, load_llava_processor
+from sparsectx.models.templates import (
+    ChatTemplating,
+    check_image_markers,
+    find_chat_template,
+    template_thinking_default,
+)
 from sparsectx.models.video_input import (
     VIDEO_LAYOUTS,
     check_video_family,
@@ -38,9 +55,11 @@ from sparsectx.models.video_input import (
 IMAGE_TOKEN = "<|image_pad|>"
 GLM_IMAGE_TOKEN = "<|image|>"
 """GLM-4.6V's image marker (its chat template wraps it in <|begin_of_image|> ... <|end_of_image|>)."""
+PROCESSOR_ONLY_FAMILY = "qwen2_5_vl"
+"""The family of a folder without config.json (a processor saved alone): the shipped tiny model's."""
 
 
-class ImageTextProcessor:
+class ImageTextProcessor(ChatTemplating):
     """Turns chat-templated text plus images into ``input_ids``, ``pixel_values`` and ``image_grid_thw``."""
 
     def __init__(
@@ -58,7 +77,7 @@ class ImageTextProcessor:
         self.image_token = image_token
         """The prompt's one-per-image marker, expanded to one copy per visual token."""
         self.family = family
-        """The checkpoint's ``model_type`` ("" for a processor-only folder); picks the video layout."""
+        """The checkpoint's family name (``FamilySpec.name``; "" when built by hand); picks the video layout."""
 
     def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (pixel_values, image_grid_thw) of ``images``, ``image_workers`` images at a time.
@@ -75,12 +94,6 @@ class ImageTextProcessor:
             parts = list(pool.map(run, [[image] for image in images]))
         pixels = torch.cat([part["pixel_values"] for part in parts])
         return pixels, torch.cat([part["image_grid_thw"] for part in parts])
-
-    def apply_chat_template(self, messages: list[dict], tokenize: bool, add_generation_prompt: bool) -> str:
-        """Returns the prompt text of ``messages`` under the tokenizer's chat template (one image-pad per image)."""
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=tokenize, add_generation_prompt=add_generation_prompt
-        )
 
     def process_videos(self, videos: list[Video]) -> dict[str, torch.Tensor]:
         """Returns ``pixel_values_videos``, ``video_grid_thw`` (and Qwen2.5-VL's ``second_per_grid_ts``).
@@ -107,14 +120,10 @@ class ImageTextProcessor:
         for prompt in text:
             parts = prompt.split(marker)
             if cursor + len(parts) - 1 > len(videos):
-                raise ValueError(
-                    f"the prompts hold more video markers {marker!r} than the {len(videos)} videos"
-                )
+                raise ValueError(f"the prompts hold more video markers {marker!r} than the {len(videos)} videos")
             pieces = [parts[0]]
             for part in parts[1:]:
-                pieces.append(
-                    video_placeholder(layout, videos[cursor], grids[cursor], self.merge_unit, temporal)
-                )
+                pieces.append(video_placeholder(layout, videos[cursor], grids[cursor], self.merge_unit, temporal))
                 pieces.append(part)
                 cursor += 1
             out.append("".join(pieces))
@@ -150,9 +159,7 @@ class ImageTextProcessor:
             pieces = [parts[0]]
             for part in parts[1:]:
                 if cursor >= len(counts):
-                    raise ValueError(
-                        f"the prompts hold more {self.image_token} markers than the {len(counts)} images"
-                    )
+                    raise ValueError(f"the prompts hold more {self.image_token} markers than the {len(counts)} images")
                 pieces.append(self.image_token * counts[cursor] + part)
                 cursor += 1
             expanded.append("".join(pieces))
@@ -164,9 +171,7 @@ class ImageTextProcessor:
             data.update(self.process_videos(videos))
             expanded = self._video_texts(expanded, videos, data["video_grid_thw"])
         self.tokenizer.padding_side = "left"
-        tokens = self.tokenizer(
-            expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False
-        )
+        tokens = self.tokenizer(expanded, return_tensors=return_tensors, padding=padding, add_special_tokens=False)
         data["input_ids"] = tokens["input_ids"]
         data["attention_mask"] = tokens["attention_mask"]
         image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
@@ -186,21 +191,125 @@ def checkpoint_family(path: str | Path) -> str:
     return AutoConfig.from_pretrained(str(path)).model_type
 
 
-def load_processor(
-    path: str | Path, image_workers: int = 1
-) -> ImageTextProcessor | LlavaOnevisionTextProcessor:
-    """Returns the processor stored in a checkpoint directory (tokenizer files + preprocessor_config.json).
+def _read_json(path: str | Path, name: str) -> dict[str, Any] | None:
+    """Returns the parsed ``name`` of the checkpoint at ``path`` (a folder or a cached hub id), None if absent."""
+    local = Path(path)
+    if local.is_dir():
+        file = local / name
+    else:
+        found = cached_file(str(path), name, _raise_exceptions_for_missing_entries=False)
+        file = Path(found) if found else None
+    return json.loads(file.read_text()) if file is not None and file.is_file() else None
 
-    ``image_workers`` is ``model.image_workers``: threads that preprocess a batch's images. GLM-4.6V and
-    LLaVA-OneVision checkpoints get their family's image processor and marker (``config.json``'s
-    ``model_type``); every other checkpoint the Qwen-VL one.
+
+def checkpoint_spec(path: str | Path) -> FamilySpec:
+    """Returns the family record of the checkpoint at ``path`` (its config.json's model_type and architectures;
+    the tiny model's family for a processor-only folder).
+
+    Raises:
+        KeyError: the model_type or architectures are not served, naming the folder and the supported ones.
     """
+    config = _read_json(path, "config.json")
+    if config is None:
+        return FAMILIES.by_name(PROCESSOR_ONLY_FAMILY)
+    return FAMILIES.for_config(config, f"{path}/config.json")
+
+
+def declared_image_processor(path: str | Path) -> tuple[str | None, str]:
+    """Returns (``image_processor_type``, the file that declares it) of the checkpoint at ``path``:
+    ``preprocessor_config.json``, else ``processor_config.json``'s ``image_processor`` section."""
+    pre = _read_json(path, "preprocessor_config.json")
+    if pre is not None:
+        return pre.get("image_processor_type"), f"{path}/preprocessor_config.json"
+    proc = _read_json(path, "processor_config.json") or {}
+    return (proc.get("image_processor") or {}).get("image_processor_type"), f"{path}/processor_config.json"
+
+
+def pixels_per_token(image_processor: Any, spec: FamilySpec) -> int:
+    """Returns the processor-bound pixels one post-merger token stands for: (patch * merge)^2, times the
+    temporal patch size where the family's bounds count both temporal copies of an image (GLM)."""
+    factor = int(image_processor.patch_size) * int(image_processor.merge_size)
+    temporal = int(image_processor.temporal_patch_size) if spec.temporal_in_pixel_bounds else 1
+    return factor * factor * temporal
+
+
+def cap_visual_tokens(image_processor: Any, spec: FamilySpec, tokens: int, where: str) -> None:
+    """Returns None after lowering ``image_processor``'s pixel bound so that no image exceeds ``tokens``
+    post-merger tokens (``model.max_visual_tokens``); a bound already lower is kept.
+
+    Raises:
+        ValueError: the family tiles its images (no pixel bound), or ``tokens`` < 1 (naming ``where``).
+    """
+    if spec.tiled:
+        raise ValueError(
+            f"model.max_visual_tokens={tokens} but family {spec.name!r} ({where}) tiles its images at fixed view "
+            "sizes and has no pixel bound to lower; set model.max_visual_tokens=null"
+        )
+    if tokens < 1:
+        raise ValueError(f"model.max_visual_tokens={tokens} must be a positive integer or null")
+    size = dict(image_processor.size)
+    longest = min(int(size["longest_edge"]), tokens * pixels_per_token(image_processor, spec))
+    image_processor.size = {"shortest_edge": min(int(size["shortest_edge"]), longest), "longest_edge": longest}
+
+
+def check_thinking(processor: ChatTemplating, spec: FamilySpec, thinking: bool | None) -> None:
+    """Returns None if ``model.thinking`` (``thinking``) can be honoured by the processor's template.
+
+    Raises:
+        ValueError: thinking is set but the family has no switch, or the template ignores it (naming the file).
+    """
+    if thinking is None:
+        return
+    template = processor._template()
+    if spec.thinking_switch is None:
+        raise ValueError(
+            f"model.thinking={thinking} but family {spec.name!r} has no thinking switch in its chat template "
+            f"({template.source}); set model.thinking=null"
+        )
+    switch = spec.thinking_switch
+    if template_thinking_default(processor.tokenizer, template, switch) is None:
+        raise ValueError(
+            f"model.thinking={thinking} but the chat template from {template.source} renders the same "
+            f"generation prompt whatever {switch} is; set model.thinking=null or use the checkpoint's template"
+        )
+
+
+def load_processor(
+    path: str | Path,
+    image_workers: int = 1,
+    max_visual_tokens: int | None = None,
+    thinking: bool | None = None,
+) -> ImageTextProcessor | LlavaOnevisionTextProcessor:
+    """Returns the processor stored in a checkpoint directory (tokenizer, image processor, chat template).
+
+    ``image_workers`` is ``model.image_workers`` (threads preprocessing a batch's images),
+    ``max_visual_tokens`` ``model.max_visual_tokens`` (null = the checkpoint's own pixel bound) and
+    ``thinking`` ``model.thinking`` (null = the template's default). The family comes from ``config.json``
+    (``checkpoint_spec``), the image processor class from the declared ``image_processor_type`` with the
+    checkpoint's own settings, the template from ``templates.find_chat_template``.
+
+    Raises:
+        KeyError: the checkpoint's family is not supported.
+        ValueError: the image processor is not one the family reads, the template does not render one image
+            marker per image, or ``thinking`` cannot be honoured (each naming the file).
+        FileNotFoundError: no chat template in the folder.
+    """
+    spec = checkpoint_spec(path)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    family = checkpoint_family(path)
-    if family == "llava_onevision":
-        return load_llava_processor(path, tokenizer, image_workers)
-    if family == "glm46v":
-        image_processor = Glm46VImageProcessorPil.from_pretrained(str(path))
-        return ImageTextProcessor(tokenizer, image_processor, image_workers, GLM_IMAGE_TOKEN, family)
-    image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
-    return ImageTextProcessor(tokenizer, image_processor, image_workers, IMAGE_TOKEN, family)
+    declared, where = declared_image_processor(path)
+    image_processor = spec.image_processor_class(declared, where).from_pretrained(str(path))
+    if max_visual_tokens is not None:
+        cap_visual_tokens(image_processor, spec, max_visual_tokens, where)
+    if spec.tiled:
+        processor = load_llava_processor(path, tokenizer, image_workers, image_processor)
+    else:
+        processor = ImageTextProcessor(tokenizer, image_processor, image_workers, spec.image_marker, spec.name)
+    processor.chat_template = find_chat_template(path, tokenizer)
+    if tokenizer.chat_template != processor.chat_template.text:  # the processor's template, or a named default
+        tokenizer.chat_template = processor.chat_template.text
+    processor.thinking_switch, processor.thinking_tags = spec.thinking_switch, spec.thinking_tags
+    processor.thinking_setting = thinking
+    processor.spec = spec
+    check_thinking(processor, spec, thinking)
+    check_image_markers(tokenizer, processor._template(), spec.image_marker, processor.template_switches())
+    return processor

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.vision_utils import get_vision_window_index
 
-from sparsectx.models.qwen_common import VisionLayout
+from sparsectx.models.family import FamilySpec
+from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -32,6 +34,27 @@ def _to_raster(visual: nn.Module, grid_thw: torch.Tensor) -> torch.Tensor:
     return torch.argsort(window_index.to(grid_thw.device))
 
 
-LAYOUT = VisionLayout(
-    signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block
+LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block)
+
+NAME = "qwen2_5_vl"
+
+
+def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
+    return QwenVLAdapter(NAME, model, LAYOUT, signal_chunk)
+
+
+SPEC = FamilySpec(
+    name=NAME,
+    model_types=("qwen2_5_vl",),
+    architectures=("Qwen2_5_VLForConditionalGeneration",),
+    adapter=_adapter,
+    image_processors={"Qwen2VLImageProcessor": Qwen2VLImageProcessorPil},
+    image_marker="<|image_pad|>",
+    video_layout="grid",
+    thinking_switch=None,
+    source="Qwen/Qwen2.5-VL-7B-Instruct and -3B-Instruct config.json / preprocessor_config.json (model_type "
+    "qwen2_5_vl, Qwen2VLImageProcessor, min/max_pixels 3136/12845056); transformers 5.17 "
+    "models/auto/image_processing_auto.py maps qwen2_5_vl to Qwen2VLImageProcessor(Pil)",
 )
+"""Qwen2.5-VL: its chat template renders ``<|vision_start|><|image_pad|><|vision_end|>`` and has no thinking
+switch (tests/models/published/Qwen2.5-VL-7B-Instruct/SOURCES.md)."""

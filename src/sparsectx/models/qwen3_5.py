@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.models.adapter import LLMInputs
+from sparsectx.models.family import FamilySpec
 from sparsectx.models.in_llm import LayerSignals
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
@@ -42,9 +44,7 @@ def _to_raster(_visual: nn.Module, _grid_thw: torch.Tensor) -> None:
     return None
 
 
-LAYOUT = VisionLayout(
-    signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block
-)
+LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deepstack=False, object_block=_object_block)
 """Every vision block attends over the whole image in raster order; no DeepStack features."""
 
 
@@ -79,3 +79,20 @@ class Qwen35Adapter(QwenVLAdapter):
     def llm_signals(self, inputs: LLMInputs, layer: int, query_index: torch.Tensor) -> LayerSignals:
         """Raises the in-LLM refusal: Qwen3.5 gives in-LLM pruners no layer signals (see the module doc)."""
         raise in_llm_refusal(layer)
+
+
+SPEC = FamilySpec(
+    name=FAMILY,
+    model_types=("qwen3_5",),
+    architectures=("Qwen3_5ForConditionalGeneration",),
+    adapter=Qwen35Adapter,
+    image_processors={"Qwen2VLImageProcessor": Qwen2VLImageProcessorPil},
+    image_marker="<|image_pad|>",
+    video_layout="timestamps",
+    thinking_switch="enable_thinking",
+    source="Qwen/Qwen3.5-4B and -9B config.json (model_type qwen3_5, Qwen3_5ForConditionalGeneration, every "
+    "size multimodal) and chat template (generation prompt opens '<think>\\n' unless enable_thinking is "
+    "false, then '<think>\\n\\n</think>\\n\\n'); transformers 5.17 models/auto/image_processing_auto.py "
+    "maps qwen3_5 to Qwen2VLImageProcessor(Pil)",
+)
+"""Qwen3.5: thinking on by default; ``enable_thinking=false`` closes an empty block in the generation prompt."""

@@ -1,0 +1,138 @@
+"""One record per model family: what a published checkpoint must declare and what the code needs to know.
+
+Each family module (``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_5``, ``glm46v``, ``llava_onevision``) defines its
+``SPEC``; ``sparsectx.models.families`` registers them once. Everything that used to be a scattered dict or a
+``family ==`` branch (adapter class, vision layout, image processor, image marker, video layout, tiling, the
+chat template's thinking switch) is a field here. A checkpoint is matched by its ``config.json``: its
+``model_type`` picks the family (several names may share one, e.g. GLM-4.6V-Flash declares ``glm4v``, the
+GLM-4.1V class that transformers 5.17's ``Glm46VForConditionalGeneration`` subclasses without change, see
+``transformers/models/glm46v/modular_glm46v.py``), and its ``architectures`` must be one the family's adapter
+serves. ``docs/families.md`` tabulates the records with their sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from transformers import PreTrainedModel
+
+from sparsectx.models.adapter import VLMAdapter
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What the rest of the code needs to know about one model family."""
+
+    name: str
+    """The family's key: ``adapter.family``, ``processor.family``, result records, ``VIDEO_LAYOUTS``."""
+    model_types: tuple[str, ...]
+    """``config.json`` ``model_type`` values this family accepts (the first is the transformers class's own)."""
+    architectures: tuple[str, ...]
+    """``config.json`` ``architectures`` entries the adapter serves (transformers 5.17 class names)."""
+    adapter: Callable[[PreTrainedModel, int], VLMAdapter]
+    """Builds the family's adapter from an HF model and ``model.signal_chunk``."""
+    image_processors: Mapping[str, type] = field(default_factory=dict)
+    """``image_processor_type`` base names (a trailing ``Fast`` or ``Pil`` dropped) -> the PIL class used. The
+    first entry is used when the checkpoint names none."""
+    image_marker: str = "<|image_pad|>"
+    """The one-per-image token the chat template renders for an image part (expanded per visual token)."""
+    video_layout: str | None = None
+    """How its prompts hold a video (``sparsectx.models.video_input``); None = no video path."""
+    thinking_switch: str | None = None
+    """The chat-template variable that turns thinking on/off (``model.thinking``); None = the family's
+    published templates have none."""
+    thinking_tags: tuple[str, str] = ("<think>", "</think>")
+    """The open and close tags of a thinking block, as the family's templates write them."""
+    tiled: bool = False
+    """Any-resolution tiles plus a base view (``model.tile_budget`` applies; no pixel cap)."""
+    temporal_in_pixel_bounds: bool = False
+    """The image processor's ``size`` bounds count both temporal copies of a still image (GLM's
+    ``smart_resize(num_frames=temporal_patch_size, ...)`` compares t*h*w with them, transformers 5.17
+    ``models/glm4v/image_processing_pil_glm4v.py``), so a token cap doubles in pixels."""
+    source: str = ""
+    """Where the record's facts were checked (published files, transformers source)."""
+
+    def image_processor_class(self, declared: str | None, where: str) -> type:
+        """Returns the PIL image processor class for a checkpoint's declared ``image_processor_type``.
+
+        Raises:
+            ValueError: ``declared`` is not a processor this family's adapter reads (naming ``where``).
+        """
+        if declared is None:
+            return next(iter(self.image_processors.values()))
+        base = declared.removesuffix("Fast").removesuffix("Pil")
+        if base not in self.image_processors:
+            raise ValueError(
+                f"{where}: image_processor_type {declared!r} is not one family {self.name!r} reads "
+                f"(accepted: {sorted(self.image_processors)}); is the folder's config.json model_type right?"
+            )
+        return self.image_processors[base]
+
+
+class FamilyRegistry:
+    """The registered family records, looked up by a checkpoint's ``model_type``."""
+
+    def __init__(self, not_yet: Mapping[str, str]) -> None:
+        self._specs: dict[str, FamilySpec] = {}
+        self._by_model_type: dict[str, FamilySpec] = {}
+        self.not_yet = dict(not_yet)
+        """Known checkpoint ``model_type`` values without an adapter, with the reason."""
+
+    def register(self, spec: FamilySpec) -> FamilySpec:
+        """Returns ``spec`` after registering it; a name or model_type registered twice raises ValueError."""
+        if spec.name in self._specs:
+            raise ValueError(f"model family {spec.name!r} is registered twice")
+        for model_type in spec.model_types:
+            if model_type in self._by_model_type:
+                owner = self._by_model_type[model_type].name
+                raise ValueError(f"model_type {model_type!r} is claimed by families {owner!r} and {spec.name!r}")
+            self._by_model_type[model_type] = spec
+        self._specs[spec.name] = spec
+        return spec
+
+    def names(self) -> list[str]:
+        """Returns the registered family names, sorted."""
+        return sorted(self._specs)
+
+    def model_types(self) -> list[str]:
+        """Returns every accepted ``model_type``, sorted."""
+        return sorted(self._by_model_type)
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._specs.values())
+
+    def by_name(self, name: str) -> FamilySpec:
+        """Returns the family called ``name``; raises KeyError naming the registered ones."""
+        if name not in self._specs:
+            raise KeyError(f"no model family {name!r}; registered: {', '.join(self.names())}")
+        return self._specs[name]
+
+    def for_model_type(self, model_type: str) -> FamilySpec:
+        """Returns the family accepting ``model_type``; raises KeyError naming the supported model_types."""
+        if model_type in self._by_model_type:
+            return self._by_model_type[model_type]
+        reason = f" ({self.not_yet[model_type]})" if model_type in self.not_yet else ""
+        raise KeyError(
+            f"model family {model_type!r} has no adapter{reason}; supported model_types: "
+            f"{', '.join(self.model_types())}"
+        )
+
+    def for_config(self, config: Mapping, where: str) -> FamilySpec:
+        """Returns the family of a parsed ``config.json``; raises KeyError naming ``where`` when its model_type
+        or architectures are not served."""
+        model_type = config.get("model_type")
+        if model_type is None:
+            raise KeyError(f"{where}: config.json has no model_type")
+        try:
+            spec = self.for_model_type(model_type)
+        except KeyError as err:
+            raise KeyError(f"{where}: {err.args[0]}") from err
+        declared = config.get("architectures") or []
+        unknown = [arch for arch in declared if arch not in spec.architectures]
+        if unknown:
+            raise KeyError(
+                f"{where}: config.json architectures {unknown} are not served by family {spec.name!r} "
+                f"(model_type {model_type!r}); the adapter reads {list(spec.architectures)}"
+            )
+        return spec
