@@ -190,3 +190,17 @@ def published_checkpoint(name: str, tmp: Path) -> Path:
     (tmp / "tokenizer_config.json").write_text(json.dumps({**published, **keep}, indent=2))
     (tmp / "chat_template.jinja").unlink(missing_ok=True)
     return tmp
+
+
+def hf_image_processor(folder: Path):  # noqa: ANN201
+    """Returns the image processor transformers 5.17 itself picks for ``folder`` on the PIL backend: the
+    resolution ``AutoImageProcessor.from_pretrained`` runs (models/auto/image_processing_auto.py: the declared
+    ``image_processor_type``, a legacy ``Fast`` suffix dropped, mapped by ``_load_backend_class``), called
+    directly because the ``AutoImageProcessor`` class itself requires torchvision, which does not import here."""
+    from transformers.image_processing_base import ImageProcessingMixin
+    from transformers.models.auto import image_processing_auto as auto
+
+    config, _ = ImageProcessingMixin.get_image_processor_dict(str(folder))
+    declared = config["image_processor_type"]
+    base = declared.removesuffix("Fast")
+    return auto._load_backend_class(base, "pil", declared.endswith("Fast")).from_pretrained(str(folder))
