@@ -107,14 +107,16 @@ QWEN3_5_9B = {
     "tie_word_embeddings": False,
 }  # fmt: skip
 
-# zai-org/GLM-4.6V-Flash, as conf/model/glm46v_9b.yaml states it (vision depth 24, width 1536, out 4096,
-# patch 14, merge 2; a 40-layer GLM-4 decoder, width 4096, 32 heads, 2 KV heads, partial rotary 0.5, M-RoPE
-# sections [8, 12, 12]). UNVERIFIED here: the MLP width 13696 (also the merger's), vocabulary 151,552, the
-# vision heads 12 and image size 336, rope_theta 10000.
+# zai-org/GLM-4.6V-Flash: tests/models/published/GLM-4.6V-Flash/config.json (its sources: SOURCES.md there):
+# vision depth 24, width 1536, 12 heads, MLP 13696, image size 336, out 4096, patch 14, merge 2; a 40-layer
+# GLM-4 decoder, width 4096, MLP 13696, 32 heads, 2 KV heads, vocabulary 151,552, partial rotary 0.5, M-RoPE
+# sections [8, 12, 12], context 131,072 (the model card's 128K; this file said 65,536, GLM-4.1V's). rope_theta
+# 10000 is UNVERIFIED: no copy of the checkpoint's own config.json was readable here (GLM-4.1V's is 10000).
+# The published config.json declares glm4v (Glm4vForConditionalGeneration); Glm46VConfig builds the same model.
 GLM46V_9B = {
     "text_config": {
         "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32,
-        "num_key_value_heads": 2, "vocab_size": 151552, "max_position_embeddings": 65536, "rms_norm_eps": 1e-5,
+        "num_key_value_heads": 2, "vocab_size": 151552, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
         "attention_bias": True, "tie_word_embeddings": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12],
                             "partial_rotary_factor": 0.5},

@@ -68,7 +68,7 @@ def test_glm_flash_declares_glm4v_and_is_served_by_the_glm46v_adapter() -> None:
     assert FAMILIES.for_config(config, "GLM-4.6V-Flash").name == "glm46v"
     with pytest.raises(KeyError, match="Glm4vMoeForConditionalGeneration"):
         FAMILIES.for_config({**config, "architectures": ["Glm4vMoeForConditionalGeneration"]}, "x")
-    with pytest.raises(KeyError, match="supported model_types"):
+    with pytest.raises(KeyError, match="supported: glm46v, llava_onevision.*model_types glm46v, glm4v"):
         FAMILIES.for_config({**config, "model_type": "glm4v_moe"}, "x")
 
 

@@ -114,8 +114,8 @@ class FamilyRegistry:
             return self._by_model_type[model_type]
         reason = f" ({self.not_yet[model_type]})" if model_type in self.not_yet else ""
         raise KeyError(
-            f"model family {model_type!r} has no adapter{reason}; supported model_types: "
-            f"{', '.join(self.model_types())}"
+            f"model family {model_type!r} has no adapter{reason}; supported: {', '.join(self.names())} "
+            f"(model_types {', '.join(self.model_types())})"
         )
 
     def for_config(self, config: Mapping, where: str) -> FamilySpec:
