@@ -60,9 +60,21 @@ def _compose(root: str, overrides: list[str]):
 
 
 def test_every_group_is_covered() -> None:
-    # conf/hydra/ holds Hydra's own groups (the --help texts), checked by test_front_door_help.py
-    groups = {path.name for path in CONF.iterdir() if path.is_dir()} - {"hydra"}
+    # conf/hydra/ holds Hydra's own groups (the --help texts), checked by test_front_door_help.py;
+    # conf/bench_prompt/ is read only through the bench files' defaults (test_every_bench_prompt_is_used)
+    groups = {path.name for path in CONF.iterdir() if path.is_dir()} - {"hydra", "bench_prompt"}
     assert groups == set(GROUP_ROOTS)
+
+
+def test_every_bench_prompt_is_used() -> None:
+    """Each conf/bench_prompt file is a benchmark's prompt parts: unused it would never compose or be checked."""
+    used = {
+        line.split(":")[-1].strip()
+        for path in (CONF / "bench").glob("*.yaml")
+        for line in path.read_text().splitlines()
+        if line.strip().startswith("- /bench_prompt@layout.prompt:")
+    }
+    assert {path.stem for path in (CONF / "bench_prompt").glob("*.yaml")} == used
 
 
 @pytest.mark.parametrize("root", sorted(ROOTS))

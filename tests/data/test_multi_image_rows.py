@@ -2,7 +2,7 @@
 
 A multi-image row keeps every image in order (``Item.images``) and round-trips through ``write_tsv``; a bad
 image inside the list is a counted skip naming its position. A video row without option columns takes its
-options from ``candidates`` and an answer given as option text becomes its letter.
+options from ``candidates`` under a ``list`` layout, and an answer given as option text becomes its letter.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import numpy as np
 from PIL import Image
 
 from sparsectx.data import read_tsv, write_tsv
+from sparsectx.data.layout import BenchLayout, PromptParts, apply_layout
+
+PARTS = PromptParts(["{question}"], "{letter}. {text}", "\n", "", "", "test")
 
 
 def _b64(value: int, size: tuple[int, int]) -> str:
@@ -64,15 +67,18 @@ def test_multi_image_rows_keep_every_image_in_order_and_round_trip(tmp_path: Pat
     assert none == [] and again == items
 
 
-def test_video_rows_take_options_from_candidates(tmp_path: Path) -> None:
+def test_video_rows_take_options_from_candidates_under_a_list_layout(tmp_path: Path) -> None:
     header = ["index", "video", "question", "candidates", "answer"]
     rows = [
         ["0", "clip_a", "What happens?", str(["A. a cat runs", "B. a dog sits"]), "B"],  # Video-MME style
         ["1", "clip_b", "What moves?", str(["the ball", "the box", "nothing"]), "the box"],  # MVBench style
     ]
     _write(tmp_path / "v.tsv", header, rows)
-    items, skips = read_tsv(tmp_path / "v.tsv")
-    assert skips == [] and [item.video for item in items] == ["clip_a", "clip_b"]
+    read, skips = read_tsv(tmp_path / "v.tsv")
+    assert skips == [] and [item.video for item in read] == ["clip_a", "clip_b"]
+    assert all(item.options == {} for item in read)  # the reader keeps the cell; the layout reads it
+    layout = BenchLayout(["v.tsv"], [], "list", "candidates", "letter", "answer", PARTS, "test")
+    items, unmapped = apply_layout(read, layout)
+    assert unmapped == []
     assert items[0].options == {"A": "a cat runs", "B": "a dog sits"} and items[0].answer == "B"
     assert items[1].options == {"A": "the ball", "B": "the box", "C": "nothing"} and items[1].answer == "B"
-    assert "candidates" not in items[1].extra

@@ -85,11 +85,11 @@ def test_only_undecided_items_are_judged_and_decided_ones_never_change(tmp_path,
     assert all(r["judge_output"] == reply and r["judged"] == verdict for r in records)
     assert block["n_undecided"] == block["n_decided_by_judge"] == len(expected)
     # the rescored figures are the scorer's on the answers with exactly the judged ones replaced
-    from sparsectx.eval.config import BenchSpec
+    from sparsectx.eval.config import bench_spec_from
     from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 
-    spec = BenchSpec(**before["provenance"]["config"]["bench"][bench])
-    items, _ = load_bench_items(spec, 0.0)
+    spec = bench_spec_from(before["provenance"]["config"]["bench"][bench])
+    items = load_bench_items(spec, 0.0).items
     answers = _answers(result)
     replaced = {i: (verdict if i in expected else a) for i, a in answers.items()}
     want = score_items(spec.scorer, [scored_item(it, spec, replaced[sample_id(it)]) for it in items]).metrics

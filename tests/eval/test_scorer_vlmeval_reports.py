@@ -11,11 +11,12 @@ column, MMMU's empty options), so the config path is checked too.
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 
 import pytest
 
 from sparsectx.data.tsv import Item
-from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.config import BenchSpec, compose_bench
 from sparsectx.eval.protocol import is_correct, scored_item
 from sparsectx.eval.scorers import score_items
 
@@ -67,7 +68,8 @@ def _item(index, question, options, answer, category, extra=None) -> Item:
 
 
 def _spec(scorer: str, subset_field: str = "none") -> BenchSpec:
-    return BenchSpec("b", "B", "b.tsv", scorer, 8, "plain", "none", subset_field)
+    """Returns MMStar's config (a plain multiple-choice layout) with ``scorer`` and ``subset_field`` set."""
+    return replace(compose_bench("mmstar"), scorer=scorer, subset_field=subset_field)
 
 
 OPTIONS = {"A": "cat", "B": "dog", "C": "bird", "D": "fish"}

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from sparsectx.data.tsv import Item
-from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.config import compose_bench
 from sparsectx.eval.protocol import is_correct, scored_item
 from sparsectx.eval.scorers import ScoredItem, parse_yes_no, score_items
 
@@ -304,18 +304,11 @@ def _item(index, category, extra, image=b"same picture"):
 
 
 def test_protocol_pairs_mme_by_image_path_and_reads_l2_category():
-    spec = BenchSpec(
-        name="mme", dataset_name="MME", path="data/MME.tsv", scorer="mme", max_new_tokens=8,
-        answer_format="plain", group_by="image", subset_field="none",
-    )  # fmt: skip
+    spec = compose_bench("mme")
     a = scored_item(_item(1, "existence", {"image_path": "a.jpg"}), spec, "yes")
     b = scored_item(_item(2, "existence", {"image_path": "b.jpg"}), spec, "yes")
     assert (a.group, b.group) == ("a.jpg", "b.jpg")  # same picture, two files: two pairs
-    hall = BenchSpec(
-        name="hallusionbench", dataset_name="HallusionBench", path="data/HallusionBench.tsv",
-        scorer="hallusionbench", max_new_tokens=8, answer_format="plain", group_by="none",
-        subset_field="l2-category",
-    )  # fmt: skip
+    hall = compose_bench("hallusionbench")
     assert scored_item(_item(3, "VD", {"l2-category": "chart"}), hall, "yes").subset == "chart"
 
 
@@ -377,10 +370,7 @@ def test_hallusionbench_index_without_ids_is_an_error():
 def test_runner_names_the_file_when_pope_refuses_a_category():
     from sparsectx.eval.runner import _result
 
-    spec = BenchSpec(
-        name="pope", dataset_name="POPE", path="data/POPE.tsv", scorer="pope", max_new_tokens=8,
-        answer_format="plain", group_by="none", subset_field="category",
-    )  # fmt: skip
+    spec = compose_bench("pope", ["bench.pope.path=data/POPE.tsv"])
     item = _item(5, "adversarial,coco", {})
     with pytest.raises(ValueError, match=r"data/POPE\.tsv.*column 'category'.*'adversarial,coco'"):
-        _result(None, spec, [item], [], [{"answer": "yes"}], {}, {}, 0, None)  # raises before using the rest
+        _result(None, spec, ([item], [], []), [{"answer": "yes"}], {}, {}, 0, None)  # raises before the rest

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.config import compose_bench
 from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import score_items
 from sparsectx.paths import predictions_path, result_path
@@ -235,22 +235,22 @@ def ocrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
 
 
 CASES = {
-    "pope": ("POPE", "pope", "plain", "none", "category", pope_rows),
-    "mme": ("MME", "mme", "plain", "image", "none", mme_rows),
+    "pope": ("POPE", "pope", "none", "category", pope_rows),
+    "mme": ("MME", "mme", "image", "none", mme_rows),
     "hallusionbench": (
         "HallusionBench",
         "hallusionbench",
-        "plain",
         "none",
         "l2-category",
         hallusionbench_rows,
     ),
-    "mmbench_en": ("MMBench_DEV_EN", "mmbench_circular", "plain", "circular", "none", mmbench_rows),
-    "ocrbench": ("OCRBench", "ocrbench", "list", "none", "none", ocrbench_rows),
-    "hrbench4k": ("HRBench4K", "hrbench", "plain", "none", "cycle_category", hrbench_rows),
-    "mmmu": ("MMMU_DEV_VAL", "mmmu_vlmeval", "plain", "none", "none", mmmu_rows),
+    "mmbench_en": ("MMBench_DEV_EN", "mmbench_circular", "circular", "none", mmbench_rows),
+    "ocrbench": ("OCRBench", "ocrbench", "none", "none", ocrbench_rows),
+    "hrbench4k": ("HRBench4K", "hrbench", "none", "cycle_category", hrbench_rows),
+    "mmmu": ("MMMU_DEV_VAL", "mmmu_vlmeval", "none", "none", mmmu_rows),
 }
-"""bench name -> (VLMEvalKit dataset, project scorer, answer_format, group_by, subset_field, rows)."""
+"""bench name -> (VLMEvalKit dataset, project scorer, group_by, subset_field, rows): the scorer and grouping
+are checked against ``conf/bench/<name>.yaml``, whose layout reads the rows."""
 
 
 def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: list[str | None]) -> Path:
@@ -259,10 +259,12 @@ def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: l
     The result is scored as ``runner._result`` scores it: ``load_bench_items``, ``scored_item`` and
     ``score_items`` of the benchmark's scorer on the extracted answers.
     """
-    dataset, scorer, answer_format, group_by, subset_field, _ = CASES[bench]
+    dataset, scorer, group_by, subset_field, _ = CASES[bench]
     data = write_tsv(root / f"{dataset}.tsv", rows)
-    spec = BenchSpec(bench, dataset, str(data), scorer, 16, answer_format, group_by, subset_field)
-    items, skipped = load_bench_items(spec, 0.0)
+    spec = compose_bench(bench, [f"bench.{bench}.path={data}", f"bench.{bench}.max_new_tokens=16"])
+    assert (spec.dataset_name, spec.scorer) == (dataset, scorer)
+    assert (spec.group_by, spec.subset_field) == (group_by, subset_field)
+    items, skipped, _ = load_bench_items(spec, 0.0)
     assert not skipped and len(items) == len(predictions)
     leaf = root / "leaf"
     answers = dict(zip((sample_id(item) for item in items), predictions, strict=True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from PIL import Image
 
 from sparsectx import workflow as wf
 from sparsectx.data.tsv import Item, write_tsv
+from sparsectx.eval.config import compose_bench
 from sparsectx.eval.protocol import file_digest
 from sparsectx.eval.results import BenchResult, as_dict, write_json, write_rows
 from sparsectx.eval.scorers import ScoredItem, score_items
@@ -55,7 +57,6 @@ RIGHT = {  # (method, budget) -> items answered right, by position
     ("base", 0.1): set(range(0, 15)),
     ("scopd", 0.1): set(range(0, 16)),  # one more item right than the untrained model at 10%
 }
-SPEC = {"max_new_tokens": 8, "answer_format": "plain", "group_by": "none"}
 
 
 def bench_items(bench: str, n: int = N) -> list[Item]:
@@ -84,15 +85,15 @@ def write_leaf(
     scored = [ScoredItem(id=k, prediction=v, reference=it.answer, subset=it.subset)
               for (k, v), it in zip(answers.items(), items, strict=True)]  # fmt: skip
     report = score_items(scorer, scored)
-    spec = {**SPEC, "name": bench, "dataset_name": bench, "path": str(tsv), "scorer": scorer,
-            "subset_field": "subset" if bench == "syn_pope" else "none"}  # fmt: skip
+    spec = {**asdict(compose_bench(bench)), "path": str(tsv), "scorer": scorer, "max_new_tokens": 8}
     provenance = {"config_hash": "0" * 16, "inputs": {"bench_sha256": file_digest(tsv)},
                   "config": {"bench": {bench: spec}, "max_skip_fraction": 0.0}}  # fmt: skip
     result = BenchResult(
         method=method, pruner="visionzip", budget=budget, benchmark=bench, score=report.metrics["score"],
         scorer_version=report.scorer_version, scorer=scorer, extractor_version=1, metrics=report.metrics,
         dataset_name=bench, experiment="tiny", seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=n,
-        n_scored=n, n_skipped=0, skipped=[], extraction={"tagged": n}, n_failed=0, mean_kept_visual=4.0,
+        n_scored=n, n_skipped=0, skipped=[], n_dropped=0, drop_rows=[], extraction={"tagged": n}, n_failed=0,
+        mean_kept_visual=4.0,
         generation={}, batch_size=4, resumed_rows=0, wall_time_s=1.0, provenance=provenance,
     )  # fmt: skip
     leaf = leaf_dir(root, "tiny", "tiny", method, "visionzip", budget)

@@ -76,6 +76,7 @@ def write_result(
         method=method, pruner=pruner, budget=budget, benchmark=bench, score=score, scorer_version=version,
         scorer="exact_match", extractor_version=1, metrics={"score": score}, dataset_name=bench, experiment="tiny",
         seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=12, n_scored=12, n_skipped=0, skipped=[],
+        n_dropped=0, drop_rows=[],
         extraction={"tagged": 12}, n_failed=0, mean_kept_visual=4.0, generation={}, batch_size=4, resumed_rows=0,
         wall_time_s=1.0, provenance={"config_hash": "0" * 16},
     )  # fmt: skip

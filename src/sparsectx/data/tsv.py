@@ -9,12 +9,13 @@ Other columns of real files (``hint``, ``l2-category``, …) are kept in ``Item.
 
 Video rows: ``frames`` (a JSON list of base64 frames, the synthetic video family's) or ``video`` (a video
 file or frame folder, as the benchmark's config resolves it) stands in for ``image``, which such a file may
-lack or leave empty; the clip's rate is the ``fps`` column (kept in ``Item.extra``). A video row without
-option columns takes its options from VLMEvalKit's ``candidates`` cell (a Python list, lettered A, B, ... in
-order, a leading "A. " dropped), and an answer given as a candidate's text becomes its letter.
+lack or leave empty; the clip's rate is the ``fps`` column (kept in ``Item.extra``). Options kept elsewhere
+than option columns (VLMEvalKit's ``candidates`` lists) are the benchmark layout's business
+(``sparsectx.data.layout``).
 
-A bad row never stops the reader and is never dropped silently: ``read_tsv`` returns the good items and
-a ``Skip(index, reason)`` for every row it could not use.
+A bad row never stops the reader and is never dropped silently: ``read_rows`` returns the good items, a
+``Skip(index, reason)`` for every row it could not use, and apart from those the rows a drop rule removes
+(rows VLMEvalKit itself drops, such as HallusionBench's text-only rows without an image).
 """
 
 from __future__ import annotations
@@ -248,18 +249,36 @@ def _item(
     )
 
 
+class TsvRows(NamedTuple):
+    """What ``read_rows`` found in one file: usable items, unusable rows, and rows a drop rule removed."""
+
+    items: list[Item]
+    skips: list[Skip]
+    dropped: list[Skip]
+
+
 def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
-    """Returns the usable items of a VLMEvalKit-layout TSV and a ``Skip`` for every row left out.
+    """Returns the usable items of a VLMEvalKit-layout TSV and a ``Skip`` for every row left out (no row is
+    dropped by a rule: see ``read_rows``)."""
+    items, skips, _ = read_rows(path, drop_no_image=False)
+    return items, skips
+
+
+def read_rows(path: Path, drop_no_image: bool) -> TsvRows:
+    """Returns the usable items of a VLMEvalKit-layout TSV, a ``Skip`` for every row left out, and the rows
+    dropped by rule.
 
     A row is skipped (never fatal) when it cannot be parsed, has the wrong number of fields, an empty or
     repeated index, an empty question or answer, an image that is not valid base64 or does not decode,
-    or a reference to a row whose image is missing.
+    or a reference to a row whose image is missing. With ``drop_no_image`` an image row whose ``image`` cell
+    is empty is dropped instead, as VLMEvalKit's ``ImageBaseDataset.__init__`` drops it (``skip_noimg``).
 
     Raises:
         ValueError: the header lacks a required column (the whole file is unusable).
     """
     csv.field_size_limit(2**31 - 1)  # base64 images are far longer than csv's default 128 KiB field
     skips: list[Skip] = []
+    dropped: list[Skip] = []
     with open(path, encoding="utf-8", newline="") as handle:
         rows = _rows(handle, skips)
         header = next((row for _, row in rows), None)
@@ -274,13 +293,23 @@ def read_tsv(path: Path) -> tuple[list[Item], list[Skip]]:
                 skips.append(Skip(label, f"{line}: {len(row)} fields, header has {len(header)}"))
                 continue
             cells = dict(zip(header, row, strict=True))
+            if drop_no_image and _without_image(cells):
+                dropped.append(Skip(label, f"{line}: no image (VLMEvalKit drops such rows: skip_noimg)"))
+                continue
             reason = _row_problem(cells, seen)
             if reason:
                 skips.append(Skip(label, f"{line}: {reason}"))
                 continue
             seen.add(parse_index(cells["index"]))
             parsed.append((line, cells))
-    return _resolve_images(parsed, letters, skips), skips
+    return TsvRows(_resolve_images(parsed, letters, skips), skips, dropped)
+
+
+def _without_image(cells: dict[str, str]) -> bool:
+    """Returns whether an image row's ``image`` cell is empty (``nan`` as pandas writes a missing cell)."""
+    if any(cells.get(column, "").strip() for column in VIDEO_COLUMNS) or "image" not in cells:
+        return False
+    return cells["image"].strip() in ("", "nan")
 
 
 def missing_columns(header: list[str]) -> list[str]:
@@ -368,23 +397,5 @@ def _video_row(
             skips.append(Skip(str(index), f"{line}: {problem}"))
             return True
         frames = decoded
-    item = _item(cells, index, b"", letters, frames)
-    items[index] = item if item.options else _with_candidates(item)
+    items[index] = _item(cells, index, b"", letters, frames)
     return True
-
-
-def _with_candidates(item: Item) -> Item:
-    """Returns a video row with options from its ``candidates`` cell (unchanged when it has none)."""
-    try:
-        candidates = ast.literal_eval(item.extra.get(CANDIDATES_COLUMN, ""))
-    except (ValueError, SyntaxError):
-        return item
-    if not isinstance(candidates, list) or not 1 <= len(candidates) <= len(string.ascii_uppercase):
-        return item
-    options = {}
-    for letter, text in zip(string.ascii_uppercase, map(str, candidates), strict=False):
-        options[letter] = text[3:] if text.startswith(f"{letter}. ") else text
-    by_text = {text: letter for letter, text in options.items()}
-    answer = by_text.get(item.answer.strip(), item.answer)
-    extra = {k: v for k, v in item.extra.items() if k != CANDIDATES_COLUMN}
-    return replace(item, options=options, answer=answer, extra=extra)

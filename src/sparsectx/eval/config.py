@@ -7,14 +7,18 @@ mistyped key is an error naming the full key, and each ``__post_init__`` checks 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
 from sparsectx.data.config import PromptConfig
+from sparsectx.data.layout import BenchLayout
 from sparsectx.engine.config import EngineConfig
 from sparsectx.eval.scorers import SCORERS
 from sparsectx.generation import DecodingConfig
@@ -23,7 +27,6 @@ from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
 
 MODES = ("greedy", "passk", "efficiency")
-ANSWER_FORMATS = ("plain", "list")
 GROUP_BY = ("none", "image", "circular")
 SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source")
 SHARD_SOURCES = ("none", "torchrun", "slurm")
@@ -77,15 +80,16 @@ class BenchSpec:
     """Registry-style key; equals the YAML stem and the key under ``bench``."""
     dataset_name: str
     """VLMEvalKit's exact spelling of the dataset (the synthetic benches use their own name)."""
-    path: str
-    """The VLMEvalKit-layout TSV, relative to the launch directory or absolute."""
+    path: str | None
+    """Where the file is: a TSV (one-file benchmarks) or a folder holding ``layout.files``, relative to the
+    launch directory or absolute; null = VLMEvalKit's data folder (``$LMUData``, else ``~/LMUData``), then
+    ``data/`` (``sparsectx.eval.protocol.bench_files``)."""
     scorer: str
     """Key in ``sparsectx.eval.scorers.SCORERS``."""
     max_new_tokens: int
     """Generation cap of greedy evaluation on this benchmark."""
-    answer_format: str
-    """``plain``: the ``answer`` cell is the reference; ``list``: it is a Python list of accepted answers
-    (VLMEvalKit's TextVQA/OCRBench files), the first one being the reference."""
+    layout: BenchLayout
+    """How the file is read and each row asked and scored (``sparsectx.data.layout``)."""
     group_by: str
     """How ``ScoredItem.group`` is filled: ``none``; ``image`` (the ``image_path`` column, MME's pairs, or
     the image hash in files without that column);
@@ -101,7 +105,6 @@ class BenchSpec:
         key = f"bench.{self.name}"
         if self.max_new_tokens < 1:
             raise ValueError(f"{key}.max_new_tokens={self.max_new_tokens} must be >= 1")
-        check_choice(self.answer_format, ANSWER_FORMATS, f"{key}.answer_format")
         check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
         check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
         SCORERS.get(self.scorer)  # unknown scorer: raises with close matches and every name
@@ -290,13 +293,9 @@ class EvalConfig:
                 f"max_skip_fraction={self.max_skip_fraction} must lie in [0, 1) (0 refuses any unusable row)"
             )
         if self.decoding.do_sample:
-            raise ValueError(
-                "decoding.do_sample=true: benchmark scores use greedy decoding; use mode=passk to sample"
-            )
+            raise ValueError("decoding.do_sample=true: benchmark scores use greedy decoding; use mode=passk to sample")
         if not isinstance(self.method, dict) or not isinstance(self.method.get("name"), str):
-            raise ValueError(
-                f"method={self.method!r} needs a string 'name' (method.name=base for untrained weights)"
-            )
+            raise ValueError(f"method={self.method!r} needs a string 'name' (method.name=base for untrained weights)")
         if not self.bench:
             raise ValueError("bench is empty: pick a benchmark or suite, e.g. bench=synthetic")
         for key, spec in self.bench.items():
@@ -322,4 +321,26 @@ class EvalConfig:
 def load_eval_config(cfg: DictConfig) -> EvalConfig:
     """Returns the composed config as a checked ``EvalConfig``; unknown, missing or mistyped keys raise."""
     merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+"""The checkout's ``conf/`` (the package is installed from its checkout: ``pip install -e .``)."""
+
+
+def compose_bench(name: str, overrides: Sequence[str] = ()) -> BenchSpec:
+    """Returns ``conf/bench/<name>.yaml`` composed (its prompt parts included) and checked, with ``overrides``
+    given as ``evaluate.py`` takes them (``bench.<name>.path=...``)."""
+    with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
+        cfg = compose("evaluate", overrides=[f"bench={name}", *overrides])
+    return bench_spec_from(OmegaConf.to_container(cfg.bench[name], resolve=True))
+
+
+def bench_spec_from(recorded: Mapping[str, Any]) -> BenchSpec:
+    """Returns the ``BenchSpec`` of a benchmark config held as plain data (a result's recorded config).
+
+    Raises:
+        ValueError / omegaconf errors: the data does not read as a ``BenchSpec`` (naming the key).
+    """
+    merged = OmegaConf.merge(OmegaConf.structured(BenchSpec), dict(recorded))
     return OmegaConf.to_object(merged)  # type: ignore[return-value]

@@ -206,7 +206,7 @@ def measure_budgets(job: EvalJob, loaded: LoadedModel, items: list[Item]) -> lis
         check_video_family(loaded.adapter.family, f"bench.{eff.bench}.video")
     grids = []
     for item in tqdm(items, desc=f"efficiency {cfg.pruner.name}", unit="item"):
-        prompt = prompt_item(item, cfg.prompt, with_image=True, video=video)
+        prompt = prompt_item(item, cfg.bench[eff.bench].layout.prompt, cfg.prompt, with_image=True, video=video)
         batch = processor_inputs(loaded.processor, [prompt])
         sample = encode_samples(loaded.adapter, loaded.processor, [prompt], batch)[0]
         encode, item_grids = visual_encoder(loaded, batch)
@@ -226,7 +226,7 @@ def run_efficiency(job: EvalJob) -> Path:
         log.info("efficiency: finished with config %s, skipping", chash)
         return out
     started = time.perf_counter()
-    items = load_bench_items(cfg.bench[eff.bench], cfg.max_skip_fraction)[0][: eff.num_items]
+    items = load_bench_items(cfg.bench[eff.bench], cfg.max_skip_fraction).items[: eff.num_items]
     loaded, info = job.model()
     payload = {
         "model": info, "method": cfg.method_name, "pruner": cfg.pruner.name, "bench": eff.bench,

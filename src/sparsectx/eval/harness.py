@@ -15,18 +15,18 @@ import base64
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from sparsectx.data import Item, format_question
+from sparsectx.data.layout import BenchLayout, PromptParts
 from sparsectx.eval.checkpoints import load_eval_model
-from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
+from sparsectx.eval.config import CONF_DIR, BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.protocol import GenerationRow, generate_rows
 from sparsectx.models import LoadedModel
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 DEFAULT_MAX_NEW_TOKENS = 1024
 """SCOPD's reasoning cap (App. A), every real benchmark config's ``max_new_tokens``."""
@@ -76,6 +76,19 @@ def formatted(item: Item, mcq_hint: str) -> Item:
     return replace(item, question=format_question(item.question, item.options, mcq_hint), options={})
 
 
+def harness_layout() -> BenchLayout:
+    """Returns the layout harness rows are asked under: the rows as the adapter made them (options in option
+    columns, the answer as written) in the project's question format (``conf/bench_prompt/project.yaml``,
+    ``format_question``'s), so a harness prompt equals ``evaluate.py``'s on the synthetic benchmarks."""
+    parts = OmegaConf.merge(
+        OmegaConf.structured(PromptParts), OmegaConf.load(CONF_DIR / "bench_prompt" / "project.yaml")
+    )
+    return BenchLayout(
+        files=["harness rows"], drop_rows=[], options="columns", options_column="", answer="as_is",
+        gold_column="answer", prompt=OmegaConf.to_object(parts), source="the harness adapter's rows",
+    )  # fmt: skip
+
+
 def image_bytes_of(cell: str | Sequence[str]) -> bytes:
     """Returns the encoded bytes of a TSV ``image`` cell (base64; the first image of a multi-image row)."""
     first = cell if isinstance(cell, str) else cell[0]
@@ -117,7 +130,7 @@ class HarnessModel:
         """Returns one ``GenerationRow`` per item (raw ``output`` and extracted ``answer``), generated as
         ``evaluate.py`` generates benchmark ``bench`` (its name seeds the pruner masks with the item index)."""
         scorer = "mcq_vlmeval" if any(item.options for item in items) else "exact_match_vlmeval"
-        spec = BenchSpec(bench, bench, "", scorer, max_new_tokens, "plain", "none", "none")
+        spec = BenchSpec(bench, bench, None, scorer, max_new_tokens, harness_layout(), "none", "none")
         cfg = self.cfg
         return generate_rows(
             self.loaded, items, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed,

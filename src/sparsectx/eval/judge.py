@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.config import BenchSpec, bench_spec_from
 from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 from sparsectx.eval.results import write_json, write_rows
 from sparsectx.eval.scorers import ScoredItem, match_choice, parse_yes_no, score_items, vlmeval_choice
@@ -160,8 +160,8 @@ def openai_chat(cfg: JudgeConfig) -> Chat:
 def _scored(result: Path, payload: dict[str, Any]) -> tuple[BenchSpec, list[ScoredItem], dict[str, str]]:
     """Returns the benchmark's spec, its items with the extracted answers, and id -> question text."""
     bench = payload["benchmark"]
-    spec = BenchSpec(**payload["provenance"]["config"]["bench"][bench])
-    items, _ = load_bench_items(spec, 1.0)
+    spec = bench_spec_from(payload["provenance"]["config"]["bench"][bench])
+    items = load_bench_items(spec, 1.0).items
     answers = {row["id"]: row.get("answer") for row in read_jsonl(predictions_path(result.parent, bench))}
     missing = [sample_id(item) for item in items if sample_id(item) not in answers]
     if missing:

@@ -131,7 +131,7 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     """Returns one item's greedy and n sampled responses from a single fixed context, judged."""
     cfg, pk = job.cfg, job.cfg.passk
     sid = sample_id(item)
-    prompt = prompt_item(item, cfg.prompt, condition == "sparse", video=video_source(spec))
+    prompt = prompt_item(item, spec.layout.prompt, cfg.prompt, condition == "sparse", video=video_source(spec))
     sample = encode_samples(loaded.adapter, loaded.processor, [prompt])[0]
     if condition == "sparse":
         selection = select_visual(loaded.adapter, [sample], cfg.pruner, cfg.budget, cfg.seed, spec.name)[0]
@@ -183,7 +183,7 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
         log.info("%s: Pass@K finished with config %s, skipping", spec.name, chash)
         return out
     started, pk = time.perf_counter(), job.cfg.passk
-    items, _ = load_bench_items(spec, job.cfg.max_skip_fraction)
+    items = load_bench_items(spec, job.cfg.max_skip_fraction).items
     solved, source = cohort_ids(job, spec, items)
     cohort = [item for item in items if sample_id(item) in solved][: pk.max_items]
     conditions = CONDITIONS if pk.no_image_control else CONDITIONS[:1]

@@ -12,15 +12,19 @@ import ast
 import hashlib
 import logging
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from sparsectx.budget import tokens_to_keep
 from sparsectx.context import keep_all
-from sparsectx.data import Item, Skip, derive_seed, format_question, read_tsv
+from sparsectx.data import Item, Skip, derive_seed
 from sparsectx.data.config import PromptConfig
+from sparsectx.data.layout import PromptParts, apply_layout, render_question
+from sparsectx.data.tsv import read_rows
 from sparsectx.data.video import VideoSource, clip_problem, row_video
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import EngineConfig, Prompts, engine_for, pruned_prompts
@@ -54,47 +58,116 @@ BUILD_COMMAND = "python src/build_data.py"
 log = logging.getLogger(__name__)
 
 
-def bench_file(spec: BenchSpec) -> Path:
-    """Returns the benchmark's TSV path.
+LMU_DATA = "LMUData"
+"""VLMEvalKit's data folder variable (``vlmeval.smp.LMUDataRoot``: ``$LMUData``, else ``~/LMUData``)."""
+
+
+def bench_files(spec: BenchSpec) -> list[Path]:
+    """Returns the benchmark's file(s): ``spec.path`` (a file, or a folder holding ``layout.files``), else
+    the first of VLMEvalKit's data folder (``$LMUData`` or ``~/LMUData``) and ``data/`` that holds them all.
 
     Raises:
-        FileNotFoundError: the file is missing; the message names the expected path and how to make it.
+        FileNotFoundError: a file is missing; the message names every place looked and how to get it.
     """
-    path = Path(spec.path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"benchmark {spec.name!r}: no file at {path.resolve()} (bench.{spec.name}.path={spec.path}). "
-            f"The synthetic suite (data/tiny/syn_*.tsv) is built by `{BUILD_COMMAND}`; a real benchmark "
-            f"needs VLMEvalKit's {spec.dataset_name}.tsv at that path, or set bench.{spec.name}.path."
-        )
-    return path
+    names = spec.layout.files
+    if spec.path is not None:
+        given = Path(spec.path)
+        folders = [given] if given.is_dir() else []
+        if not folders and len(names) == 1 and given.is_file():
+            return [given]
+        places = [given / name for name in names] if folders else [given]
+    else:
+        folders = [lmu_data_root(), Path("data")]
+        places = [folder / name for folder in folders for name in names]
+    for folder in folders:
+        paths = [folder / name for name in names]
+        if all(path.is_file() for path in paths):
+            return paths
+    how = (
+        f"The synthetic suite (data/tiny/syn_*.tsv) is built by `{BUILD_COMMAND}`"
+        if spec.layout.source.startswith("sparsectx")
+        else f"VLMEvalKit downloads it as {', '.join(names)} into $LMUData when it first runs {spec.dataset_name}"
+    )
+    raise FileNotFoundError(
+        f"benchmark {spec.name!r}: no {' + '.join(names)} at {', '.join(str(p.resolve()) for p in places)} "
+        f"(bench.{spec.name}.path={spec.path}). {how}; put the file(s) there, set $LMUData to VLMEvalKit's "
+        f"data folder, or set bench.{spec.name}.path to the file (or the folder holding the files)."
+    )
 
 
-def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> tuple[list[Item], list[Skip]]:
-    """Returns the usable items of a benchmark file and a ``Skip`` for every row left out.
+def lmu_data_root() -> Path:
+    """Returns VLMEvalKit's data folder as ``vlmeval.smp.LMUDataRoot`` finds it: ``$LMUData``, else ``~/LMUData``."""
+    return Path(os.environ.get(LMU_DATA) or Path.home() / "LMUData").expanduser()
+
+
+class BenchRows(NamedTuple):
+    """A benchmark's usable items, its unusable rows (``Skip``), and the rows its layout drops as VLMEvalKit
+    does (counted, never refusing the file)."""
+
+    items: list[Item]
+    skips: list[Skip]
+    dropped: list[Skip]
+
+
+def read_bench(spec: BenchSpec) -> BenchRows:
+    """Returns the benchmark's rows read from its file(s) and shaped by its layout, before any skip check.
+
+    Several files are concatenated as VLMEvalKit's ``ConcatDataset`` concatenates them: each read on its own
+    (a shared-image reference points within its file), then ``index`` = position, with ``original_index`` and
+    ``SUB_DATASET`` (the file's stem) kept as columns.
+    """
+    layout = spec.layout
+    paths = bench_files(spec)
+    parts = [read_rows(path, drop_no_image="no_image" in layout.drop_rows) for path in paths]
+    items = [item for part in parts for item in part.items]
+    skips = [skip for part in parts for skip in part.skips]
+    dropped = [row for part in parts for row in part.dropped]
+    if len(paths) > 1:
+        items = concatenated(paths, [part.items for part in parts])
+    items, unmapped = apply_layout(items, layout)
+    return BenchRows(items, skips + unmapped, dropped)
+
+
+def concatenated(paths: list[Path], parts: list[list[Item]]) -> list[Item]:
+    """Returns the items of several files as one benchmark, as VLMEvalKit's ``ConcatDataset`` joins them:
+    ``index`` = position, the file's own index kept as ``original_index`` and its stem as ``SUB_DATASET``."""
+    out = []
+    for path, items in zip(paths, parts, strict=True):
+        for item in items:
+            extra = {**item.extra, "original_index": str(item.index), "SUB_DATASET": path.stem}
+            out.append(replace(item, index=len(out), extra=extra))
+    return out
+
+
+def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> BenchRows:
+    """Returns the usable items of a benchmark, a ``Skip`` for every row left out, and the dropped rows.
 
     Skipped rows are logged as a warning naming the file and the first reasons: a score over fewer rows
-    than the file holds is not the benchmark's score, so it must never pass unseen.
+    than the file holds is not the benchmark's score, so it must never pass unseen. Rows the layout drops
+    (as VLMEvalKit drops them) are logged with their count and never count as skips.
 
     Raises:
-        FileNotFoundError: the file is missing (see ``bench_file``).
+        FileNotFoundError: the file is missing (see ``bench_files``).
         ValueError: no row is usable, or more than ``max_skip_fraction`` of the rows are skipped.
     """
-    path = bench_file(spec)
-    items, skips = read_tsv(path)
+    items, skips, dropped = read_bench(spec)
+    path = spec.path or ", ".join(spec.layout.files)
     source = video_source(spec)
     if source is not None:
         problems = {item.index: clip_problem(item, source) for item in items}
         skips += [Skip(str(index), reason) for index, reason in problems.items() if reason]
         items = [item for item in items if not problems[item.index]]
+    if dropped:
+        log.info("benchmark %r: %d rows dropped as VLMEvalKit drops them (%s)", spec.name, len(dropped),
+                 ", ".join(spec.layout.drop_rows))  # fmt: skip
     if not items and not skips:
         raise ValueError(f"benchmark {spec.name!r}: {path} has a header but no rows; rebuild or replace it")
     if not skips:
-        return items, skips
+        return BenchRows(items, skips, dropped)
     total = len(items) + len(skips)
     summary = (
         f"benchmark {spec.name!r}: {len(skips)} of {total} rows of {path} are unusable and left out; "
-        f"first reasons: {[s.reason for s in skips[:3]]}"
+        f"first reasons: {[f'row {s.index}: {s.reason}' for s in skips[:3]]}"
     )
     if not items or len(skips) > max_skip_fraction * total:
         raise ValueError(
@@ -102,10 +175,8 @@ def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> tuple[list[It
             f"(`{BUILD_COMMAND}` for the synthetic suite), or raise max_skip_fraction to score the rest "
             "(the tables then footnote the score)"
         )
-    log.warning(
-        "%s; scoring the other %d (within max_skip_fraction=%s)", summary, len(items), max_skip_fraction
-    )
-    return items, skips
+    log.warning("%s; scoring the other %d (within max_skip_fraction=%s)", summary, len(items), max_skip_fraction)
+    return BenchRows(items, skips, dropped)
 
 
 def file_digest(path: Path) -> str:
@@ -115,6 +186,12 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def bench_digest(spec: BenchSpec) -> str:
+    """Returns the sha256 of the benchmark's file (one file), or of its files' digests in order (several)."""
+    digests = [file_digest(path) for path in bench_files(spec)]
+    return digests[0] if len(digests) == 1 else hashlib.sha256(":".join(digests).encode()).hexdigest()
 
 
 def video_source(spec: BenchSpec) -> VideoSource | None:
@@ -133,17 +210,19 @@ def sample_id(item: Item) -> str:
 
 
 def prompt_item(
-    item: Item, prompt: PromptConfig, with_image: bool, video: VideoSource | None = None
+    item: Item, parts: PromptParts, prompt: PromptConfig, with_image: bool, video: VideoSource | None = None
 ) -> PromptItem:
     """Returns the prompt of ``item``; ``with_image=False`` asks the same text without the image (or video).
 
-    A video benchmark's row (``video`` from ``video_source``) asks about its sampled clip instead of an image.
+    The question text is the benchmark's prompt ``parts`` (``bench.<name>.layout.prompt``: the text
+    VLMEvalKit's ``build_prompt`` builds for real benchmarks, training's format for the synthetic ones). A
+    video benchmark's row (``video`` from ``video_source``) asks about its sampled clip instead of an image.
     """
     visual = with_image and video is None
     return PromptItem(
         sample_id=sample_id(item),
         images=item.images() if visual else [],
-        question=format_question(item.question, item.options, prompt.mcq_hint),
+        question=render_question(item, parts, prompt.mcq_hint),
         system=prompt.system,
         instruction=prompt.instruction,
         videos=[row_video(item, video)] if with_image and video is not None else [],
@@ -152,14 +231,12 @@ def prompt_item(
 
 def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
     """Returns the chat-templated prompt text (one image placeholder per image, not expanded)."""
-    return loaded.processor.apply_chat_template(
-        chat_messages(item), tokenize=False, add_generation_prompt=True
-    )
+    return loaded.processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
 
 
 def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
-    """Returns (reference, all accepted answers) of ``item`` under ``spec.answer_format``."""
-    if spec.answer_format == "plain":
+    """Returns (reference, all accepted answers) of ``item`` under ``spec.layout.answer``."""
+    if spec.layout.answer != "list":
         return item.answer, ()
     try:
         parsed = ast.literal_eval(item.answer)
@@ -219,9 +296,7 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return vlmeval_accuracy(pred, item.answers or (item.reference,)) > 0
     if scorer == "number_match":
         value, gold = parse_number(pred), parse_number(item.reference)
-        return (
-            value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
-        )
+        return value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
     if scorer == "vqa_soft":
         return vqa_soft_accuracy(pred, item.answers) > 0
     if scorer == "ocrbench":
@@ -260,9 +335,7 @@ def select_visual(
         # A CPU generator: the same mask on every device.
         generator = torch.Generator().manual_seed(pruner_seed(seed, bench, sample.sample_id))
         embeds = sample.question_embeds
-        out.append(
-            [select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images]
-        )
+        out.append([select_tokens(pruner.name, im, embeds, budget, generator, pruner.params) for im in sample.images])
     return out
 
 
@@ -337,20 +410,16 @@ def generate_rows(
     video = video_source(spec)
     if video is not None:
         check_video_family(loaded.adapter.family, f"bench.{spec.name}.video")
-    build = lambda item: prompt_item(item, prompt, with_image=True, video=video)  # noqa: E731
+    build = lambda item: prompt_item(item, spec.layout.prompt, prompt, with_image=True, video=video)  # noqa: E731
     prompts = build_prompts(build, items, loaded.processor.image_workers)
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)
         engine_prompts, kept = eval_prompts(loaded.adapter, samples, pruner, budget, seed, spec.name)
         tokenizer = loaded.processor.tokenizer
-        outs = engine_for(loaded.adapter, tokenizer, engine).generate(
-            engine_prompts, sampling, None, slots=batch_size
-        )
+        outs = engine_for(loaded.adapter, tokenizer, engine).generate(engine_prompts, sampling, None, slots=batch_size)
     except RuntimeError as err:
         return [
-            GenerationRow(
-                sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err)
-            )
+            GenerationRow(sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err))
             for it, p in zip(items, prompts, strict=True)
         ]
     rows = []

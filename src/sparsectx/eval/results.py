@@ -118,12 +118,16 @@ class BenchResult:
     model: dict[str, Any]
     """Name, path, checkpoint and its fingerprint, random_weights flag, dtype, device, attention backend."""
     n_rows: int
-    """Rows in the benchmark file, skipped ones included."""
+    """Rows in the benchmark file(s), skipped and dropped ones included."""
     n_scored: int
     n_skipped: int
-    """Rows the reader could not use (``n_rows - n_scored``), at most ``max_skip_fraction`` of ``n_rows``."""
+    """Rows the reader could not use, at most ``max_skip_fraction`` of the rows not dropped."""
     skipped: list[dict[str, str]]
     """``{"index", "reason"}`` of every row the reader could not use."""
+    n_dropped: int
+    """Rows the benchmark's layout drops as VLMEvalKit drops them (``n_rows - n_scored - n_skipped``)."""
+    drop_rows: list[str]
+    """The layout's drop rules (``bench.<name>.layout.drop_rows``, e.g. ``no_image``)."""
     extraction: dict[str, int]
     """Counts of extraction statuses: ``tagged``, ``fallback`` (no answer tags, lenient rule used),
     ``empty`` and ``error`` (generation failed)."""

@@ -29,8 +29,8 @@ from sparsectx.eval.checkpoints import checkpoint_id, eval_model_info, load_eval
 from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
-    bench_file,
-    file_digest,
+    bench_digest,
+    bench_files,
     generate_rows,
     load_bench_items,
     sample_id,
@@ -108,14 +108,14 @@ class EvalJob:
         """Returns the run key of ``bench`` and its hash.
 
         The key holds the content of every input, not only its path: the benchmark file's sha256
-        (``protocol.file_digest``), so a file fixed or rebuilt in place is evaluated again, and the weights'
+        (``protocol.bench_digest``), so a file fixed or rebuilt in place is evaluated again, and the weights'
         fingerprint (``checkpoints.checkpoint_id``), so a checkpoint retrained in place is too.
         """
         if self._weights is None:
             path = self.cfg.checkpoint if self.cfg.checkpoint is not None else self.cfg.model.path
             self._weights = checkpoint_id(Path(resolve_model_path(path)))
         if bench not in self._digests:
-            self._digests[bench] = file_digest(bench_file(self.cfg.bench[bench]))
+            self._digests[bench] = bench_digest(self.cfg.bench[bench])
         key = {
             **run_key(self.resolved, bench),
             "bench_sha256": self._digests[bench],
@@ -144,12 +144,12 @@ def run(cfg: DictConfig) -> list[Path]:
         eval_cfg.method = resolved["method"] = {"name": method}
     for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
         if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
-            bench_file(spec)
+            bench_files(spec)
     weights = eval_cfg.checkpoint if eval_cfg.checkpoint is not None else eval_cfg.model.path
     eval_cfg.pruner.check_model(weights)  # an in-LLM K against the LLM's depth, from config.json alone
     if not shard.one_process:  # more shards than a benchmark's engine calls: refused before any work
         for spec in eval_cfg.bench.values():
-            count = len(load_bench_items(spec, eval_cfg.max_skip_fraction)[0])
+            count = len(load_bench_items(spec, eval_cfg.max_skip_fraction).items)
             shard_span(count, eval_cfg.queue_size, shard.index, shard.count, spec.name)
     if shard.barrier:
         pin_local_gpu(eval_cfg.model.device, os.environ)
@@ -201,15 +201,15 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
         log.info("%s: finished with inputs and config %s, skipping (force=true recomputes)", spec.name, chash)
         return out
     started = time.perf_counter()
-    items, skipped = load_bench_items(spec, job.cfg.max_skip_fraction)
+    items, skipped, dropped = load_bench_items(spec, job.cfg.max_skip_fraction)
     shard = job.shard
     if shard.merge:
         ids = [sample_id(item) for item in items]
         done = merge_parts(job.leaf, spec.name, ids, job.cfg.queue_size, shard.count, chash)
-        return _finish(job, spec, items, skipped, done, key, 0, started)
+        return _finish(job, spec, (items, skipped, dropped), done, key, 0, started)
     if shard.one_process:
         done, resumed = _generate(job, spec, items, preds, chash)
-        return _finish(job, spec, items, skipped, done, key, resumed, started)
+        return _finish(job, spec, (items, skipped, dropped), done, key, resumed, started)
     span = shard_span(len(items), job.cfg.queue_size, shard.index, shard.count, spec.name)
     part, mine = part_path(job.leaf, spec.name, shard.index, shard.count), items[span.start : span.stop]
     done, _ = _generate(job, spec, mine, part, chash)
@@ -253,19 +253,21 @@ def _generate(
 def _finish(
     job: EvalJob,
     spec: BenchSpec,
-    items: list[Item],
-    skipped: list[Skip],
+    rows: tuple[list[Item], list[Skip], list[Skip]],
     done: dict[str, dict[str, Any]],
     key: dict[str, Any],
     resumed: int,
     started: float,
 ) -> Path:
-    """Returns the result JSON after scoring every item's row and writing the result and the predictions."""
+    """Returns the result JSON after scoring every item's row and writing the result and the predictions.
+
+    ``rows`` is the benchmark's (items, skipped rows, rows dropped as VLMEvalKit drops them)."""
+    items = rows[0]
     out, preds = result_path(job.leaf, spec.name), predictions_path(job.leaf, spec.name)
     ordered = [done[sample_id(item)] for item in items]
     _check_failures(spec, ordered, job.cfg.max_failure_rate)
     sampling = job.cfg.decoding.sampling(spec.max_new_tokens)
-    result = _result(job, spec, items, skipped, ordered, job.model_info(), key, resumed, sampling)
+    result = _result(job, spec, rows, ordered, job.model_info(), key, resumed, sampling)
     result.wall_time_s = time.perf_counter() - started
     write_rows(preds, ordered)  # the finished file: one row per item, in file order
     write_json(out, as_dict(result))
@@ -288,8 +290,7 @@ def _check_failures(spec: BenchSpec, rows: list[dict[str, Any]], max_rate: float
 def _result(
     job: EvalJob,
     spec: BenchSpec,
-    items: list[Item],
-    skipped: list[Skip],
+    bench_rows: tuple[list[Item], list[Skip], list[Skip]],
     rows: list[dict[str, Any]],
     model_info: dict[str, Any],
     key: dict[str, Any],
@@ -297,6 +298,7 @@ def _result(
     sampling: SamplingConfig,
 ) -> BenchResult:
     """Returns the ``BenchResult`` of scored rows (wall time filled in by the caller)."""
+    items, skipped, dropped = bench_rows
     try:
         report = score_items(
             spec.scorer, [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)]
@@ -313,8 +315,9 @@ def _result(
         score=float(report.metrics["score"]), scorer_version=report.scorer_version, scorer=report.scorer,
         extractor_version=EXTRACTOR_VERSION, metrics=report.metrics, dataset_name=spec.dataset_name,
         experiment=cfg.experiment, seed=cfg.seed, pruner_params=dict(cfg.pruner.params), model=model_info,
-        n_rows=len(items) + len(skipped), n_scored=len(items), n_skipped=len(skipped),
-        skipped=[{"index": s.index, "reason": s.reason} for s in skipped], extraction=statuses,
+        n_rows=len(items) + len(skipped) + len(dropped), n_scored=len(items), n_skipped=len(skipped),
+        skipped=[{"index": s.index, "reason": s.reason} for s in skipped], n_dropped=len(dropped),
+        drop_rows=list(spec.layout.drop_rows), extraction=statuses,
         n_failed=statuses["empty"] + statuses["error"],
         mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows), generation=asdict(sampling),
         batch_size=cfg.batch_size, resumed_rows=resumed, wall_time_s=0.0,

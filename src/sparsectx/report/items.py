@@ -16,12 +16,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparsectx.data import Item, Skip
-from sparsectx.eval.config import BenchSpec
-from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
+from sparsectx.eval.config import BenchSpec, bench_spec_from
+from sparsectx.eval.protocol import bench_digest, bench_files, load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import SCORERS, ScoredItem
 from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
@@ -47,22 +46,20 @@ def _spec(payload: dict[str, Any]) -> BenchSpec | str:
         return "its result JSON records no benchmark spec (provenance.config.bench), so its items are unknown"
     names = {f.name for f in fields(BenchSpec)}
     try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(BenchSpec), {k: v for k, v in spec.items() if k in names}
-        )
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+        return bench_spec_from({k: v for k, v in spec.items() if k in names})
     except (OmegaConfBaseException, ValueError, KeyError) as err:
         return f"its recorded benchmark spec does not read as a BenchSpec ({type(err).__name__}: {err})"
 
 
 def _bench_items(spec: BenchSpec, sha: str, skip: float, benches: Benches) -> list[Item] | str:
-    path = Path(spec.path)
-    if not path.is_file():
-        return f"the benchmark file {path} it was scored on is not there (its references are read from it)"
-    key = (str(path), sha)
+    try:
+        paths = bench_files(spec)
+    except FileNotFoundError as err:
+        return f"the benchmark file it was scored on is not there (its references are read from it): {err}"
+    key = (":".join(map(str, paths)), sha)
     if key not in benches:
-        if file_digest(path) != sha:
-            return f"the benchmark file {path} changed after it was scored (sha256 differs)"
+        if bench_digest(spec) != sha:
+            return f"the benchmark file {', '.join(map(str, paths))} changed after it was scored (sha256 differs)"
         try:
             benches[key] = load_bench_items(spec, skip)
         except ValueError as err:  # the file the result was scored on no longer reads as it did
