@@ -93,7 +93,7 @@ def write_leaf(
         scorer_version=report.scorer_version, scorer=scorer, extractor_version=1, metrics=report.metrics,
         dataset_name=bench, experiment="tiny", seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=n,
         n_scored=n, n_skipped=0, skipped=[], n_dropped=0, drop_rows=[], extraction={"tagged": n}, n_failed=0,
-        mean_kept_visual=4.0,
+        n_truncated=0, mean_kept_visual=4.0,
         generation={}, batch_size=4, resumed_rows=0, wall_time_s=1.0, provenance=provenance,
     )  # fmt: skip
     leaf = leaf_dir(root, "tiny", "tiny", method, "visionzip", budget)

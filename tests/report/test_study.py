@@ -77,7 +77,8 @@ def write_result(
         scorer="exact_match", extractor_version=1, metrics={"score": score}, dataset_name=bench, experiment="tiny",
         seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=12, n_scored=12, n_skipped=0, skipped=[],
         n_dropped=0, drop_rows=[],
-        extraction={"tagged": 12}, n_failed=0, mean_kept_visual=4.0, generation={}, batch_size=4, resumed_rows=0,
+        extraction={"tagged": 12}, n_failed=0, n_truncated=0, mean_kept_visual=4.0, generation={}, batch_size=4,
+        resumed_rows=0,
         wall_time_s=1.0, provenance={"config_hash": "0" * 16},
     )  # fmt: skip
     write_json(result_path(leaf_dir(root, "tiny", "tiny", method, pruner, budget), bench), as_dict(result))

@@ -133,6 +133,10 @@ class BenchResult:
     ``empty`` and ``error`` (generation failed)."""
     n_failed: int
     """``empty`` + ``error``: items with no usable answer (scored as wrong)."""
+    n_truncated: int
+    """Generations cut by the benchmark's ``max_new_tokens`` before the stop string or the end of turn (their
+    answers, often missing, are scored as extracted): a share far above 0 says the cap is too small for the
+    model's reasoning."""
     mean_kept_visual: float
     generation: dict[str, Any]
     batch_size: int

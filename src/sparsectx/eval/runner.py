@@ -269,11 +269,25 @@ def _finish(
     sampling = job.cfg.decoding.sampling(spec.max_new_tokens)
     result = _result(job, spec, rows, ordered, job.model_info(), key, resumed, sampling)
     result.wall_time_s = time.perf_counter() - started
+    if result.n_truncated:
+        log.warning(
+            "%s: %d of %d answers were cut by max_new_tokens=%d before they stopped (n_truncated in %s)",
+            spec.name,
+            result.n_truncated,
+            len(ordered),
+            spec.max_new_tokens,
+            out,
+        )
     write_rows(preds, ordered)  # the finished file: one row per item, in file order
     write_json(out, as_dict(result))
     log.info("finished in %.1f s: %s", result.wall_time_s, summary_line(out))
     _log(job, spec, items, ordered, result)
     return out
+
+
+def truncated(rows: list[dict[str, Any]]) -> int:
+    """Returns how many generated rows ran to the token cap without stopping (errors excluded)."""
+    return sum(not row["stopped"] and row["status"] != "error" for row in rows)
 
 
 def _check_failures(spec: BenchSpec, rows: list[dict[str, Any]], max_rate: float) -> None:
@@ -318,7 +332,7 @@ def _result(
         n_rows=len(items) + len(skipped) + len(dropped), n_scored=len(items), n_skipped=len(skipped),
         skipped=[{"index": s.index, "reason": s.reason} for s in skipped], n_dropped=len(dropped),
         drop_rows=list(spec.layout.drop_rows), extraction=statuses,
-        n_failed=statuses["empty"] + statuses["error"],
+        n_failed=statuses["empty"] + statuses["error"], n_truncated=truncated(rows),
         mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows), generation=asdict(sampling),
         batch_size=cfg.batch_size, resumed_rows=resumed, wall_time_s=0.0,
         provenance=provenance(job.resolved, key, cfg.model.device),

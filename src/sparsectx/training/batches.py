@@ -18,6 +18,7 @@ from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor
+from sparsectx.models.templates import opens_thinking
 from sparsectx.prompting import PromptItem, chat_messages
 from sparsectx.training.config import TrainDataConfig
 
@@ -76,6 +77,30 @@ def reference_text(item: Item) -> str:
     return item.trace if item.trace.strip() else f"<answer>{item.answer}</answer>"
 
 
+def reference_continuation(reference: str, opened: str, tags: tuple[str, str] = ("<think>", "</think>")) -> str:
+    """Returns the part of ``reference`` that follows a generation prompt which already holds ``opened``.
+
+    ``opened`` is what the chat template puts after the assistant header (``generation_prefix``): "" (nothing:
+    the reference as written), an open thinking block (Qwen3.5's ``"<think>\n"``: the reference continues
+    inside it, so its own opening tag is not repeated; an answer-only reference first closes the block empty,
+    as the template writes an empty one) or a closed empty block (thinking off: the reference's thinking is
+    dropped and its answer follows). Without this a trace ``<think>…`` after ``"<think>\n"`` would train
+    the student on ``<think>\n<think>``.
+    """
+    start, end = tags
+    if not opened.strip():
+        return reference
+    body = reference.lstrip()
+    if opens_thinking(opened, tags):
+        if body.startswith(start):
+            rest = body[len(start) :]
+            return rest[1:] if opened.endswith("\n") and rest.startswith("\n") else rest
+        return f"\n{end}\n\n{body}"
+    if body.startswith(start) and end in body:
+        return body[body.index(end) + len(end) :].lstrip()
+    return body
+
+
 def prompt_item(item: Item, cfg: TrainDataConfig, position: int) -> PromptItem:
     """Returns the student's prompt for ``item`` (no reference in it), identified by its sample position."""
     return PromptItem(
@@ -130,9 +155,7 @@ def turn_end_id(processor: ImageTextProcessor) -> int:
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
         return im_end
     if tokenizer.eos_token_id is None:
-        raise ValueError(
-            "the tokenizer has neither <|im_end|> nor an eos token; cannot end reference responses"
-        )
+        raise ValueError("the tokenizer has neither <|im_end|> nor an eos token; cannot end reference responses")
     return int(tokenizer.eos_token_id)
 
 

@@ -22,7 +22,7 @@ from sparsectx.engine import EngineConfig, engine_for, pruned_prompts
 from sparsectx.eval.extract import extract_answer
 from sparsectx.generation import SamplingConfig
 from sparsectx.registry import Registry
-from sparsectx.training.batches import reference_ids, reference_text
+from sparsectx.training.batches import reference_continuation, reference_ids, reference_text
 from sparsectx.training.decode_copy import rollout_adapter
 from sparsectx.training.student import Student, mode
 from sparsectx.visual import Selection
@@ -98,15 +98,15 @@ def rollout_prefix(inputs: PrefixInputs) -> Prefix:
 
 @PREFIX_SOURCES.register("reference")
 def reference_prefix(inputs: PrefixInputs) -> Prefix:
-    """Returns each item's reference response plus end-of-turn, cut to ``sampling.max_new_tokens``."""
+    """Returns each item's reference response plus end-of-turn, cut to ``sampling.max_new_tokens``; the part of
+    it the generation prompt already opened (``batches.reference_continuation``) is not repeated."""
     device = inputs.encoded[0].prompt_ids.device
     processor = inputs.student.processor
-    texts = [reference_text(item) for item in inputs.items]
+    opened = processor.generation_prefix  # a template that pre-opens <think> must not see it twice
+    texts = [reference_continuation(reference_text(item), opened, processor.thinking_tags) for item in inputs.items]
     full = [reference_ids(processor, text, None, device) for text in texts]
     limit = inputs.sampling.max_new_tokens
-    return Prefix(
-        tokens=[ids[:limit] for ids in full], texts=texts, stopped=[ids.numel() <= limit for ids in full]
-    )
+    return Prefix(tokens=[ids[:limit] for ids in full], texts=texts, stopped=[ids.numel() <= limit for ids in full])
 
 
 def normalize_answer(text: str) -> str:
