@@ -71,16 +71,26 @@ def vlmeval(written: dict[str, list[Path]], tmp_path_factory: pytest.TempPathFac
         return {}
     work = tmp_path_factory.mktemp("vlmeval")
     jobs = [
-        {"key": name, "dataset": compose_bench(name).dataset_name, "data": str(paths[0]),
-         "unsplit": _parts(name)[0].unsplit}
+        {
+            "key": name,
+            "dataset": compose_bench(name).dataset_name,
+            "data": str(paths[0]),
+            "unsplit": _parts(name)[0].unsplit,
+        }
         for name, paths in written.items()
         if len(paths) == 1 and name not in video.FILES
-    ]  # fmt: skip
+    ]
     (work / "jobs.json").write_text(json.dumps(jobs))
     command = [
-        str(vlmeval_env() / "bin" / "python"), str(SCRIPT), "--jobs", str(work / "jobs.json"),
-        "--work-dir", str(work / "lmu"), "--out", str(work / "out.json"),
-    ]  # fmt: skip
+        str(vlmeval_env() / "bin" / "python"),
+        str(SCRIPT),
+        "--jobs",
+        str(work / "jobs.json"),
+        "--work-dir",
+        str(work / "lmu"),
+        "--out",
+        str(work / "out.json"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-3000:]}"
     return json.loads((work / "out.json").read_text())

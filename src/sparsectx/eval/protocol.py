@@ -31,6 +31,7 @@ from sparsectx.engine import EngineConfig, Prompts, engine_for, pruned_prompts
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
+    SCORERS,
     ScoredItem,
     is_mmmu_correct,
     match_choice,
@@ -139,6 +140,19 @@ def concatenated(paths: list[Path], parts: list[list[Item]]) -> list[Item]:
     return out
 
 
+def no_options(spec: BenchSpec) -> str:
+    """Returns why a row of a multiple-choice benchmark without options cannot be asked, with the fix."""
+    where = (
+        "its A-Z columns are empty"
+        if spec.layout.options == "columns"
+        else f"layout.options={spec.layout.options} found none in {spec.layout.options_column or 'the row'}"
+    )
+    return (
+        f"no options: scorer {spec.scorer!r} reads an option letter, but {where}; point "
+        f"bench.{spec.name}.layout.options (columns | list | lines) and options_column at where the file keeps them"
+    )
+
+
 def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> BenchRows:
     """Returns the usable items of a benchmark, a ``Skip`` for every row left out, and the dropped rows.
 
@@ -152,14 +166,17 @@ def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> BenchRows:
     """
     items, skips, dropped = read_bench(spec)
     path = spec.path or ", ".join(spec.layout.files)
+    if SCORERS.get(spec.scorer).needs_options:  # caught here, not by the scorer after hours of generation
+        skips += [Skip(str(item.index), no_options(spec)) for item in items if not item.options]
+        items = [item for item in items if item.options]
     source = video_source(spec)
     if source is not None:
         problems = {item.index: clip_problem(item, source) for item in items}
         skips += [Skip(str(index), reason) for index, reason in problems.items() if reason]
         items = [item for item in items if not problems[item.index]]
     if dropped:
-        log.info("benchmark %r: %d rows dropped as VLMEvalKit drops them (%s)", spec.name, len(dropped),
-                 ", ".join(spec.layout.drop_rows))  # fmt: skip
+        rules = ", ".join(spec.layout.drop_rows)
+        log.info("benchmark %r: %d rows dropped as VLMEvalKit drops them (%s)", spec.name, len(dropped), rules)
     if not items and not skips:
         raise ValueError(f"benchmark {spec.name!r}: {path} has a header but no rows; rebuild or replace it")
     if not skips:

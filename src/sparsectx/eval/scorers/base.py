@@ -62,6 +62,9 @@ class Scorer:
     name: str
     version: int
     fn: ScoreFn
+    needs_options: bool = False
+    """Every item is a multiple-choice question (its reference an option letter): a benchmark row without
+    options is refused when the file is read, before any generation (``protocol.load_bench_items``)."""
 
     def __call__(self, items: Sequence[ScoredItem]) -> dict[str, float]:
         return self.fn(items)
@@ -79,13 +82,14 @@ class ScoreReport:
 SCORERS: Registry[Scorer] = Registry("scorer")
 
 
-def register_scorer(name: str, version: int) -> Callable[[ScoreFn], ScoreFn]:
-    """Returns a decorator that files ``fn`` in ``SCORERS`` under ``name`` with ``version``."""
+def register_scorer(name: str, version: int, needs_options: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+    """Returns a decorator that files ``fn`` in ``SCORERS`` under ``name`` with ``version`` (and whether every
+    item it scores must have options, ``Scorer.needs_options``)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"scorer {name!r}: version={version!r} must be an int >= 1")
 
     def add(fn: ScoreFn) -> ScoreFn:
-        SCORERS.register(name)(Scorer(name=name, version=version, fn=fn))
+        SCORERS.register(name)(Scorer(name=name, version=version, fn=fn, needs_options=needs_options))
         return fn
 
     return add
@@ -150,9 +154,7 @@ def accuracy_metrics(
         unread_key: float(unread),
     }
     if any(item.category for item in items):
-        metrics |= per_key_accuracy(
-            ((it.category, ok) for it, ok in zip(items, correct, strict=True)), "category"
-        )
+        metrics |= per_key_accuracy(((it.category, ok) for it, ok in zip(items, correct, strict=True)), "category")
     return metrics
 
 

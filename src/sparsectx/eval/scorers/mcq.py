@@ -94,7 +94,7 @@ def is_choice_correct(item: ScoredItem) -> bool:
     return match_choice(item.prediction, item.options) == item.reference.strip().upper()
 
 
-@register_scorer("mcq", VERSION)
+@register_scorer("mcq", VERSION, needs_options=True)
 def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent (``score``), per-category accuracy and miss counts.
 
@@ -180,7 +180,7 @@ def is_choice_correct_vlmeval(item: ScoredItem) -> bool:
     return vlmeval_choice(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mcq_vlmeval", VERSION_VLMEVAL)
+@register_scorer("mcq_vlmeval", VERSION_VLMEVAL, needs_options=True)
 def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent by VLMEvalKit's exact-matching rules (``vlmeval_choice``).
 

@@ -76,7 +76,7 @@ def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     return {**metrics, "open": float(sum("A" not in item.options for item in items))}
 
 
-@register_scorer("hrbench", 1)
+@register_scorer("hrbench", 1, needs_options=True)
 def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns HR-Bench's cycle-averaged accuracy in percent (``report_acc_hrbench``'s ``Average`` ``all``).
 
@@ -112,7 +112,7 @@ CVBENCH_SOURCES = {"2D": ("ADE20K", "COCO"), "3D": ("Omni3D",)}
 """CV-Bench's image sources per task type (its README's accuracy formula)."""
 
 
-@register_scorer("cvbench", 1)
+@register_scorer("cvbench", 1, needs_options=True)
 def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns CV-Bench accuracy in percent: the mean of 2D (mean of ADE20K and COCO) and 3D (Omni3D).
 

@@ -35,7 +35,7 @@ VERSION = 2
 """2: rotations read by VLMEvalKit's ``can_infer`` (was our ``match_choice``)."""
 
 
-@register_scorer("mmbench_circular", VERSION)
+@register_scorer("mmbench_circular", VERSION, needs_options=True)
 def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns circular accuracy in percent (``score``) over questions, with per-rotation accuracy.
 
