@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import re
 import string
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sparsectx.checks import check_choice
 from sparsectx.data.tsv import Item, Skip
@@ -54,6 +54,10 @@ class PromptParts:
     """After the last option (``"Please select the correct answer from the options above. \\n"``)."""
     source: str
     """The VLMEvalKit file and function (or the project file) these parts restate."""
+    remove: list[str] = field(default_factory=list)
+    """Literal strings dropped from the rendered text, wherever they occur: MUIRBench's ``<image>`` tags,
+    which VLMEvalKit's ``MUIRDataset.split_MUIR`` turns into image positions and removes from the text (the
+    project puts every image before the text). Empty for every other benchmark."""
 
 
 @dataclass
@@ -183,7 +187,10 @@ def render_question(item: Item, prompt: PromptParts, mcq_hint: str) -> str:
     """Returns the text of ``item``'s user turn before the instruction, as ``prompt`` builds it."""
     fields = {**item.extra, "question": item.question, "mcq_hint": mcq_hint}
     fields["options"] = _options_block(item.options, prompt, fields) if item.options else ""
-    return "".join(_fill(part, fields) for part in prompt.parts)
+    text = "".join(_fill(part, fields) for part in prompt.parts)
+    for literal in prompt.remove:
+        text = text.replace(literal, "")
+    return text
 
 
 def _options_block(options: dict[str, str], prompt: PromptParts, fields: dict[str, str]) -> str:
