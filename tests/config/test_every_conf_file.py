@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.config import load_eval_config
 from sparsectx.eval.judge import JudgeAnswersConfig
+from sparsectx.eval.preflight import load_preflight_config
 from sparsectx.pretrain.train import load_config as load_pretrain_config
 from sparsectx.report.study import load_tables_config
 from sparsectx.training.config import load_train_config
@@ -28,15 +29,16 @@ ROOTS = {
     "make_tables": load_tables_config,
     "pretrain_tiny": load_pretrain_config,
     "judge_answers": load_judge_answers_config,
+    "preflight": load_preflight_config,
 }
 # group -> the root config that selects it (and a fixed option for roots whose default would not compose)
 GROUP_ROOTS = {
-    "model": ["train", "evaluate"],
+    "model": ["train", "evaluate", "preflight"],
     "pruner": ["train", "evaluate"],
     "logger": ["train", "evaluate", "make_tables"],
-    "bench": ["evaluate"],
+    "bench": ["evaluate", "preflight"],
     "method": ["train", "evaluate"],
-    "experiment": ["train", "evaluate", "make_tables"],
+    "experiment": ["train", "evaluate", "make_tables", "preflight"],
     "data": ["train", "pretrain_tiny"],
     "engine": ["train", "evaluate"],
     "judge": ["judge_answers"],
