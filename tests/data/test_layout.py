@@ -46,3 +46,23 @@ def test_without_remove_the_text_is_kept_as_written() -> None:
         == "Which image matches <image>?\nA. <image>\nB. none\nAnswer with the letter."
     )
     assert PromptParts(["{question}"], "", "", "", "", "test").remove == []  # the default: nothing removed
+
+
+def _video_item(extra: dict[str, str]) -> Item:
+    return Item(0, b"", "What moves?", {"A": "left", "B": "right"}, "A", "", "", "", "", "", extra)
+
+
+def test_a_lines_field_writes_a_list_cell_one_item_per_line() -> None:
+    """``{candidates:lines}`` is VLMEvalKit's ``'\\n'.join(eval(line['candidates']))`` (Video-MME, TempCompass)."""
+    parts = PromptParts(["Question: {question}\n", "{candidates:lines}", "\nAnswer: "], "", "", "", "", "test")
+    cell = "['Caption A: a dog runs left.', \"Caption B: it's running right.\"]"
+    assert render_question(_video_item({"candidates": cell}), parts, "") == (
+        "Question: What moves?\nCaption A: a dog runs left.\nCaption B: it's running right.\nAnswer: "
+    )
+
+
+def test_a_lines_field_of_a_missing_or_unlisted_cell_leaves_its_part_out() -> None:
+    parts = PromptParts(["Q: {question}", "\n{candidates:lines}"], "", "", "", "", "test")
+    assert render_question(_video_item({}), parts, "") == "Q: What moves?"
+    assert render_question(_video_item({"candidates": "A. left"}), parts, "") == "Q: What moves?"
+    assert render_question(_video_item({"candidates": "[]"}), parts, "") == "Q: What moves?"

@@ -15,9 +15,11 @@ of that per benchmark in ``conf/bench/<name>.yaml`` (the prompt parts shared by 
 
 Placeholders in prompt parts are ``{field}``: ``question``, ``options`` (the rendered options block),
 ``mcq_hint`` (the evaluation prompt's hint line), or any column of the row by its name (``{hint}``,
-``{multi-choice options}``). A part naming a field that is empty (or ``nan``, as pandas writes a missing
-cell) is left out, as VLMEvalKit leaves out ``Hint:`` when the ``hint`` cell is missing. Substitution is a
-single pass: text inserted for a field is never read again as a template.
+``{multi-choice options}``); ``{<column>:lines}`` is a Python-list cell written one item per line, as
+VLMEvalKit's video classes write ``'\n'.join(eval(line['candidates']))`` (Video-MME, TempCompass). A part
+naming a field that is empty (or ``nan``, as pandas writes a missing cell) is left out, as VLMEvalKit leaves
+out ``Hint:`` when the ``hint`` cell is missing. Substitution is a single pass: text inserted for a field is
+never read again as a template.
 """
 
 from __future__ import annotations
@@ -187,10 +189,28 @@ def render_question(item: Item, prompt: PromptParts, mcq_hint: str) -> str:
     """Returns the text of ``item``'s user turn before the instruction, as ``prompt`` builds it."""
     fields = {**item.extra, "question": item.question, "mcq_hint": mcq_hint}
     fields["options"] = _options_block(item.options, prompt, fields) if item.options else ""
+    fields.update(_lines_fields(prompt.parts, item.extra))
     text = "".join(_fill(part, fields) for part in prompt.parts)
     for literal in prompt.remove:
         text = text.replace(literal, "")
     return text
+
+
+LINES = ":lines"
+"""Suffix of a placeholder that writes a Python-list cell one item per line (``{candidates:lines}``)."""
+
+
+def _lines_fields(parts: list[str], extra: dict[str, str]) -> dict[str, str]:
+    """Returns the ``{<column>:lines}`` fields ``parts`` name: each list cell's items joined by newlines ("" when
+    the cell is missing or not a Python list, so the part is left out)."""
+    fields = {}
+    for name in (name for part in parts for name in _FIELD.findall(part) if name.endswith(LINES)):
+        try:
+            values = ast.literal_eval(extra.get(name.removesuffix(LINES), ""))
+        except (ValueError, SyntaxError):
+            values = None
+        fields[name] = "\n".join(map(str, values)) if isinstance(values, (list, tuple)) else ""
+    return fields
 
 
 def _options_block(options: dict[str, str], prompt: PromptParts, fields: dict[str, str]) -> str:
