@@ -39,9 +39,7 @@ def suite():  # noqa: ANN201
 
 @pytest.fixture(scope="module")
 def family():  # noqa: ANN201
-    return replace(
-        load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=12
-    )
+    return replace(load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=12)
 
 
 def _frame(value: int, size: tuple[int, int] = (32, 24)) -> Image.Image:
@@ -113,9 +111,7 @@ def test_frames_of_different_sizes_or_undecodable_are_refused() -> None:
         embedded_video((_png(_frame(0)), b"junk"), 2, 2.0, "row 4")
 
 
-def test_family_is_deterministic_balanced_and_answerable_from_its_frames(
-    suite, family, tmp_path: Path
-) -> None:  # noqa: ANN001
+def test_family_is_deterministic_balanced_and_answerable_from_its_frames(suite, family, tmp_path: Path) -> None:  # noqa: ANN001
     first, second = video_items(suite, family), video_items(suite, family)
     assert first == second
     assert [item.category for item in first] == [KINDS[n % 3] for n in range(12)]
@@ -153,15 +149,76 @@ def test_clip_problems_are_found_before_decoding(suite, family, tmp_path: Path) 
     source = VideoSource(tmp_path / "b.tsv", tmp_path / "clips", "", 8, 256, 1.0)
     row = replace(video_items(suite, replace(family, size=1))[0], frames=(), video="short")
     assert clip_problem(row, source) == f"{folder}: 3 frames, fewer than the 8 requested"
-    assert clip_problem(replace(row, video="absent"), source).endswith(
-        "absent: no video file or frame folder there"
-    )
+    assert clip_problem(replace(row, video="absent"), source).endswith("absent: no video file or frame folder there")
     assert clip_problem(replace(row, video="long.mp4"), source) == ""
     assert row_video(replace(row, video="long.mp4"), source).frame_indices == (1, 2, 4, 5, 6, 8, 9, 10)
-    assert (
-        clip_problem(replace(row, video=""), source)
-        == "a video benchmark row needs a 'frames' or 'video' cell"
-    )
+    assert clip_problem(replace(row, video=""), source) == "a video benchmark row needs a 'frames' or 'video' cell"
     embedded = video_items(suite, replace(family, size=1))[0]
     with pytest.raises(VideoError, match="b.tsv row 0: embedded frames need a numeric 'fps' column"):
         row_video(replace(embedded, extra={}), source)
+
+
+def test_prefix_and_suffix_columns_name_the_clip_as_vlmevalkit_joins_them(
+    suite,  # noqa: ANN001
+    family,  # noqa: ANN001
+    tmp_path: Path,
+) -> None:
+    """``osp.join(data_root, line['prefix'], line['video'] + line['suffix'])`` (MVBench, MLVU, TempCompass)."""
+    (tmp_path / "video" / "clevrer").mkdir(parents=True)
+    _write_mp4(tmp_path / "video" / "clevrer" / "v1.mp4", 12, fps=4)
+    base = replace(video_items(suite, replace(family, size=1))[0], frames=())
+    source = VideoSource(tmp_path / "b.tsv", tmp_path, "", 8, 256, 1.0, prefix_column="prefix")
+    row = replace(base, video="v1.mp4", extra={"prefix": "./video/clevrer/"})
+    assert clip_problem(row, source) == ""
+    assert row_video(row, source).source == str(tmp_path / "video" / "clevrer" / "v1.mp4")
+    lost = replace(row, extra={"prefix": "./video/other"})
+    assert (
+        clip_problem(lost, source) == f"{tmp_path / 'video' / 'other' / 'v1.mp4'}: no video file or frame folder there"
+    )
+    with_suffix = replace(source, suffix_column="suffix")
+    assert (
+        clip_problem(replace(row, video="v1", extra={"prefix": "video/clevrer", "suffix": ".mp4"}), with_suffix) == ""
+    )
+    assert "no 'suffix' column" in clip_problem(replace(row, video="v1"), with_suffix)
+    assert "no 'prefix' column" in clip_problem(replace(row, extra={}), source)
+
+
+def test_a_bounded_row_is_sampled_within_its_window_and_counted_there(
+    suite,  # noqa: ANN001
+    family,  # noqa: ANN001
+    tmp_path: Path,
+) -> None:
+    """MVBench's ``bound``/``start``/``end``: frames round(start*fps)..round(end*fps) of the clip, the clip
+    starting at the window (the subclip VLMEvalKit cuts); too few frames there is a named problem."""
+    _write_mp4(tmp_path / "c.mp4", 30, fps=3)  # 10 s
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(30):  # 10 s at 3 fps
+        _frame(i).save(folder / f"{i + 1:05d}.jpg")
+    source = VideoSource(
+        tmp_path / "b.tsv", tmp_path, "", 8, 256, 3.0, bound_column="bound", start_column="start", end_column="end"
+    )
+    base = replace(video_items(suite, replace(family, size=1))[0], frames=())
+    row = replace(base, video="c.mp4", extra={"bound": "True", "start": "2.0", "end": "6.0"})
+    clip = row_video(row, source)  # frames 6..18 of 30: 13 frames, 8 sampled from them
+    assert clip.total_frames == 13 and clip.frame_indices == (1, 2, 4, 5, 7, 8, 10, 11)
+    assert clip.frames[0].getpixel((0, 0))[0] == pytest.approx(8 * 7, abs=6)  # source frame 7 = window frame 1
+    assert row_video(replace(row, extra={"bound": "False", "start": "", "end": ""}), source).total_frames == 30
+    assert clip_problem(replace(row, extra={"bound": "True", "start": "2", "end": "3"}), source) == (
+        f"{tmp_path / 'c.mp4'} window 2-3 s: 4 frames, fewer than the 8 requested"
+    )
+    framed = replace(row, video="frames", extra={"bound": "True", "start": "1", "end": "5"})
+    assert clip_problem(framed, source) == ""  # frames 3..15 at 3 fps: 13 frames
+    assert row_video(framed, source).total_frames == 13
+    bad = replace(row, extra={"bound": "True", "start": "nan", "end": "6"})
+    assert "bound=True but start='', end='6' are not seconds" in clip_problem(bad, source)
+    backwards = replace(row, extra={"bound": "True", "start": "6", "end": "2"})
+    assert "does not run forward" in clip_problem(backwards, source)
+
+
+def test_a_window_needs_all_three_columns() -> None:
+    from sparsectx.eval.config import VideoSpec
+
+    with pytest.raises(ValueError, match="name all three"):
+        VideoSpec(32, 12288, "video", "", "", 1.0, bound_column="bound", start_column="start")
+    assert VideoSpec(32, 12288, "video", "", "", 1.0, "prefix", "", "bound", "start", "end").end_column == "end"

@@ -7,6 +7,13 @@ VLMEvalKit's ``VideoBaseDataset`` rule: ``count`` frames at ``int(i * total / (c
 i = 1..count, so the first and last frames are never taken and the result is a pure function of
 (total, count).
 
+Where a row's clip is and which part of it is asked about is data (``VideoSource``, from ``bench.<name>.video``):
+VLMEvalKit's video files keep a clip as ``<root>/<prefix cell>/<video cell><suffix>`` (MVBench, MLVU and
+TempCompass carry a ``prefix`` folder per row; TempCompass also a ``suffix`` column), ``root`` being the folder
+holding the benchmark file (``prepare_dataset`` returns that folder as ``data_root``). A row may name a window
+of its clip (MVBench's ``bound``/``start``/``end`` in seconds); its frames are then sampled within the window
+and the clip starts at the window's start, as the clip VLMEvalKit cuts from it.
+
 Decoding video files uses PyAV (``av`` on PyPI: manylinux wheels with FFmpeg inside, CPU only, no
 torchvision), which the project depends on for this reason. Any failure (a file that does not decode, fewer
 frames than asked for, frames of different sizes) raises ``VideoError`` naming the file, which the benchmark
@@ -54,16 +61,12 @@ class Video:
 
     def __post_init__(self) -> None:
         if not self.frames or len(self.frames) != len(self.frame_indices):
-            raise VideoError(
-                f"{self.source}: {len(self.frames)} frames for {len(self.frame_indices)} frame indices"
-            )
+            raise VideoError(f"{self.source}: {len(self.frames)} frames for {len(self.frame_indices)} frame indices")
         if not self.fps > 0:
             raise VideoError(f"{self.source}: fps={self.fps} must be > 0")
         sizes = {frame.size for frame in self.frames}
         if len(sizes) > 1:
-            raise VideoError(
-                f"{self.source}: frames differ in size {sorted(sizes)}; a video has one frame size"
-            )
+            raise VideoError(f"{self.source}: frames differ in size {sorted(sizes)}; a video has one frame size")
 
     @property
     def sampled_fps(self) -> float:
@@ -98,31 +101,56 @@ def _open_frame(path: Path) -> Image.Image:
         raise VideoError(f"{path}: frame does not decode ({type(error).__name__}: {error})") from error
 
 
-def read_frame_folder(folder: Path, count: int, fps: float) -> Video:
+Window = tuple[float, float]
+"""A part of a clip, (start, end) in seconds (MVBench's ``start``/``end`` where its ``bound`` is true)."""
+
+
+def window_frames(total: int, fps: float, window: Window | None) -> tuple[int, int]:
+    """Returns (first frame, frame count) of ``window`` in a ``total``-frame source at ``fps``; the whole
+    source without a window. The window's frames are ``round(start * fps)`` to ``round(end * fps)``, cut to
+    the source, as VLMEvalKit's ``MVBench.get_index`` bounds them."""
+    if window is None:
+        return 0, total
+    first = max(0, round(window[0] * fps))
+    last = min(round(window[1] * fps), total - 1)
+    return first, max(0, last - first + 1)
+
+
+def _sampled(total: int, fps: float, count: int, window: Window | None, source: str) -> tuple[int, int, list[int]]:
+    """Returns (first frame of the window, its frame count, the absolute indices of the sampled frames)."""
+    first, length = window_frames(total, fps, window)
+    where = source if window is None else f"{source} window {window[0]:g}-{window[1]:g} s"
+    return first, length, [first + i for i in sample_indices(length, count, where)]
+
+
+def read_frame_folder(folder: Path, count: int, fps: float, window: Window | None = None) -> Video:
     """Returns ``count`` frames sampled from a folder of pre-extracted frames (sorted by file name).
 
-    ``fps`` is the rate the folder's frames were extracted at (a benchmark column or config value).
+    ``fps`` is the rate the folder's frames were extracted at (a benchmark column or config value). With a
+    ``window`` the frames are sampled within it and the clip starts at its first frame.
 
     Raises:
-        VideoError: the folder is missing, holds fewer than ``count`` frames, or a frame does not decode.
+        VideoError: the folder is missing, holds fewer than ``count`` frames (in the window), or a frame does
+            not decode.
     """
     if not folder.is_dir():
         raise VideoError(f"{folder}: no frame folder there")
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
-    indices = sample_indices(len(files), count, str(folder))
+    first, length, indices = _sampled(len(files), fps, count, window, str(folder))
     frames = tuple(_open_frame(files[i]) for i in indices)
-    return Video(frames, tuple(indices), fps, len(files), str(folder))
+    return Video(frames, tuple(i - first for i in indices), fps, length, str(folder))
 
 
-def read_video_file(path: Path, count: int) -> Video:
+def read_video_file(path: Path, count: int, window: Window | None = None) -> Video:
     """Returns ``count`` frames sampled from a video file, decoded with PyAV.
 
     The frame count is the stream header's, or the number of packets when the header has none; decoding
-    keeps only the sampled frames (a 10-minute clip is never held in memory whole).
+    keeps only the sampled frames (a 10-minute clip is never held in memory whole). With a ``window`` the
+    frames are sampled within it and the clip starts at its first frame.
 
     Raises:
         VideoError: the file is missing, does not decode, has no video stream, has fewer than ``count``
-            frames, or decodes to fewer frames than its count promised.
+            frames (in the window), or decodes to fewer frames than its count promised.
     """
     import av  # the one module that needs FFmpeg; imported here so frame folders never load it
 
@@ -135,7 +163,7 @@ def read_video_file(path: Path, count: int) -> Video:
             stream = container.streams.video[0]
             rate = float(stream.average_rate or stream.guessed_rate or 0)
             total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-            indices = sample_indices(total, count, str(path))
+            first, length, indices = _sampled(total, rate, count, window, str(path))
             container.seek(0)
             wanted, frames = set(indices), []
             for number, frame in enumerate(container.decode(stream)):
@@ -149,12 +177,14 @@ def read_video_file(path: Path, count: int) -> Video:
         raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
     if len(frames) < len(indices):
         raise VideoError(f"{path}: decoded {len(frames)} of the {count} sampled frames (truncated file?)")
-    return Video(tuple(frames), tuple(indices), rate, total, str(path))
+    return Video(tuple(frames), tuple(i - first for i in indices), rate, length, str(path))
 
 
-def load_video(path: Path, count: int, folder_fps: float) -> Video:
+def load_video(path: Path, count: int, folder_fps: float, window: Window | None = None) -> Video:
     """Returns ``count`` sampled frames of ``path``: a frame folder (at ``folder_fps``) or a video file."""
-    return read_frame_folder(path, count, folder_fps) if path.is_dir() else read_video_file(path, count)
+    if path.is_dir():
+        return read_frame_folder(path, count, folder_fps, window)
+    return read_video_file(path, count, window)
 
 
 def embedded_video(encoded: tuple[bytes, ...], count: int, fps: float, source: str) -> Video:
@@ -189,20 +219,22 @@ def row_video(item: Item, bench: VideoSource) -> Video:
             raise VideoError(f"{source}: embedded frames need a numeric {FPS_COLUMN!r} column") from error
         clip = embedded_video(item.frames, bench.frames, fps, source)
     elif item.video:
-        clip = load_video(bench.root / f"{item.video}{bench.suffix}", bench.frames, bench.folder_fps)
+        clip = load_video(clip_path(item, bench), bench.frames, bench.folder_fps, clip_window(item, bench))
     else:
         raise VideoError(f"{source}: a video benchmark row needs a 'frames' or 'video' cell")
     return replace(clip, max_tokens=bench.max_tokens)
 
 
-def frame_count(path: Path) -> int:
-    """Returns the number of frames of a frame folder or video file without decoding any (0 if absent).
+def frame_count(path: Path, folder_fps: float = 1.0, window: Window | None = None) -> int:
+    """Returns the number of frames of a frame folder or video file (within ``window``, a folder's frames at
+    ``folder_fps``) without decoding any (0 if absent).
 
     Raises:
         VideoError: the video file cannot be opened or has no video stream.
     """
     if path.is_dir():
-        return sum(1 for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
+        total = sum(1 for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
+        return window_frames(total, folder_fps, window)[1]
     if not path.is_file():
         return 0
     import av
@@ -212,11 +244,65 @@ def frame_count(path: Path) -> int:
             if not container.streams.video:
                 raise VideoError(f"{path}: no video stream")
             stream = container.streams.video[0]
-            return stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
+            rate = float(stream.average_rate or stream.guessed_rate or 0)
+            total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
     except VideoError:
         raise
     except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
         raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
+    if window is not None and not rate > 0:
+        raise VideoError(f"{path}: no frame rate in the stream, so the window {window} cannot be cut")
+    return window_frames(total, rate, window)[1]
+
+
+def _cell(item: Item, column: str, bench: VideoSource) -> str:
+    """Returns a row's cell of ``column`` ("" for pandas' ``nan``), raising ``VideoError`` when the file lacks it."""
+    if column not in item.extra:
+        raise VideoError(
+            f"{bench.file} row {item.index}: no {column!r} column, which bench.*.video names; fix the file or "
+            "the config's video block"
+        )
+    value = item.extra[column].strip()
+    return "" if value == "nan" else value
+
+
+def clip_path(item: Item, bench: VideoSource) -> Path:
+    """Returns where a row's clip is: ``root / <prefix cell> / (<video cell> + suffix)``, the suffix being the
+    row's ``suffix_column`` cell where one is named, else ``bench.suffix`` (VLMEvalKit's ``osp.join(
+    data_root, line['prefix'], line['video'] + line['suffix'])``).
+
+    Raises:
+        VideoError: a named prefix or suffix column is missing from the file.
+    """
+    prefix = _cell(item, bench.prefix_column, bench) if bench.prefix_column else ""
+    suffix = _cell(item, bench.suffix_column, bench) if bench.suffix_column else bench.suffix
+    return bench.root / prefix / f"{item.video}{suffix}"
+
+
+TRUE_CELLS = ("true", "1", "yes")
+"""A ``bound_column`` cell that asks for the window (pandas writes Python's ``True`` as ``True``)."""
+
+
+def clip_window(item: Item, bench: VideoSource) -> Window | None:
+    """Returns the row's window (start, end) in seconds where its ``bound_column`` cell is true, else None.
+
+    Raises:
+        VideoError: a named column is missing, or a bounded row's start/end is not a number or ends before it
+            starts (naming the row and the cells).
+    """
+    if not bench.bound_column or _cell(item, bench.bound_column, bench).lower() not in TRUE_CELLS:
+        return None
+    start, end = _cell(item, bench.start_column, bench), _cell(item, bench.end_column, bench)
+    try:
+        window = (float(start), float(end))
+    except ValueError as error:
+        raise VideoError(
+            f"{bench.file} row {item.index}: {bench.bound_column}=True but {bench.start_column}={start!r}, "
+            f"{bench.end_column}={end!r} are not seconds"
+        ) from error
+    if not window[1] > window[0] >= 0:
+        raise VideoError(f"{bench.file} row {item.index}: window {window} does not run forward from >= 0 s")
+    return window
 
 
 def clip_problem(item: Item, bench: VideoSource) -> str:
@@ -228,13 +314,15 @@ def clip_problem(item: Item, bench: VideoSource) -> str:
     if item.frames:
         have, where = len(item.frames), "embedded frames"
     elif item.video:
-        path = bench.root / f"{item.video}{bench.suffix}"
         try:
-            have, where = frame_count(path), str(path)
+            path, window = clip_path(item, bench), clip_window(item, bench)
+            have, where = frame_count(path, bench.folder_fps, window), str(path)
         except VideoError as error:
             return str(error)
-        if have == 0:
+        if have == 0 and not path.exists():
             return f"{path}: no video file or frame folder there"
+        if window is not None:
+            where = f"{path} window {window[0]:g}-{window[1]:g} s"
     else:
         return "a video benchmark row needs a 'frames' or 'video' cell"
     return f"{where}: {have} frames, fewer than the {bench.frames} requested" if have < bench.frames else ""
@@ -251,6 +339,12 @@ class VideoSource:
         frames: frames sampled per clip.
         max_tokens: cap on a clip's post-merger tokens.
         folder_fps: rate of pre-extracted frame folders.
+        prefix_column: column whose cell is a folder between ``root`` and the ``video`` cell ("" = none).
+        suffix_column: column whose cell is appended to the ``video`` cell instead of ``suffix`` ("" = none).
+        bound_column: column whose true cell asks for the window ``start_column``..``end_column`` (seconds)
+            of the clip ("" = whole clips).
+        start_column: the window's start (seconds).
+        end_column: the window's end (seconds).
     """
 
     file: Path
@@ -259,3 +353,8 @@ class VideoSource:
     frames: int
     max_tokens: int
     folder_fps: float
+    prefix_column: str = ""
+    suffix_column: str = ""
+    bound_column: str = ""
+    start_column: str = ""
+    end_column: str = ""

@@ -57,11 +57,22 @@ class VideoSpec:
     position)."""
     root: str
     """Folder that the ``video`` column's names are relative to (the launch directory's relative path or
-    absolute); unused by files whose frames are embedded (``frames`` column)."""
+    absolute); "" = the folder holding the benchmark file, as VLMEvalKit's video classes keep their clips
+    beside their TSV (``prepare_dataset``'s ``root``). Unused by files whose frames are embedded (``frames``)."""
     suffix: str
     """Appended to a ``video`` cell to name its file (``.mp4``); "" names a frame folder or a full name."""
     folder_fps: float
     """Frame rate of pre-extracted frame folders (their frames' times); video files carry their own."""
+    prefix_column: str = ""
+    """A column whose cell is a folder between ``root`` and the ``video`` cell (MVBench's and MLVU's
+    ``prefix``: ``osp.join(data_root, line['prefix'], line['video'])``); "" = none."""
+    suffix_column: str = ""
+    """A column whose cell is appended to the ``video`` cell instead of ``suffix`` (TempCompass's ``suffix``)."""
+    bound_column: str = ""
+    """A column whose true cell asks about the window ``start_column``..``end_column`` (seconds) of the clip
+    only (MVBench's ``bound``, ``start``, ``end``); "" = whole clips. All three are named, or none."""
+    start_column: str = ""
+    end_column: str = ""
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.max_tokens < 1 or not self.folder_fps > 0:
@@ -70,6 +81,12 @@ class VideoSpec:
                 f"folder_fps={self.folder_fps} > 0"
             )
         check_choice(self.budget_unit, BUDGET_UNITS, "bench.*.video.budget_unit")
+        window = (self.bound_column, self.start_column, self.end_column)
+        if any(window) and not all(window):
+            raise ValueError(
+                f"bench.*.video: bound_column={self.bound_column!r}, start_column={self.start_column!r} and "
+                f"end_column={self.end_column!r}: name all three (MVBench: bound, start, end) or none"
+            )
 
 
 @dataclass

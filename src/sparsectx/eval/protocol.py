@@ -33,6 +33,7 @@ from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
     SCORERS,
     ScoredItem,
+    is_logicvista_correct,
     is_mmmu_correct,
     match_choice,
     normalize_short_answer,
@@ -211,13 +212,29 @@ def bench_digest(spec: BenchSpec) -> str:
     return digests[0] if len(digests) == 1 else hashlib.sha256(":".join(digests).encode()).hexdigest()
 
 
-def video_source(spec: BenchSpec) -> VideoSource | None:
-    """Returns where a video benchmark's clips are and how they are sampled; None for an image benchmark."""
+def video_source(spec: BenchSpec, file: Path | None = None) -> VideoSource | None:
+    """Returns where a video benchmark's clips are and how they are sampled; None for an image benchmark.
+
+    ``file`` is the benchmark file (default: the first of ``bench_files``); ``video.root: ""`` resolves to its
+    folder, where VLMEvalKit's video classes keep their clips (``prepare_dataset`` returns that folder as
+    ``root``), so a benchmark found in ``$LMUData``, ``data/`` or ``bench.<name>.path`` finds its clips beside it.
+    """
     if spec.video is None:
         return None
     video = spec.video
+    file = file if file is not None else bench_files(spec)[0]
     return VideoSource(
-        Path(spec.path), Path(video.root), video.suffix, video.frames, video.max_tokens, video.folder_fps
+        file,
+        Path(video.root) if video.root else file.parent,
+        video.suffix,
+        video.frames,
+        video.max_tokens,
+        video.folder_fps,
+        prefix_column=video.prefix_column,
+        suffix_column=video.suffix_column,
+        bound_column=video.bound_column,
+        start_column=video.start_column,
+        end_column=video.end_column,
     )
 
 
@@ -302,6 +319,8 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return vlmeval_choice(pred, item.options) == item.reference.strip()
     if scorer == "mmmu_vlmeval":
         return is_mmmu_correct(item)
+    if scorer == "logicvista":
+        return is_logicvista_correct(item)
     if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it
         return vlmeval_choice(pred, item.options, strip=False) == item.reference.strip()
     if scorer in ("yes_no", "pope", "mme", "hallusionbench"):
