@@ -7,6 +7,7 @@ them (style convention 11). A benchmark config names its scorer by key, e.g. ``s
 from sparsectx.eval.scorers import (
     exact,
     hallusionbench,
+    logicvista,
     mcq,
     mcq_reports,
     mmbench,
@@ -26,6 +27,7 @@ from sparsectx.eval.scorers.base import (
     score_items,
 )
 from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, vlmeval_accuracy
+from sparsectx.eval.scorers.logicvista import is_logicvista_correct
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
 from sparsectx.eval.scorers.mcq_reports import is_mmmu_correct
 from sparsectx.eval.scorers.ocrbench import ocr_contains
@@ -42,7 +44,9 @@ __all__ = [
     "binary_metrics",
     "exact",
     "hallusionbench",
+    "is_logicvista_correct",
     "is_mmmu_correct",
+    "logicvista",
     "match_choice",
     "mcq",
     "mcq_reports",
