@@ -1,7 +1,9 @@
 """MME: accuracy and accuracy+ per category, summed into perception and cognition subtotals.
 
-Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``MME_rating`` and the headline in
-``vlmeval/dataset/image_yorn.py`` ``ImageYORNDataset.report_primary_metric`` (perception + reasoning);
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``MME_rating``, which reports ``perception`` and
+``reasoning`` and each category; the headline is their sum, as upstream open-compass/VLMEvalKit's
+``ImageYORNDataset.report_primary_metric`` reports it (``Overall Score``; that method is not in the pinned
+nvidia-vlmeval 26.3);
 the metric itself is MME's (Fu et al., 2023, §2.3). Each row is right when its yes/no reading
 (``sparsectx.eval.scorers.yes_no.parse_yes_no``, VLMEvalKit's ``YOrN_Extraction``) equals the gold.
 Questions are paired by **(category, image_path)** — VLMEvalKit's ``stats[category][image_path]`` —

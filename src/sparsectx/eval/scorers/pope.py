@@ -1,8 +1,10 @@
 """POPE: F1, accuracy, precision and recall per subset and over all rows, as VLMEvalKit rates POPE.
 
-Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``POPE_rating`` (with ``cal_f1_score`` inside it)
-and its headline, ``vlmeval/dataset/image_yorn.py`` ``ImageYORNDataset.report_primary_metric``
-(``split=Overall|Overall``, the overall F1). "yes" is the positive class (POPE, Li et al. 2023, §3).
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``POPE_rating`` (with ``cal_f1_score`` inside it);
+the headline is its ``Overall`` row's ``Overall`` column (the overall F1), the figure upstream
+open-compass/VLMEvalKit's ``ImageYORNDataset.report_primary_metric`` reports as ``Overall F1`` (that method is
+not in the pinned nvidia-vlmeval 26.3, whose ``evaluate`` returns the table alone).
+"yes" is the positive class (POPE, Li et al. 2023, §3).
 
 VLMEvalKit's POPE.tsv stores a question shared by several subsets once, with a comma-joined
 ``category`` (e.g. ``adversarial,popular,random``). ``POPE_rating`` splits the category and explodes
