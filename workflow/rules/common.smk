@@ -14,13 +14,14 @@ if Path(workflow.basedir).resolve() != wf.REPO_DIR:
     )
 CONFIG = wf.resolve_config(config)
 wf.validate_config(CONFIG)  # workflow/schemas/config.schema.yaml; each error names its dotted key
-GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"])
+GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"], CONFIG.get("model_paths"))
 wf.check_tables_seeds(GRID)
 _unknown = GRID.unknown_conf_names()
 if _unknown:
     raise ValueError(f"experiment {GRID.experiment}: scheduled cells name configs that do not exist: {_unknown}")
 DATA = GRID.data_files()
 RES = GRID.resources
+PREFLIGHT = GRID.preflight_inputs()  # every train and evaluation job's first input ([] on built data)
 
 
 wildcard_constraints:

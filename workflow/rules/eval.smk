@@ -6,6 +6,7 @@ rule evaluate_trained:
     """Scores one trained checkpoint on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one
     pruner and budget."""
     input:
+        preflight=PREFLIGHT,
         bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
     output:
@@ -30,6 +31,7 @@ rule evaluate_trained:
 # into results/seed<s>/, the tree make_tables reads for it (workflow/README.md, "Several training seeds").
 use rule evaluate_trained as evaluate_trained_seed with:
     input:
+        preflight=PREFLIGHT,
         bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
     output:
@@ -46,6 +48,7 @@ use rule evaluate_trained as evaluate_trained_seed with:
 rule passk:
     """Fixed-context Pass@K of one cell; the cohort is what the full-context greedy run solved."""
     input:
+        preflight=PREFLIGHT,
         bench=lambda w: DATA.get(w.bench, []),
         full_context=lambda w: GRID.reference_leaf(w.model, w.bench),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
@@ -68,6 +71,7 @@ rule passk:
 rule efficiency:
     """FLOPs, KV-cache size and stage latencies of one (model, method, pruner) at its budgets, relative to 1.0."""
     input:
+        preflight=PREFLIGHT,
         bench=lambda w: DATA.get(GRID.efficiency_run(w.model, w.method, w.pruner).bench, []),
         checkpoint=lambda w: GRID.checkpoint_inputs(GRID.efficiency_run(w.model, w.method, w.pruner).cell),
     output:

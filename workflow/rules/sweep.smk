@@ -5,6 +5,7 @@ rule evaluate_base:
     """Scores the untrained model on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one pruner
     and budget."""
     input:
+        preflight=PREFLIGHT,
         bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
     output:
         GRID.eval_outputs(wf.RESULT_PATTERN),

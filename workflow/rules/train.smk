@@ -9,6 +9,7 @@ resumes from.
 rule train:
     """Trains one method at its budget and exports runs/<...>/checkpoint/."""
     input:
+        preflight=PREFLIGHT,
         train=DATA.get("train", []),
     output:
         wf.CHECKPOINT_PATTERN,

@@ -690,7 +690,7 @@ class PreflightConfig:
     bench: dict[str, BenchSpec]
     list: bool
     models: list[str] | None
-    model_paths: dict[str, str]
+    model_paths: dict[str, str] | None
     train_files: list[str]
     train_max_skip_fraction: float
     sample_image: list[int]

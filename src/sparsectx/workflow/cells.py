@@ -25,6 +25,9 @@ EFFICIENCY_PATTERN = "results/{experiment}/{model}/{method}/{pruner}/efficiency.
 """One file per (model, method, pruner): ``mode=efficiency`` measures its budgets (and 1.0) in one run."""
 CHECKPOINT_PATTERN = "runs/{experiment}/{model}/{method}/{pruner}/{budget}/checkpoint/" + CHECKPOINT_MARKER
 TABLES_PATTERN = "results/{experiment}/tables"
+PREFLIGHT_PATTERN = "results/{experiment}/preflight.json"
+"""The preflight's report (``src/preflight.py out=``), written only when every input passed: every train and
+evaluation job of an experiment on user-provided inputs depends on it (``Grid.preflight_inputs``)."""
 SEED_FOLDER = "seed{seed}"
 """Folder under ``results/`` and ``runs/`` of a training seed other than ``grid.seed`` (the layout
 ``sparsectx.report.seeds.seed_root`` reads: ``<results_root>/seed<s>/`` holds the usual tree)."""

@@ -46,7 +46,8 @@ def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
 def _point_args(grid: Grid, cell: Cell, method_key: str, seed: int) -> list[str]:
     # base (untrained) is never trained and is evaluate.py's default: there is no conf/method/base.yaml
     method = [] if cell.method == BASE else [f"{method_key}={cell.method}"]
-    args = [f"experiment={grid.experiment}", f"model={cell.model}", *method]
+    path = [f"model.path={grid.model_paths[cell.model]}"] if cell.model in grid.model_paths else []
+    args = [f"experiment={grid.experiment}", f"model={cell.model}", *path, *method]
     return args + [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={seed}"]
 
 
@@ -132,6 +133,23 @@ def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
         f"efficiency.budgets=[{budgets}]",
     ]
     return args + grid.overrides("efficiency")
+
+
+PREFLIGHT_KEYS = ("bench.", "model.")
+"""Evaluation overrides the preflight takes too (a benchmark's path, a model setting): it checks what runs."""
+
+
+def preflight_args(grid: Grid) -> list[str]:
+    """Returns the ``preflight.py`` overrides checking every scheduled model, benchmark and training file of
+    ``grid`` (with ``model_paths``, and the evaluation's ``bench.*``/``model.*`` overrides), its report at
+    ``Grid.preflight_output``."""
+    models, benches = grid.names("model"), grid.names("bench")
+    args = [f"models=[{','.join(models)}]", f"bench=[{','.join(benches)}]"]
+    args += [f"train_files=[{','.join(grid.train_files())}]", f"out={grid.preflight_output()}"]
+    paths = {m: p for m, p in grid.model_paths.items() if m in models}
+    if paths:
+        args.append("model_paths={" + ",".join(f"{m}:'{p}'" for m, p in sorted(paths.items())) + "}")
+    return args + [o for o in grid.overrides("evaluate") if o.startswith(PREFLIGHT_KEYS)]
 
 
 def tables_args(grid: Grid) -> list[str]:

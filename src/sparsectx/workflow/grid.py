@@ -21,6 +21,7 @@ from sparsectx.workflow.cells import (
     BASE,
     CHECKPOINT_MARKER,
     LEAF_JOB_STEM,
+    PREFLIGHT_PATTERN,
     SEED_FOLDER,
     STAGES,
     TABLES_PATTERN,
@@ -98,10 +99,16 @@ class Grid:
         grid: The ``grid:`` mapping, already checked by ``validate_config``.
         extra_overrides: Stage -> Hydra overrides appended after the grid's own (the Snakemake config's
             ``hydra_overrides``; tests shorten runs with it).
+        model_paths: Model -> local checkpoint folder (the Snakemake config's ``model_paths``): every job of
+            that model gets ``model.path=<folder>``.
     """
 
     def __init__(
-        self, experiment: str, grid: Mapping[str, Any], extra_overrides: Mapping[str, list[str]] | None = None
+        self,
+        experiment: str,
+        grid: Mapping[str, Any],
+        extra_overrides: Mapping[str, list[str]] | None = None,
+        model_paths: Mapping[str, str] | None = None,
     ) -> None:
         if grid["name"] != experiment:
             raise ValueError(f"grid.name={grid['name']!r} must equal the preset's file stem {experiment!r}")
@@ -125,6 +132,8 @@ class Grid:
         benchmark of ``eval_benches()`` in one process (its start-up paid once instead of once per benchmark)."""
         extra = extra_overrides or {}
         self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
+        self.model_paths = {str(k): str(v) for k, v in (model_paths or {}).items()}
+        """Model -> local checkpoint folder replacing its ``conf/model`` preset's ``model.path``."""
         check_tables_overrides(self._overrides["tables"])
         self.blocks = tuple(parse_blocks(grid))
         check_names(self)
@@ -170,9 +179,7 @@ class Grid:
             parts.append(("method", cell.method, method.reason))
             if method.pruner != cell.pruner:
                 parts.append(("training pruner", method.pruner, self.pruners[method.pruner]))
-                parts.append(
-                    ("training pruner", f"{method.pruner} on {cell.model}", on_model.get(method.pruner))
-                )
+                parts.append(("training pruner", f"{method.pruner} on {cell.model}", on_model.get(method.pruner)))
         parts.append(("benchmark", cell.bench, self.benchmarks[cell.bench]))
         return "; ".join(f"{kind} {name}: {why}" for kind, name, why in parts if why is not None) or None
 
@@ -384,6 +391,30 @@ class Grid:
                 f"({self.data.get('video')!r})"
             )
         return files
+
+    # ---- preflight ------------------------------------------------------------------------------------
+    @property
+    def preflight(self) -> bool:
+        """Whether the study starts with the preflight: when its inputs are the user's (``grid.data.build``
+        false: real checkpoints, VLMEvalKit's benchmark files, a training file). A grid whose data job writes
+        its benchmarks (the tiny studies, on the shipped model) has nothing of the user's to check."""
+        return not self.data["build"]
+
+    def preflight_output(self) -> str:
+        """Returns the preflight job's output (its JSON report)."""
+        return PREFLIGHT_PATTERN.format(experiment=self.experiment)
+
+    def preflight_inputs(self) -> list[str]:
+        """Returns what every train and evaluation job waits for: the preflight's report ([] without one)."""
+        return [self.preflight_output()] if self.preflight else []
+
+    def train_files(self) -> list[str]:
+        """Returns the training file the train jobs read when the grid sets one (``train_data.path=`` among its
+        train overrides); [] when no job trains or the data job writes it."""
+        if not self.train_runs:
+            return []
+        paths = [o.split("=", 1)[1] for o in self.overrides("train") if o.startswith("train_data.path=")]
+        return paths[-1:]
 
     # ---- CLI overrides ---------------------------------------------------------------------------------
     def overrides(self, stage: str) -> list[str]:

@@ -1,0 +1,79 @@
+"""The preflight as the DAG's first job: on a real-size preset (the user's checkpoints and benchmark files) every
+train and evaluation job waits for its report, and per-model checkpoint folders reach every job; the tiny
+studies (whose data job writes their inputs) have none, so their job counts are unchanged."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparsectx import workflow as wf
+
+ROOT = wf.REPO_DIR
+GPU_RULES = ("train", "evaluate_base", "evaluate_trained", "passk", "efficiency")
+
+
+def dry_run(workdir: Path, *args: str) -> str:
+    """Returns the printed plan of ``snakemake -n -p all_tables <args>`` on an empty working directory."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--workflow-profile",
+        "none",
+        "-n",
+        "-p",
+        "all_tables",
+        *args,
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout
+
+
+def jobs(plan: str) -> list[tuple[str, str]]:
+    """Returns (rule, job text) of every job of a dry run's plan, in the order Snakemake lists them."""
+    parts = re.split(r"^rule (\w+):$", plan, flags=re.MULTILINE)
+    return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
+@pytest.mark.parametrize("experiment", ["scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
+def test_real_preset_runs_the_preflight_first(tmp_path: Path, experiment: str) -> None:
+    plan = dry_run(tmp_path, "--config", f"experiment={experiment}")
+    listed = jobs(plan)
+    report = f"results/{experiment}/preflight.json"
+    assert listed[0][0] == "preflight" and [rule for rule, _ in listed].count("preflight") == 1
+    gpu_jobs = [text for rule, text in listed if rule in GPU_RULES]
+    assert gpu_jobs and all(re.search(rf"input: [^\n]*{re.escape(report)}", text) for text in gpu_jobs)
+    grid = wf.load_grid(experiment)
+    command = listed[0][1]
+    assert f"'models=[{','.join(grid.names('model'))}]'" in command
+    assert f"'bench=[{','.join(grid.names('bench'))}]'" in command
+    assert f"'train_files=[{','.join(grid.train_files())}]'" in command and f"out={report}" in command
+
+
+def test_model_paths_reach_the_preflight_and_every_job_of_that_model(tmp_path: Path) -> None:
+    paths = tmp_path / "paths.yaml"
+    paths.write_text(yaml.safe_dump({"model_paths": {"qwen2_5_vl_7b": "/models/Qwen2.5-VL-7B-Instruct"}}))
+    plan = dry_run(tmp_path, "--config", "experiment=scopd_qwen2_5_vl_7b", "--configfile", str(paths))
+    listed = jobs(plan)
+    assert "qwen2_5_vl_7b:" in listed[0][1] and "/models/Qwen2.5-VL-7B-Instruct" in listed[0][1]
+    for rule, text in listed:
+        if rule in GPU_RULES:
+            on_7b = "model=qwen2_5_vl_7b " in text
+            assert ("model.path=/models/Qwen2.5-VL-7B-Instruct" in text) == on_7b, text
+
+
+def test_tiny_study_has_no_preflight(tmp_path: Path) -> None:
+    plan = dry_run(tmp_path, "--config", "experiment=tiny")
+    assert "preflight" not in plan
+    assert wf.load_grid("tiny").preflight_inputs() == []
