@@ -73,7 +73,7 @@ def vlmeval(written: dict[str, list[Path]], tmp_path_factory: pytest.TempPathFac
     jobs = [
         {
             "key": name,
-            "dataset": compose_bench(name).dataset_name,
+            "dataset": _parts(name)[0].vlmeval_dataset or compose_bench(name).dataset_name,
             "data": str(paths[0]),
             "unsplit": _parts(name)[0].unsplit,
         }
@@ -138,6 +138,8 @@ def test_the_prompt_is_the_one_vlmeval_builds(name: str, written: dict[str, list
     assert sorted(rows) == sorted(sample_id(item) for item in items), "VLMEvalKit keeps other rows"
     for item in items:
         theirs = rows[sample_id(item)]
-        if not _parts(name)[0].unsplit:  # as the project does, VLMEvalKit puts every image before the text
+        part = _parts(name)[0]
+        if not (part.unsplit or part.interleaved):  # as the project does, VLMEvalKit puts images first
             assert theirs["kinds"] == ["image"] * (len(theirs["kinds"]) - 1) + ["text"], theirs["kinds"]
+        assert theirs["kinds"].count("image") == len(item.images()), f"{item.index}: VLMEvalKit asks other images"
         assert render_question(item, spec.layout.prompt, MCQ_HINT) == "".join(theirs["texts"]), item.index

@@ -29,6 +29,14 @@ class RealFile:
     unsplit: bool = False
     """Compare with VLMEvalKit's text before it interleaves images into it (MMMU's ``split_MMMU``): the
     project puts every image before the text."""
+    interleaved: bool = False
+    """VLMEvalKit places images inside the text at tags it removes (MUIRBench's ``split_MUIR``); the project
+    puts every image first and drops the tags (``PromptParts.remove``): compare VLMEvalKit's text values
+    joined, whatever the images' positions."""
+    vlmeval_dataset: str = ""
+    """The dataset name VLMEvalKit's prompt is built under when the pinned VLMEvalKit lacks the benchmark's
+    own and an upstream class with the same ``build_prompt`` stands in (V* Bench: ``ImageMCQDataset``);
+    "" = the config's ``dataset_name``."""
 
 
 Builder = Callable[[], "RealFile | list[RealFile]"]

@@ -10,9 +10,10 @@ own ``load_data`` and ``__init__`` (so its own row filters and post-processing r
 shared-image references, MME-RealWorld's option joining), except that ``prepare_tsv`` reads ``data`` instead
 of downloading the official file into ``$LMUData``. Then, for every row VLMEvalKit kept, it records the
 message list ``build_prompt`` returns: ``{"index", "kinds": ["image", ..., "text"], "texts": [the text
-values in order]}``. ``unsplit`` asks the dataset class's parent's ``build_prompt`` instead (MMMU: the text
-before ``split_MMMU`` moves its images to the ``<image k>`` tags). ``--out`` receives ``{key: {"dataset",
-"class", "rows": [...]}}``, or ``{key: {"error": ...}}`` for a job whose dataset failed.
+values in order]}``. ``unsplit`` runs the class's own ``build_prompt`` with its image-interleaving step
+(``split_MMMU`` of MMMU and MMMU-Pro) left as the identity: the text before the images are moved to its
+``<image k>`` tags. ``--out`` receives ``{key: {"dataset", "class", "rows": [...]}}``, or ``{key: {"error":
+...}}`` for a job whose dataset failed.
 
 Exit status: 0 done; 2 bad input; 3 ``import vlmeval`` failed.
 """
@@ -34,23 +35,26 @@ def _fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
-def _dataset(name: str, data: Path) -> Any:
-    """Returns VLMEvalKit's dataset object for ``name`` whose file is read from ``data``."""
+def _dataset(name: str, data: Path, unsplit: bool = False) -> Any:
+    """Returns VLMEvalKit's dataset object for ``name`` whose file is read from ``data`` (with ``split_MMMU``
+    the identity when ``unsplit``)."""
     from vlmeval.dataset import DATASET_CLASSES
     from vlmeval.smp import load
 
     for base in DATASET_CLASSES:
         if name in base.supported_datasets():
-            local = type(base.__name__, (base,), {"prepare_tsv": lambda self, url, file_md5=None: load(str(data))})
-            return local(dataset=name)
+            members: dict[str, Any] = {"prepare_tsv": lambda self, url, file_md5=None: load(str(data))}
+            if unsplit:
+                members["split_MMMU"] = staticmethod(lambda msgs: msgs)
+            return type(base.__name__, (base,), members)(dataset=name)
     _fail(BAD_INPUT, f"VLMEvalKit has no dataset named {name!r}")
 
 
 def prompts_of(job: dict[str, Any]) -> dict[str, Any]:
     """Returns the dataset class and the ``build_prompt`` messages of every row of one job."""
-    dataset = _dataset(job["dataset"], Path(job["data"]))
+    dataset = _dataset(job["dataset"], Path(job["data"]), bool(job.get("unsplit")))
     cls = type(dataset).__mro__[1]
-    build = (cls.__mro__[1].build_prompt if job.get("unsplit") else cls.build_prompt).__get__(dataset)
+    build = dataset.build_prompt
     rows = []
     for position in range(len(dataset.data)):
         line = dataset.data.iloc[position]
