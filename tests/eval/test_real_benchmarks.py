@@ -61,6 +61,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
         parts = _parts(name)
         assert len(files) == len(parts), f"{name}: the config names {len(files)} file(s), the fixture {len(parts)}"
         out[name] = [write_tsv(folder / file, part.rows) for file, part in zip(files, parts, strict=True)]
+        for part in parts:
+            if part.media is not None:  # a video benchmark's clips, beside its file as VLMEvalKit keeps them
+                part.media(folder)
     return out
 
 

@@ -56,9 +56,9 @@ class VideoSpec:
     over its N tokens, every temporal patch together; each kept token keeps its temporal and spatial
     position)."""
     root: str
-    """Folder that the ``video`` column's names are relative to (the launch directory's relative path or
-    absolute); "" = the folder holding the benchmark file, as VLMEvalKit's video classes keep their clips
-    beside their TSV (``prepare_dataset``'s ``root``). Unused by files whose frames are embedded (``frames``)."""
+    """Folder that the ``video`` column's names are relative to: absolute, or relative to the folder holding
+    the benchmark file ("" = that folder), as VLMEvalKit's video classes keep their clips beside their TSV
+    (``prepare_dataset``'s ``root``; Video-MME's ``video/``). Unused by files whose frames are embedded."""
     suffix: str
     """Appended to a ``video`` cell to name its file (``.mp4``); "" names a frame folder or a full name."""
     folder_fps: float

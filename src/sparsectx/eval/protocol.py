@@ -34,6 +34,7 @@ from sparsectx.eval.scorers import (
     SCORERS,
     ScoredItem,
     is_logicvista_correct,
+    is_mme_realworld_correct,
     is_mmmu_correct,
     match_choice,
     normalize_short_answer,
@@ -215,9 +216,10 @@ def bench_digest(spec: BenchSpec) -> str:
 def video_source(spec: BenchSpec, file: Path | None = None) -> VideoSource | None:
     """Returns where a video benchmark's clips are and how they are sampled; None for an image benchmark.
 
-    ``file`` is the benchmark file (default: the first of ``bench_files``); ``video.root: ""`` resolves to its
-    folder, where VLMEvalKit's video classes keep their clips (``prepare_dataset`` returns that folder as
-    ``root``), so a benchmark found in ``$LMUData``, ``data/`` or ``bench.<name>.path`` finds its clips beside it.
+    ``file`` is the benchmark file (default: the first of ``bench_files``); a relative ``video.root`` (""
+    included) resolves against its folder, where VLMEvalKit's video classes keep their clips (``prepare_dataset``
+    returns that folder as ``root``), so a benchmark found in ``$LMUData``, ``data/`` or ``bench.<name>.path``
+    finds its clips beside it; an absolute root is used as given.
     """
     if spec.video is None:
         return None
@@ -225,7 +227,7 @@ def video_source(spec: BenchSpec, file: Path | None = None) -> VideoSource | Non
     file = file if file is not None else bench_files(spec)[0]
     return VideoSource(
         file,
-        Path(video.root) if video.root else file.parent,
+        file.parent / video.root,
         video.suffix,
         video.frames,
         video.max_tokens,
@@ -319,6 +321,8 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return vlmeval_choice(pred, item.options) == item.reference.strip()
     if scorer == "mmmu_vlmeval":
         return is_mmmu_correct(item)
+    if scorer == "mme_realworld":  # VLMEvalKit's extract_characters_regex, not the generic reader
+        return is_mme_realworld_correct(item)
     if scorer == "logicvista":
         return is_logicvista_correct(item)
     if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class RealFile:
     """The dataset name VLMEvalKit's prompt is built under when the pinned VLMEvalKit lacks the benchmark's
     own and an upstream class with the same ``build_prompt`` stands in (V* Bench: ``ImageMCQDataset``);
     "" = the config's ``dataset_name``."""
+    media: Callable[[Path], None] | None = None
+    """Writes the media the rows name into the folder holding the file (a video benchmark's clips, which
+    VLMEvalKit keeps beside its TSV); None = the rows carry their images."""
 
 
 Builder = Callable[[], "RealFile | list[RealFile]"]
