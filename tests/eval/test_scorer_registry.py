@@ -27,6 +27,7 @@ EXPECTED = {
     "hrbench": 1,
     "cvbench": 1,
     "mmmu_vlmeval": 1,
+    "mme_realworld": 1,
     "logicvista": 1,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,

@@ -34,6 +34,7 @@ from sparsectx.eval.scorers import (
     SCORERS,
     ScoredItem,
     is_logicvista_correct,
+    is_mme_realworld_correct,
     is_mmmu_correct,
     match_choice,
     normalize_short_answer,
@@ -320,6 +321,8 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return vlmeval_choice(pred, item.options) == item.reference.strip()
     if scorer == "mmmu_vlmeval":
         return is_mmmu_correct(item)
+    if scorer == "mme_realworld":  # VLMEvalKit's extract_characters_regex, not the generic reader
+        return is_mme_realworld_correct(item)
     if scorer == "logicvista":
         return is_logicvista_correct(item)
     if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it

@@ -12,6 +12,7 @@ from sparsectx.eval.scorers import (
     mcq_reports,
     mmbench,
     mme,
+    mme_realworld,
     ocrbench,
     pope,
     vqa,
@@ -30,6 +31,7 @@ from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, v
 from sparsectx.eval.scorers.logicvista import is_logicvista_correct
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
 from sparsectx.eval.scorers.mcq_reports import is_mmmu_correct
+from sparsectx.eval.scorers.mme_realworld import is_mme_realworld_correct, mme_realworld_choice
 from sparsectx.eval.scorers.ocrbench import ocr_contains
 from sparsectx.eval.scorers.pope import binary_metrics
 from sparsectx.eval.scorers.vqa import normalize_evalai_answer, normalize_vqa_answer, vqa_soft_accuracy
@@ -45,6 +47,7 @@ __all__ = [
     "exact",
     "hallusionbench",
     "is_logicvista_correct",
+    "is_mme_realworld_correct",
     "is_mmmu_correct",
     "logicvista",
     "match_choice",
@@ -52,6 +55,8 @@ __all__ = [
     "mcq_reports",
     "mmbench",
     "mme",
+    "mme_realworld",
+    "mme_realworld_choice",
     "normalize_evalai_answer",
     "normalize_short_answer",
     "normalize_vqa_answer",
