@@ -29,6 +29,7 @@ EXPECTED = {
     "mmmu_vlmeval": 1,
     "mme_realworld": 1,
     "logicvista": 1,
+    "mathvista": 1,
     "mmbench_circular": mmbench.VERSION,
     "mme": mme.VERSION,
     "number_match": exact.VERSION_NUMBER,

@@ -76,7 +76,9 @@ class BenchLayout:
     options: str
     """Where a row's options are: ``columns`` (non-empty single-letter columns ``A``...``Z``), ``list`` (a
     Python list in ``options_column``, lettered A, B, ... with a leading ``"A. "`` or ``"(A) "`` dropped),
-    ``lines`` (one option per line of ``options_column``, each starting with its letter) or ``none``."""
+    ``lines`` (one option per line of ``options_column``, each starting with its letter) or ``none``. An
+    empty ``options_column`` cell is an open question (MathVista's free-form rows beside its multiple-choice
+    ones); a scorer that needs options on every row refuses it when the file is read."""
     options_column: str
     """The column ``list`` and ``lines`` read (``candidates``, ``multi-choice options``); "" otherwise."""
     answer: str
@@ -85,7 +87,9 @@ class BenchLayout:
     ``"A. text"``/``"(A)"``, or an option's text; mapped to its letter; a row without options keeps its
     answer as written, as MMMU's open questions)."""
     gold_column: str
-    """The column holding the gold answer (``answer`` in VLMEvalKit's files)."""
+    """The column holding the gold answer (``answer`` in VLMEvalKit's files); ``a|b`` takes the first non-empty
+    of columns ``a`` and ``b`` (MathVista: ``answer_option``, the letter VLMEvalKit's ``post_check`` compares
+    on a multiple-choice row, else ``answer``)."""
     prompt: PromptParts
     source: str
     """The VLMEvalKit dataset class (file) this layout was checked against, or the project's own file."""
@@ -115,13 +119,22 @@ def apply_layout(items: list[Item], layout: BenchLayout) -> tuple[list[Item], li
         if problem:
             skips.append(Skip(str(item.index), problem))
             continue
-        gold = item.answer if layout.gold_column == "answer" else item.extra.get(layout.gold_column, "")
+        gold = gold_cell(item, layout.gold_column)
         answer, problem = _gold(gold, options, layout)
         if problem:
             skips.append(Skip(str(item.index), f"column {layout.gold_column!r}: {problem}"))
             continue
         out.append(replace(item, options=options, answer=answer))
     return out, skips
+
+
+def gold_cell(item: Item, gold_column: str) -> str:
+    """Returns the row's gold cell: the first non-empty of the ``|``-separated columns (``answer`` included)."""
+    for column in gold_column.split("|"):
+        cell = item.answer if column == "answer" else item.extra.get(column, "")
+        if not _empty(cell):
+            return cell
+    return ""
 
 
 def _options(item: Item, layout: BenchLayout) -> tuple[dict[str, str], str]:
@@ -131,8 +144,8 @@ def _options(item: Item, layout: BenchLayout) -> tuple[dict[str, str], str]:
     if layout.options == "none":
         return {}, ""
     cell = item.extra.get(layout.options_column, "")
-    if not cell.strip():
-        return {}, f"column {layout.options_column!r} is empty: a multiple-choice row needs its options there"
+    if _empty(cell):  # an open question of a mixed file; Scorer.needs_options refuses it where it must not be
+        return {}, ""
     texts = _list_cell(cell) if layout.options == "list" else _lettered_lines(cell)
     if texts is None or not 1 <= len(texts) <= len(string.ascii_uppercase):
         shape = "a Python list of option texts" if layout.options == "list" else "one '(A) text' line per option"

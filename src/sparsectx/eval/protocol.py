@@ -34,6 +34,7 @@ from sparsectx.eval.scorers import (
     SCORERS,
     ScoredItem,
     is_logicvista_correct,
+    is_mathvista_correct,
     is_mme_realworld_correct,
     is_mmmu_correct,
     match_choice,
@@ -325,6 +326,8 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return is_mme_realworld_correct(item)
     if scorer == "logicvista":
         return is_logicvista_correct(item)
+    if scorer == "mathvista":
+        return is_mathvista_correct(item)
     if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it
         return vlmeval_choice(pred, item.options, strip=False) == item.reference.strip()
     if scorer in ("yes_no", "pope", "mme", "hallusionbench"):

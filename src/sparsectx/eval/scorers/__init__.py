@@ -8,6 +8,7 @@ from sparsectx.eval.scorers import (
     exact,
     hallusionbench,
     logicvista,
+    mathvista,
     mcq,
     mcq_reports,
     mmbench,
@@ -29,6 +30,7 @@ from sparsectx.eval.scorers.base import (
 )
 from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, vlmeval_accuracy
 from sparsectx.eval.scorers.logicvista import is_logicvista_correct
+from sparsectx.eval.scorers.mathvista import is_mathvista_correct
 from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
 from sparsectx.eval.scorers.mcq_reports import is_mmmu_correct
 from sparsectx.eval.scorers.mme_realworld import is_mme_realworld_correct, mme_realworld_choice
@@ -47,9 +49,11 @@ __all__ = [
     "exact",
     "hallusionbench",
     "is_logicvista_correct",
+    "is_mathvista_correct",
     "is_mme_realworld_correct",
     "is_mmmu_correct",
     "logicvista",
+    "mathvista",
     "match_choice",
     "mcq",
     "mcq_reports",
