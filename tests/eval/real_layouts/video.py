@@ -25,13 +25,14 @@ LETTER = ((lambda _id, gold: gold), (lambda _id, gold: "B" if gold == "A" else "
 
 
 def write_clip(path: Path, count: int, fps: int) -> None:
-    """Writes a ``count``-frame mp4 at ``fps`` (16x16, each frame one grey level) with PyAV."""
+    """Writes a ``count``-frame mp4 at ``fps`` (32x32, each frame one grey level) with PyAV (decord, which
+    VLMEvalKit reads clips with, misreads 16x16 frames as 6 channels)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:
         stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = 16, 16, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
         for i in range(count):
-            shade = np.full((16, 16, 3), (3 * i) % 256, dtype=np.uint8)
+            shade = np.full((32, 32, 3), (3 * i) % 256, dtype=np.uint8)
             container.mux(stream.encode(av.VideoFrame.from_ndarray(shade, format="rgb24")))
         container.mux(stream.encode())
 
@@ -201,7 +202,10 @@ def tempcompass_mcq() -> RealFile:
     video, question, answer, dim, candidates, index``; ``prefix`` ``./videos``, ``suffix`` ``.mp4``, ``question``
     the first line of the source question and ``candidates`` its other lines as written (``"A. text"`` for
     multi-choice, ``"Caption A: text"`` for caption matching, the forms ``eval_rule_multi_choice`` and
-    ``eval_rule_caption_matching`` in utils/tempcompass.py read), ``answer`` as written in the source."""
+    ``eval_rule_caption_matching`` in utils/tempcompass.py read), ``answer`` as written in the source. One
+    ``video`` id is not all digits: VLMEvalKit's ``load`` (pandas) reads an all-digit column as integers, and
+    then its own ``check_integrity`` fails on ``item['video'] + item['suffix']`` (whether the real ids are all
+    digits was not checked here)."""
     rows = [
         {
             "task_type": "multi-choice",
@@ -218,7 +222,7 @@ def tempcompass_mcq() -> RealFile:
             "task_type": "caption_matching",
             "prefix": "./videos",
             "suffix": ".mp4",
-            "video": "1018925233",
+            "video": "cm4fk3_dribble",
             "question": "Which caption matches the video better?",
             "answer": "Caption A: The man dribbles the ball faster and faster.",
             "dim": "speed",
@@ -234,7 +238,7 @@ def tempcompass_mcq() -> RealFile:
 
     def media(folder: Path) -> None:
         write_clip(folder / "videos" / "1006391545.mp4", 40, fps=8)
-        write_clip(folder / "videos" / "1018925233.mp4", 40, fps=8)
+        write_clip(folder / "videos" / "cm4fk3_dribble.mp4", 40, fps=8)
 
     return RealFile(rows, *LETTER, media=media)
 
