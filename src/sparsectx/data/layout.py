@@ -35,6 +35,32 @@ from sparsectx.data.tsv import Item, Skip
 ANSWER_FORMS = ("as_is", "list", "letter")
 DROP_RULES = ("no_image",)
 OPTION_SOURCES = ("columns", "list", "lines", "none")
+NA_STRINGS = frozenset(
+    [
+        "",
+        "#N/A",
+        "#N/A N/A",
+        "#NA",
+        "-1.#IND",
+        "-1.#QNAN",
+        "-NaN",
+        "-nan",
+        "1.#IND",
+        "1.#QNAN",
+        "<NA>",
+        "N/A",
+        "NA",
+        "NULL",
+        "NaN",
+        "None",
+        "n/a",
+        "nan",
+        "null",
+    ]
+)
+"""Cells ``pandas.read_csv`` reads as missing by default (``pandas._libs.parsers.STR_NA_VALUES``, pandas 2.x):
+VLMEvalKit loads every TSV that way (``vlmeval.smp.load``), so an option cell ``None`` or a hint ``N/A`` is
+absent from the prompt it builds, and from the project's."""
 _FIELD = re.compile(r"\{([^{}]+)\}")
 _LETTERED = re.compile(r"^\s*(?:\(([A-Z])\)|([A-Z])[.:)])\s*(.*)$", re.DOTALL)
 """An option or gold cell that starts with its letter: ``(A) text``, ``A. text``, ``A: text``, ``A) text``."""
@@ -139,8 +165,8 @@ def gold_cell(item: Item, gold_column: str) -> str:
 
 def _options(item: Item, layout: BenchLayout) -> tuple[dict[str, str], str]:
     """Returns (letter -> option text, "") of ``item`` under ``layout.options``, or ({}, why not)."""
-    if layout.options == "columns":
-        return dict(item.options), ""
+    if layout.options == "columns":  # a cell pandas reads as missing is no option to VLMEvalKit's build_prompt
+        return {letter: text for letter, text in item.options.items() if not _empty(text)}, ""
     if layout.options == "none":
         return {}, ""
     cell = item.extra.get(layout.options_column, "")
@@ -242,5 +268,6 @@ def _fill(template: str, fields: dict[str, str]) -> str:
 
 
 def _empty(value: str | None) -> bool:
-    """Returns whether a cell counts as missing: absent, blank, or pandas' ``nan`` for an empty cell."""
-    return value is None or not value.strip() or value.strip() == "nan"
+    """Returns whether a cell counts as missing, as VLMEvalKit's ``pd.read_csv`` reads it: absent, blank, or one
+    of pandas' default missing-value strings (``NA_STRINGS``)."""
+    return value is None or value.strip() in NA_STRINGS

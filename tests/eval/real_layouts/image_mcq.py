@@ -16,11 +16,13 @@ def mmbench_dev_en() -> RealFile:
     """MMBench_DEV_EN.tsv: ``index, question, hint, A, B, C, D, answer, category, image, source, l2-category,
     comment, split`` (open-compass/MMBench's released TSV, as VLMEvalKit's ``ImageMCQDataset`` reads it). Quirks
     kept: ``hint`` empty on most rows (pandas reads it as NaN, and ``build_prompt`` leaves out ``Hint:``); a
-    three-option question leaves ``D`` empty; the circular copies (``index`` + k x 1,000,000, the options
+    three-option question leaves ``D`` empty; an option ``None`` and a hint ``N/A``, which pandas (and so
+    VLMEvalKit) reads as missing cells; the circular copies (``index`` + k x 1,000,000, the options
     rotated) store the original row's ``index`` in their ``image`` cell (VLMEvalKit's shared-image reference)."""
     base = [
         ("What is the colour of the ball?", "The ball is on a table.", ["red", "blue", "green", "yellow"], "A"),
         ("How many people are there?", "", ["one", "two", "three"], "C"),
+        ("Which one is a cat?", "N/A", ["the left one", "the right one", "both", "None"], "A"),
     ]
     rows = []
     for q, (question, hint, options, gold) in enumerate(base):
