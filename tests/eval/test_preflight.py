@@ -249,19 +249,56 @@ def test_unmappable_answer(suite: Path, tmp_path: Path) -> None:
 
 
 def test_missing_video_clip(tmp_path: Path) -> None:
-    clips = tmp_path / "clips"
+    clips = tmp_path / "video" / "star"
     (clips / "present").mkdir(parents=True)
     for number in range(4):
         Image.new("RGB", (8, 8), (number * 40, 0, 0)).save(clips / "present" / f"{number:03d}.png")
+    columns = [
+        "task_type",
+        "prefix",
+        "data_type",
+        "bound",
+        "start",
+        "end",
+        "video",
+        "question",
+        "answer",
+        "candidates",
+        "index",
+    ]
     rows = [
-        ["index", "video", "question", "candidates", "answer"],
-        ["0", "present", "What moves?", "['a cat', 'a dog']", "a cat"],
-        ["1", "absent", "What moves?", "['a cat', 'a dog']", "a dog"],
+        columns,
+        [
+            "Action",
+            "video/star/",
+            "frame",
+            "False",
+            "",
+            "",
+            "present",
+            "What moves?",
+            "a cat",
+            "['a cat', 'a dog']",
+            "0",
+        ],
+        [
+            "Action",
+            "video/star/",
+            "frame",
+            "False",
+            "",
+            "",
+            "absent",
+            "What moves?",
+            "a dog",
+            "['a cat', 'a dog']",
+            "1",
+        ],
     ]
     path = tmp_path / "MVBench.tsv"
     with open(path, "w", encoding="utf-8", newline="") as handle:
         csv.writer(handle, delimiter="\t", lineterminator="\n").writerows(rows)
-    overrides = [f"bench.mvbench.path={path}", f"bench.mvbench.video.root={clips}", "bench.mvbench.video.frames=2"]
+    overrides = [f"bench.mvbench.path={path}", "bench.mvbench.video.frames=2"]
     problem = only(check_benchmark(compose_bench("mvbench", overrides)))
     assert (problem.file, problem.row, problem.column) == (str(path), "1", "video")
     assert f"{clips / 'absent'}: no video file or frame folder there" in problem.what

@@ -37,9 +37,9 @@ from PIL import Image
 
 from sparsectx.data.layout import apply_layout
 from sparsectx.data.tsv import VIDEO_COLUMNS, Item, Skip, missing_columns, read_rows, read_tsv
-from sparsectx.data.video import VideoSource, clip_problem
+from sparsectx.data.video import clip_problem
 from sparsectx.eval.config import BenchSpec
-from sparsectx.eval.protocol import BUILD_COMMAND, bench_files, lmu_data_root
+from sparsectx.eval.protocol import BUILD_COMMAND, bench_files, lmu_data_root, video_source
 from sparsectx.eval.scorers import SCORERS
 
 PACKAGE_PREFIX = "package:"
@@ -400,6 +400,12 @@ def needed_columns(spec: BenchSpec, columns: list[str]) -> list[tuple[str, str]]
         missing.append(("A", f"scorer {spec.scorer} asks multiple-choice questions: options in columns A, B, ..."))
     if spec.video is not None and not any(c in columns for c in VIDEO_COLUMNS):
         missing.append(("video", "a video benchmark names each row's clip there (or embeds it in 'frames')"))
+    if spec.video is not None:
+        video = spec.video
+        for key in ("prefix_column", "suffix_column", "bound_column", "start_column", "end_column"):
+            column = getattr(video, key, "")
+            if column and column not in columns:
+                missing.append((column, f"bench.{spec.name}.video.{key} reads the clip's path or window there"))
     return missing
 
 
@@ -425,7 +431,7 @@ def check_benchmark(spec: BenchSpec) -> Checked:
                 path,
                 f"no column {column!r} ({why})",
                 f"use the file VLMEvalKit writes for "
-                f"{spec.dataset_name}, or point bench.{spec.name}.layout at the file's columns",
+                f"{spec.dataset_name}, or point bench.{spec.name}.layout (or .video) at the file's columns",
                 column=column,
             )
         if missing:
@@ -457,8 +463,7 @@ def _options_and_clips(checked: Checked, spec: BenchSpec, path: Path, items: lis
                 )
     if spec.video is None:
         return
-    video = spec.video
-    source = VideoSource(path, Path(video.root), video.suffix, video.frames, video.max_tokens, video.folder_fps)
+    source = video_source(spec, path)
     for item in items:
         problem = clip_problem(item, source)
         if problem:
@@ -473,6 +478,13 @@ def how_to_get(spec: BenchSpec) -> str:
     """Returns how to get a benchmark's file(s): the build command, or VLMEvalKit's download under its name."""
     if spec.layout.source.startswith("sparsectx"):
         return f"build the synthetic suite: `{BUILD_COMMAND}`"
+    if spec.video is not None:
+        return (
+            f"VLMEvalKit's {spec.dataset_name} class downloads the dataset and writes {' + '.join(spec.layout.files)} "
+            f'beside its clips (python -c "from vlmeval.dataset import build_dataset; '
+            f"build_dataset('{spec.dataset_name}')\"); point bench.{spec.name}.path at that folder "
+            f"(conf/bench/{spec.name}.yaml says where it lands)"
+        )
     return (
         f"VLMEvalKit downloads {spec.dataset_name} as {' + '.join(spec.layout.files)} into $LMUData when it first "
         f"runs it (python -c \"from vlmeval.dataset import build_dataset; build_dataset('{spec.dataset_name}')\")"
@@ -581,12 +593,14 @@ def bench_needs(spec: BenchSpec) -> list[Need]:
         present = any(Path(p).name == name or len(spec.layout.files) == 1 for p in found)
         out.append(Need("benchmark", f"{spec.name} ({spec.dataset_name}): {name}", where, how_to_get(spec), present))
     if spec.video is not None:
-        root, suffix = Path(spec.video.root), spec.video.suffix
+        suffix = spec.video.suffix
+        source = video_source(spec, Path(found[0])) if found else None
+        root = source.root if source is not None else Path(f"<folder of {spec.layout.files[0]}>") / spec.video.root
         how = (
             f"VLMEvalKit's {spec.dataset_name} download fetches the clips with the TSV (its dataset class), or the "
             f"dataset's own instructions; unpack them so that <root>/<video cell>{suffix} exists"
         )
-        where = f"{root} (bench.{spec.name}.video.root)"
+        where = f"{root} (bench.{spec.name}.video.root, relative to the benchmark file's folder)"
         clips = f"{spec.name}: the clips its 'video' column names"
         out.append(Need("video folder", clips, where, how, root.is_dir() and any(root.iterdir())))
     return out
