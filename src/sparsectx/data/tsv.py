@@ -27,6 +27,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ OUR_COLUMNS = ("family", "subset", "trace", "scene")
 FRAMES_COLUMN, VIDEO_COLUMN, FPS_COLUMN, CANDIDATES_COLUMN = "frames", "video", "fps", "candidates"
 VIDEO_COLUMNS = (FRAMES_COLUMN, VIDEO_COLUMN)
 """Either column makes a row a video row (``image`` may then be absent or empty)."""
+_MEMORY_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # VLMEvalKit writes a shared image as the index of the row that holds it: a cell of at most 64 characters
 # (ImageBaseDataset.__init__ reads every such cell as a reference).
 _MAX_REFERENCE_LENGTH = 64
@@ -187,7 +189,8 @@ def _decode_image(text: str) -> tuple[bytes | None, str]:
         with Image.open(io.BytesIO(data)) as image:
             image.load()  # a truncated or corrupt file fails here, not later in the model
     except Exception as error:  # any decoder failure on untrusted bytes is a skipped row, never a crash
-        return None, f"image does not decode ({type(error).__name__}: {error})"
+        detail = _MEMORY_ADDRESS.sub("", str(error))  # PIL names its buffer object: keep messages reproducible
+        return None, f"image does not decode ({type(error).__name__}: {detail})"
     return data, ""
 
 

@@ -80,9 +80,7 @@ def check_names(grid: Grid) -> None:
     for model, reasons in grid.model_pruners.items():
         unknown = sorted(set(reasons) - set(grid.pruners))
         if unknown:
-            raise ValueError(
-                f"grid.models.{model}.unsupported_pruners names {unknown}; grid.pruners lacks them"
-            )
+            raise ValueError(f"grid.models.{model}.unsupported_pruners names {unknown}; grid.pruners lacks them")
         if grid.reference_pruner in reasons:
             raise ValueError(
                 f"grid.models.{model}.unsupported_pruners holds the reference pruner "
