@@ -85,6 +85,9 @@ RESAMPLING: dict[str, Resampling] = {
     "mcq": ITEM_MEAN,
     "mcq_vlmeval": ITEM_MEAN,
     "mmmu_vlmeval": ITEM_MEAN,
+    "mme_realworld": ITEM_MEAN,  # get_dimension_rating's Overall: right answers / rows
+    "mathvista": ITEM_MEAN,  # MathVista_acc's Overall
+    "logicvista": ITEM_MEAN,  # evaluate_logicvista's Overall
     "yes_no": ITEM_MEAN,
     "vqa_soft": ITEM_MEAN,
     "ocrbench": ITEM_MEAN,  # 1000 x the share of items hit
