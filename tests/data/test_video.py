@@ -220,5 +220,6 @@ def test_a_window_needs_all_three_columns() -> None:
     from sparsectx.eval.config import VideoSpec
 
     with pytest.raises(ValueError, match="name all three"):
-        VideoSpec(32, 12288, "video", "", "", 1.0, bound_column="bound", start_column="start")
-    assert VideoSpec(32, 12288, "video", "", "", 1.0, "prefix", "", "bound", "start", "end").end_column == "end"
+        VideoSpec(32, 12288, "video", "", "", 1.0, "get_index", bound_column="bound", start_column="start")
+    spec = VideoSpec(32, 12288, "video", "", "", 1.0, "get_index", "prefix", "", "bound", "start", "end")
+    assert spec.end_column == "end"

@@ -2,10 +2,26 @@
 
 A ``Video`` is what the processor needs from a clip: its sampled frames (RGB, one size), where each frame
 sits in the source (frame index) and the source's frame rate, from which the Qwen-VL families derive their
-temporal positions (Qwen2.5-VL's seconds per temporal patch) and prompt timestamps (Qwen3-VL). Sampling is
-VLMEvalKit's ``VideoBaseDataset`` rule: ``count`` frames at ``int(i * total / (count + 1))``,
-i = 1..count, so the first and last frames are never taken and the result is a pure function of
-(total, count).
+temporal positions (Qwen2.5-VL's seconds per temporal patch) and prompt timestamps (Qwen3-VL).
+
+Which frames are taken is a benchmark's ``video.sampling`` rule (``SAMPLING_RULES``), each a pure function of
+(frame count, frame rate, window, asked count), named after the VLMEvalKit function it restates (nvidia-vlmeval
+26.3, checked index for index against that function in ``tests/eval/test_video_sampling.py``):
+
+- ``save_video_frames``: ``VideoBaseDataset.save_video_frames`` (its ``nframe`` branch, repeated verbatim in
+  ``VideoMME``, ``MLVU_MCQ``, ``TempCompass_MCQ`` and upstream ``VideoTT``): frame ``int(i * (total /
+  (count + 1)))`` for i = 1..count. A clip shorter than ``count`` frames gives repeated frames, as there.
+- ``get_index``: ``MVBench.get_index`` as ``MVBench.read_video`` (``first_idx`` 0, last frame ``total - 1``)
+  and ``MVBench.read_frame`` (frame folders: files ``00001.jpg``.., ``first_idx`` 1, last frame ``total``)
+  call it: the window (a bounded row's ``start``/``end`` seconds, else +-100000 s) runs from ``max(first_idx,
+  round(start * fps))`` to ``min(round(end * fps), last)``, cut into ``count`` segments of ``seg`` frames, and
+  segment k's frame is ``int(start + seg / 2 + round(seg * k))``: midpoints, repeated where the window has fewer
+  frames than segments.
+- ``strict``: ``save_video_frames``' frames, but a clip with fewer than ``count`` frames is refused (a counted
+  skip), never scored on fewer or repeated ones: the project's own synthetic files (``tiny_video``).
+
+A rule refuses a clip only where its VLMEvalKit function cannot read it either (no frames, or a window whose
+frames lie outside the clip).
 
 Where a row's clip is and which part of it is asked about is data (``VideoSource``, from ``bench.<name>.video``):
 VLMEvalKit's video files keep a clip as ``<root>/<prefix cell>/<video cell><suffix>`` (MVBench, MLVU and
@@ -15,9 +31,9 @@ of its clip (MVBench's ``bound``/``start``/``end`` in seconds); its frames are t
 and the clip starts at the window's start, as the clip VLMEvalKit cuts from it.
 
 Decoding video files uses PyAV (``av`` on PyPI: manylinux wheels with FFmpeg inside, CPU only, no
-torchvision), which the project depends on for this reason. Any failure (a file that does not decode, fewer
-frames than asked for, frames of different sizes) raises ``VideoError`` naming the file, which the benchmark
-reader turns into a counted ``Skip``.
+torchvision), which the project depends on for this reason. Any failure (a file that does not decode, a clip
+its rule refuses, frames of different sizes) raises ``VideoError`` naming the file, which the benchmark reader
+turns into a counted ``Skip``.
 """
 
 from __future__ import annotations
@@ -78,19 +94,94 @@ class Video:
         return [index / self.fps for index in self.frame_indices]
 
 
-def sample_indices(total: int, count: int, source: str) -> list[int]:
-    """Returns ``count`` uniformly spaced frame indices of a ``total``-frame source (VLMEvalKit's rule).
+STRICT, SAVE_VIDEO_FRAMES, GET_INDEX = "strict", "save_video_frames", "get_index"
+SAMPLING_RULES = (STRICT, SAVE_VIDEO_FRAMES, GET_INDEX)
+"""A benchmark's ``video.sampling`` rule (see the module doc)."""
+UNBOUNDED = 100000
+"""``MVBench.get_index``'s window for a row without a bound: -100000..100000 seconds."""
+
+
+def sample_indices(total: int, count: int, source: str, rule: str = STRICT) -> list[int]:
+    """Returns ``count`` uniformly spaced frame indices of a ``total``-frame source (``save_video_frames``).
 
     Raises:
-        VideoError: the source has fewer than ``count`` frames (naming ``source``); a benchmark asking for
-            32 frames is never silently scored on fewer.
+        VideoError: the source has no frames, or (``strict``) fewer than ``count`` (naming ``source``).
     """
     if count < 1:
         raise ValueError(f"frame count {count} must be >= 1")
-    if total < count:
+    if total < 1 or (rule == STRICT and total < count):
         raise VideoError(f"{source}: {total} frames, fewer than the {count} requested")
     step = total / (count + 1)
     return [int(i * step) for i in range(1, count + 1)]
+
+
+Window = tuple[float, float]
+"""A part of a clip, (start, end) in seconds (MVBench's ``start``/``end`` where its ``bound`` is true)."""
+
+
+def window_frames(total: int, fps: float, window: Window | None) -> tuple[int, int]:
+    """Returns (first frame, frame count) of ``window`` in a ``total``-frame source at ``fps``; the whole
+    source without a window. The window's frames are ``round(start * fps)`` to ``round(end * fps)``, cut to
+    the source (``strict`` and ``save_video_frames`` sample within them)."""
+    if window is None:
+        return 0, total
+    first = max(0, round(window[0] * fps))
+    last = min(round(window[1] * fps), total - 1)
+    return first, max(0, last - first + 1)
+
+
+def get_index_frames(
+    total: int, fps: float, count: int, window: Window | None, folder: bool
+) -> tuple[int, int, list[int]]:
+    """Returns (first, last frame of the window, the frames ``MVBench.get_index`` picks), all as 0-based
+    positions in the source's frames.
+
+    ``MVBench.read_video`` numbers a file's frames from 0 and bounds them by ``len(vr) - 1``; ``read_frame``
+    numbers a folder's files ``00001.jpg``.. from 1 (``first_idx=1``) and bounds them by ``len(listdir)``,
+    so its frame ``n`` is the folder's ``n - 1``-th file in name order.
+    """
+    first_idx, max_frame = (1, total) if folder else (0, total - 1)
+    start, end = window if window is not None else (-UNBOUNDED, UNBOUNDED)
+    start_idx = max(first_idx, round(start * fps))
+    end_idx = min(round(end * fps), max_frame)
+    seg_size = float(end_idx - start_idx) / count
+    picked = [int(start_idx + (seg_size / 2) + round(seg_size * idx)) - first_idx for idx in range(count)]
+    return start_idx - first_idx, end_idx - first_idx, picked
+
+
+def frame_plan(
+    total: int, fps: float, count: int, rule: str, window: Window | None, source: str, folder: bool = False
+) -> tuple[int, int, list[int]]:
+    """Returns (first frame of the clip the model sees, its frame count, the sampled frames' positions in the
+    source) for ``count`` frames of a ``total``-frame source at ``fps`` under ``rule`` (see the module doc).
+
+    The clip is the window (VLMEvalKit's subclip of a bounded row), or the whole source; each sampled frame's
+    index in the clip is its source position minus the clip's first. ``folder``: the source is a frame
+    folder, which ``get_index`` numbers from 1.
+
+    Raises:
+        VideoError: the rule refuses the clip (``strict``: fewer than ``count`` frames; every rule: no frames,
+            or a picked frame outside the source, which VLMEvalKit cannot read either), naming ``source``.
+    """
+    where = source if window is None else f"{source} window {window[0]:g}-{window[1]:g} s"
+    if rule not in SAMPLING_RULES:
+        raise ValueError(f"video sampling rule {rule!r} is none of {SAMPLING_RULES}")
+    if total < 1:
+        raise VideoError(f"{where}: no frames")
+    if not fps > 0 and (window is not None or rule == GET_INDEX):
+        raise VideoError(f"{where}: no frame rate in the stream, so its frames cannot be placed in seconds")
+    if rule != GET_INDEX:
+        first, length = window_frames(total, fps, window)
+        return first, length, [first + i for i in sample_indices(length, count, where, rule)]
+    start, end, picked = get_index_frames(total, fps, count, window, folder)
+    outside = sorted({i for i in picked if not 0 <= i < total})
+    if outside:
+        raise VideoError(
+            f"{where}: MVBench.get_index picks frames {outside[:3]} of a {total}-frame clip (the window lies "
+            "outside the clip, which VLMEvalKit cannot read either)"
+        )
+    first, last = min(start, *picked), max(end, *picked)
+    return first, last - first + 1, picked
 
 
 def _open_frame(path: Path) -> Image.Image:
@@ -101,61 +192,34 @@ def _open_frame(path: Path) -> Image.Image:
         raise VideoError(f"{path}: frame does not decode ({type(error).__name__}: {error})") from error
 
 
-Window = tuple[float, float]
-"""A part of a clip, (start, end) in seconds (MVBench's ``start``/``end`` where its ``bound`` is true)."""
-
-
-def window_frames(total: int, fps: float, window: Window | None) -> tuple[int, int]:
-    """Returns (first frame, frame count) of ``window`` in a ``total``-frame source at ``fps``; the whole
-    source without a window. The window's frames are ``round(start * fps)`` to ``round(end * fps)``, cut to
-    the source, as VLMEvalKit's ``MVBench.get_index`` bounds them."""
-    if window is None:
-        return 0, total
-    first = max(0, round(window[0] * fps))
-    last = min(round(window[1] * fps), total - 1)
-    return first, max(0, last - first + 1)
-
-
-def _sampled(total: int, fps: float, count: int, window: Window | None, source: str) -> tuple[int, int, list[int]]:
-    """Returns (first frame of the window, its frame count, the absolute indices of the sampled frames)."""
-    first, length = window_frames(total, fps, window)
-    where = source if window is None else f"{source} window {window[0]:g}-{window[1]:g} s"
-    return first, length, [first + i for i in sample_indices(length, count, where)]
-
-
-def read_frame_folder(folder: Path, count: int, fps: float, window: Window | None = None) -> Video:
-    """Returns ``count`` frames sampled from a folder of pre-extracted frames (sorted by file name).
+def read_frame_folder(folder: Path, count: int, fps: float, window: Window | None = None, rule: str = STRICT) -> Video:
+    """Returns ``count`` frames sampled by ``rule`` from a folder of pre-extracted frames (sorted by file name).
 
     ``fps`` is the rate the folder's frames were extracted at (a benchmark column or config value). With a
-    ``window`` the frames are sampled within it and the clip starts at its first frame.
+    ``window`` the frames are sampled within it and the clip starts at its first frame. A frame the rule
+    picks twice is decoded once and given twice.
 
     Raises:
-        VideoError: the folder is missing, holds fewer than ``count`` frames (in the window), or a frame does
-            not decode.
+        VideoError: the folder is missing, its rule refuses it (``frame_plan``), or a frame does not decode.
     """
     if not folder.is_dir():
         raise VideoError(f"{folder}: no frame folder there")
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
-    first, length, indices = _sampled(len(files), fps, count, window, str(folder))
-    frames = tuple(_open_frame(files[i]) for i in indices)
+    first, length, indices = frame_plan(len(files), fps, count, rule, window, str(folder), folder=True)
+    decoded = {i: _open_frame(files[i]) for i in sorted(set(indices))}
+    frames = tuple(decoded[i] for i in indices)
     return Video(frames, tuple(i - first for i in indices), fps, length, str(folder))
 
 
-def read_video_file(path: Path, count: int, window: Window | None = None) -> Video:
-    """Returns ``count`` frames sampled from a video file, decoded with PyAV.
-
-    The frame count is the stream header's, or the number of packets when the header has none; decoding
-    keeps only the sampled frames (a 10-minute clip is never held in memory whole). With a ``window`` the
-    frames are sampled within it and the clip starts at its first frame.
+def _stream_frames(path: Path) -> tuple[int, float]:
+    """Returns (frame count, frame rate) of a video file's first video stream from its header (the count of
+    packets where the header has none), decoding nothing.
 
     Raises:
-        VideoError: the file is missing, does not decode, has no video stream, has fewer than ``count``
-            frames (in the window), or decodes to fewer frames than its count promised.
+        VideoError: the file does not open or has no video stream.
     """
     import av  # the one module that needs FFmpeg; imported here so frame folders never load it
 
-    if not path.is_file():
-        raise VideoError(f"{path}: no video file there")
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
@@ -163,49 +227,73 @@ def read_video_file(path: Path, count: int, window: Window | None = None) -> Vid
             stream = container.streams.video[0]
             rate = float(stream.average_rate or stream.guessed_rate or 0)
             total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-            first, length, indices = _sampled(total, rate, count, window, str(path))
-            container.seek(0)
-            wanted, frames = set(indices), []
-            for number, frame in enumerate(container.decode(stream)):
-                if number in wanted:
-                    frames.append(frame.to_image().convert("RGB"))
-                if len(frames) == len(indices):
-                    break
     except VideoError:
         raise
     except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
         raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
-    if len(frames) < len(indices):
-        raise VideoError(f"{path}: decoded {len(frames)} of the {count} sampled frames (truncated file?)")
-    return Video(tuple(frames), tuple(i - first for i in indices), rate, length, str(path))
+    return total, rate
 
 
-def load_video(path: Path, count: int, folder_fps: float, window: Window | None = None) -> Video:
-    """Returns ``count`` sampled frames of ``path``: a frame folder (at ``folder_fps``) or a video file."""
-    if path.is_dir():
-        return read_frame_folder(path, count, folder_fps, window)
-    return read_video_file(path, count, window)
+def read_video_file(path: Path, count: int, window: Window | None = None, rule: str = STRICT) -> Video:
+    """Returns ``count`` frames sampled by ``rule`` from a video file, decoded with PyAV.
 
-
-def embedded_video(encoded: tuple[bytes, ...], count: int, fps: float, source: str) -> Video:
-    """Returns ``count`` frames sampled from a row's embedded frames (the ``frames`` column).
+    The frame count is the stream header's, or the number of packets when the header has none; decoding
+    keeps only the sampled frames (a 10-minute clip is never held in memory whole), a frame picked twice
+    once. With a ``window`` the frames are sampled within it and the clip starts at its first frame.
 
     Raises:
-        VideoError: fewer than ``count`` frames, a frame does not decode, or the frames differ in size.
+        VideoError: the file is missing, does not decode, has no video stream, its rule refuses it
+            (``frame_plan``), or it decodes to fewer frames than its count promised.
     """
-    indices = sample_indices(len(encoded), count, source)
-    frames = []
-    for number in indices:
+    import av
+
+    if not path.is_file():
+        raise VideoError(f"{path}: no video file there")
+    total, rate = _stream_frames(path)
+    first, length, indices = frame_plan(total, rate, count, rule, window, str(path))
+    wanted, decoded = set(indices), {}
+    try:
+        with av.open(str(path)) as container:
+            for number, frame in enumerate(container.decode(container.streams.video[0])):
+                if number in wanted:
+                    decoded[number] = frame.to_image().convert("RGB")
+                if len(decoded) == len(wanted):
+                    break
+    except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
+        raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
+    if len(decoded) < len(wanted):
+        raise VideoError(f"{path}: decoded {len(decoded)} of the {len(wanted)} sampled frames (truncated file?)")
+    frames = tuple(decoded[i] for i in indices)
+    return Video(frames, tuple(i - first for i in indices), rate, length, str(path))
+
+
+def load_video(path: Path, count: int, folder_fps: float, window: Window | None = None, rule: str = STRICT) -> Video:
+    """Returns ``count`` frames of ``path`` sampled by ``rule``: a frame folder (at ``folder_fps``) or a file."""
+    if path.is_dir():
+        return read_frame_folder(path, count, folder_fps, window, rule)
+    return read_video_file(path, count, window, rule)
+
+
+def embedded_video(encoded: tuple[bytes, ...], count: int, fps: float, source: str, rule: str = STRICT) -> Video:
+    """Returns ``count`` frames sampled by ``rule`` from a row's embedded frames (the ``frames`` column).
+
+    Raises:
+        VideoError: the rule refuses them (``strict``: fewer than ``count``), a frame does not decode, or the
+            frames differ in size.
+    """
+    indices = frame_plan(len(encoded), fps, count, rule, None, source)[2]
+    decoded = {}
+    for number in sorted(set(indices)):
         try:
             with Image.open(io.BytesIO(encoded[number])) as image:
-                frames.append(image.convert("RGB"))
+                decoded[number] = image.convert("RGB")
         except Exception as error:  # a corrupt frame names its item and position
             raise VideoError(f"{source}: frame {number} does not decode ({error})") from error
-    return Video(tuple(frames), tuple(indices), fps, len(encoded), source)
+    return Video(tuple(decoded[i] for i in indices), tuple(indices), fps, len(encoded), source)
 
 
 def row_video(item: Item, bench: VideoSource) -> Video:
-    """Returns the clip of a benchmark row, sampled and capped as its benchmark says.
+    """Returns the clip of a benchmark row, sampled by its benchmark's rule and capped as it says.
 
     Raises:
         VideoError: the row has no clip, no valid ``fps`` for embedded frames, or its clip fails to load
@@ -217,42 +305,27 @@ def row_video(item: Item, bench: VideoSource) -> Video:
             fps = float(item.extra[FPS_COLUMN])
         except (KeyError, ValueError) as error:
             raise VideoError(f"{source}: embedded frames need a numeric {FPS_COLUMN!r} column") from error
-        clip = embedded_video(item.frames, bench.frames, fps, source)
+        clip = embedded_video(item.frames, bench.frames, fps, source, bench.sampling)
     elif item.video:
-        clip = load_video(clip_path(item, bench), bench.frames, bench.folder_fps, clip_window(item, bench))
+        path, window = clip_path(item, bench), clip_window(item, bench)
+        clip = load_video(path, bench.frames, bench.folder_fps, window, bench.sampling)
     else:
         raise VideoError(f"{source}: a video benchmark row needs a 'frames' or 'video' cell")
     return replace(clip, max_tokens=bench.max_tokens)
 
 
-def frame_count(path: Path, folder_fps: float = 1.0, window: Window | None = None) -> int:
-    """Returns the number of frames of a frame folder or video file (within ``window``, a folder's frames at
-    ``folder_fps``) without decoding any (0 if absent).
+def clip_frames(path: Path, folder_fps: float = 1.0) -> tuple[int, float]:
+    """Returns (frame count, frame rate) of a frame folder (its frames at ``folder_fps``) or a video file,
+    decoding no frame; (0, ``folder_fps``) where nothing is there.
 
     Raises:
         VideoError: the video file cannot be opened or has no video stream.
     """
     if path.is_dir():
-        total = sum(1 for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
-        return window_frames(total, folder_fps, window)[1]
+        return sum(1 for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES), folder_fps
     if not path.is_file():
-        return 0
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise VideoError(f"{path}: no video stream")
-            stream = container.streams.video[0]
-            rate = float(stream.average_rate or stream.guessed_rate or 0)
-            total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-    except VideoError:
-        raise
-    except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
-        raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
-    if window is not None and not rate > 0:
-        raise VideoError(f"{path}: no frame rate in the stream, so the window {window} cannot be cut")
-    return window_frames(total, rate, window)[1]
+        return 0, folder_fps
+    return _stream_frames(path)
 
 
 def _cell(item: Item, column: str, bench: VideoSource) -> str:
@@ -306,26 +379,27 @@ def clip_window(item: Item, bench: VideoSource) -> Window | None:
 
 
 def clip_problem(item: Item, bench: VideoSource) -> str:
-    """Returns why a row's clip cannot give ``bench.frames`` frames ("" when it can), without decoding frames.
+    """Returns why a row's clip cannot give ``bench.frames`` frames under ``bench.sampling`` ("" when it can),
+    without decoding frames.
 
     The benchmark reader turns a reason into a counted ``Skip``: a missing or unreadable file, no clip cell,
-    or fewer frames than requested. A frame that fails to decode later raises ``VideoError`` naming it.
+    or a clip its rule refuses (``frame_plan``). A frame that fails to decode later raises ``VideoError``
+    naming it.
     """
-    if item.frames:
-        have, where = len(item.frames), "embedded frames"
-    elif item.video:
-        try:
+    try:
+        if item.frames:
+            frame_plan(len(item.frames), 1.0, bench.frames, bench.sampling, None, "embedded frames")
+        elif item.video:
             path, window = clip_path(item, bench), clip_window(item, bench)
-            have, where = frame_count(path, bench.folder_fps, window), str(path)
-        except VideoError as error:
-            return str(error)
-        if have == 0 and not path.exists():
-            return f"{path}: no video file or frame folder there"
-        if window is not None:
-            where = f"{path} window {window[0]:g}-{window[1]:g} s"
-    else:
-        return "a video benchmark row needs a 'frames' or 'video' cell"
-    return f"{where}: {have} frames, fewer than the {bench.frames} requested" if have < bench.frames else ""
+            if not path.exists():
+                return f"{path}: no video file or frame folder there"
+            total, fps = clip_frames(path, bench.folder_fps)
+            frame_plan(total, fps, bench.frames, bench.sampling, window, str(path), folder=path.is_dir())
+        else:
+            return "a video benchmark row needs a 'frames' or 'video' cell"
+    except VideoError as error:
+        return str(error)
+    return ""
 
 
 @dataclass(frozen=True)
@@ -345,6 +419,7 @@ class VideoSource:
             of the clip ("" = whole clips).
         start_column: the window's start (seconds).
         end_column: the window's end (seconds).
+        sampling: which frames are taken (``SAMPLING_RULES``; the module doc).
     """
 
     file: Path
@@ -358,3 +433,4 @@ class VideoSource:
     bound_column: str = ""
     start_column: str = ""
     end_column: str = ""
+    sampling: str = STRICT

@@ -19,6 +19,7 @@ from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
 from sparsectx.data.config import PromptConfig
 from sparsectx.data.layout import BenchLayout
+from sparsectx.data.video import SAMPLING_RULES, SAVE_VIDEO_FRAMES
 from sparsectx.engine.config import EngineConfig
 from sparsectx.eval.scorers import SCORERS
 from sparsectx.generation import DecodingConfig
@@ -47,8 +48,7 @@ class VideoSpec:
     """How a video benchmark's clips become model input (``bench.<name>.video``)."""
 
     frames: int
-    """Frames sampled uniformly per video (VLMEvalKit's rule, ``sparsectx.data.video``); SCOPD: 32. A clip with
-    fewer frames is a counted skip, never scored on fewer."""
+    """Frames sampled per video (by ``sampling``); SCOPD: 32."""
     max_tokens: int
     """Cap on one video's post-merger visual tokens (frames are resized to fit); SCOPD: 12,288."""
     budget_unit: str
@@ -63,6 +63,12 @@ class VideoSpec:
     """Appended to a ``video`` cell to name its file (``.mp4``); "" names a frame folder or a full name."""
     folder_fps: float
     """Frame rate of pre-extracted frame folders (their frames' times); video files carry their own."""
+    sampling: str
+    """Which frames are taken, named after the VLMEvalKit function it restates (``sparsectx.data.video``):
+    ``save_video_frames`` (``int(i * total / (frames + 1))``, i = 1..frames: Video-MME, MLVU, TempCompass,
+    Video-TT), ``get_index`` (``MVBench.get_index``: segment midpoints of the row's window) or ``strict``
+    (``save_video_frames``' frames, a clip with fewer than ``frames`` a counted skip: the synthetic files).
+    The VLMEvalKit rules repeat frames of a clip shorter than ``frames``, as VLMEvalKit does."""
     prefix_column: str = ""
     """A column whose cell is a folder between ``root`` and the ``video`` cell (MVBench's and MLVU's
     ``prefix``: ``osp.join(data_root, line['prefix'], line['video'])``); "" = none."""
@@ -81,11 +87,18 @@ class VideoSpec:
                 f"folder_fps={self.folder_fps} > 0"
             )
         check_choice(self.budget_unit, BUDGET_UNITS, "bench.*.video.budget_unit")
+        check_choice(self.sampling, SAMPLING_RULES, "bench.*.video.sampling")
         window = (self.bound_column, self.start_column, self.end_column)
         if any(window) and not all(window):
             raise ValueError(
                 f"bench.*.video: bound_column={self.bound_column!r}, start_column={self.start_column!r} and "
                 f"end_column={self.end_column!r}: name all three (MVBench: bound, start, end) or none"
+            )
+        if any(window) and self.sampling == SAVE_VIDEO_FRAMES:
+            raise ValueError(
+                f"bench.*.video: sampling={self.sampling!r} ignores windows in VLMEvalKit (its windows are "
+                f"MVBench.get_index's); use sampling=get_index with bound_column={self.bound_column!r}, or drop "
+                "the window columns"
             )
 
 

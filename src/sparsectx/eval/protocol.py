@@ -238,6 +238,7 @@ def video_source(spec: BenchSpec, file: Path | None = None) -> VideoSource | Non
         bound_column=video.bound_column,
         start_column=video.start_column,
         end_column=video.end_column,
+        sampling=video.sampling,
     )
 
 
