@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from sparsectx.eval.vlmeval_bridge import BridgeConfig, check_columns, flatten, read_rows, score_with_vlmeval
+from sparsectx.eval.vlmeval_bridge import (
+    READINGS,
+    BridgeConfig,
+    check_columns,
+    flatten,
+    read_rows,
+    score_with_vlmeval,
+)
 
 from .vlmeval_cases import CASES, make_leaf, require_vlmeval_env, write_tsv
 
@@ -44,6 +51,18 @@ def test_flatten_reads_split_tables_one_row_tables_and_nested_dicts() -> None:
         "value": {"Final Score": {"sum": 6, "count": 12}, "Norm": {"sum": 0.6, "count": None}},
     }
     assert flatten(nested) == {"Final Score/sum": 6.0, "Final Score/count": 12.0, "Norm/sum": 0.6}
+
+
+def test_video_ratings_flatten_by_position_and_give_their_headlines() -> None:
+    mvbench = {"type": "dict", "value": {"t1": [3, 4, "75.00%"], "overall": [3, 8, "37.50%"]}}
+    assert flatten(mvbench) == {"t1/0": 3.0, "t1/1": 4.0, "overall/0": 3.0, "overall/1": 8.0}
+    assert READINGS["mvbench"].headline(flatten(mvbench)) == 37.5
+    mlvu = {"type": "dict", "value": {"plotQA": [1, 4], "needle": [2, 2]}}
+    assert READINGS["mlvu"].headline(flatten(mlvu)) == 50.0
+    assert READINGS["tempcompass_mcq"].headline(flatten({"type": "dict", "value": {"speed. multi-choice": [1, 3]}}))
+    with pytest.raises(KeyError):
+        READINGS["mlvu"].headline({})
+    assert READINGS["mme_realworld"].headline(flatten({"type": "dict", "value": {"Overall": 0.25}})) == 25.0
 
 
 def test_missing_column_names_the_file_and_the_column(tmp_path: Path) -> None:

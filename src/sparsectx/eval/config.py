@@ -29,7 +29,7 @@ from sparsectx.tracking import LoggerConfig
 
 MODES = ("greedy", "passk", "efficiency")
 GROUP_BY = ("none", "image", "circular")
-SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source")
+SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source", "task_type")
 SHARD_SOURCES = ("none", "torchrun", "slurm")
 
 
@@ -126,8 +126,8 @@ class BenchSpec:
     ``circular`` (``index % 1_000_000``, the base question of MMBench's circular rotations)."""
     subset_field: str
     """Column that fills ``ScoredItem.subset``: ``none``, ``subset`` (synthetic POPE), ``category``
-    (VLMEvalKit's POPE file), ``l2-category`` (VLMEvalKit's HallusionBench file) or ``cycle_category``
-    (HR-Bench)."""
+    (VLMEvalKit's POPE file), ``l2-category`` (VLMEvalKit's HallusionBench file), ``cycle_category``
+    (HR-Bench), ``source`` (CV-Bench) or ``task_type`` (TempCompass, whose rule depends on it)."""
     video: VideoSpec | None = None
     """A video benchmark's frame settings; None (the default, every image benchmark) = no videos."""
 

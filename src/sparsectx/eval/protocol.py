@@ -35,8 +35,12 @@ from sparsectx.eval.scorers import (
     ScoredItem,
     is_logicvista_correct,
     is_mathvista_correct,
+    is_mlvu_correct,
     is_mme_realworld_correct,
     is_mmmu_correct,
+    is_mvbench_correct,
+    is_tempcompass_correct,
+    is_videomme_correct,
     match_choice,
     normalize_short_answer,
     ocr_contains,
@@ -297,7 +301,7 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
     subset = {
         "none": "", "subset": item.subset, "category": item.category,
         "l2-category": item.extra.get("l2-category", ""), "cycle_category": item.extra.get("cycle_category", ""),
-        "source": item.extra.get("source", ""),
+        "source": item.extra.get("source", ""), "task_type": item.extra.get("task_type", ""),
     }[spec.subset_field]  # fmt: skip
     return ScoredItem(
         id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
@@ -308,9 +312,10 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
 def is_correct(scorer: str, item: ScoredItem) -> bool:
     """Returns whether one item's prediction is right, by the rule of its benchmark's scorer.
 
-    Multiple choice: the matched option letter is the gold letter. Yes/no (``yes_no``, ``pope``, ``mme``,
-    ``hallusionbench``): the parsed word equals the gold one. ``exact_match``/``number_match``: as the
-    scorer compares.
+    Multiple choice: the matched option letter is the gold letter (the video benchmarks: VLMEvalKit's own
+    rule of each, ``mvbench``, ``mlvu``, ``videomme``/``video_tt``, ``tempcompass_mcq``). Yes/no (``yes_no``,
+    ``pope``, ``mme``, ``hallusionbench``): the parsed word equals the gold one. ``exact_match``/``number_match``:
+    as the scorer compares.
     ``vqa_soft``: the answer matches at least one human answer (soft accuracy > 0). ``ocrbench``: a gold
     answer is contained in the prediction. Used for the predictions file and for Pass@K.
     """
@@ -325,6 +330,14 @@ def is_correct(scorer: str, item: ScoredItem) -> bool:
         return is_mmmu_correct(item)
     if scorer == "mme_realworld":  # VLMEvalKit's extract_characters_regex, not the generic reader
         return is_mme_realworld_correct(item)
+    if scorer == "mvbench":  # VLMEvalKit's check_ans_with_model on "(L) text", then can_infer
+        return is_mvbench_correct(item)
+    if scorer == "mlvu":  # the letter before the first ")", then can_infer
+        return is_mlvu_correct(item)
+    if scorer in ("videomme", "video_tt"):  # Video-MME's extract_characters_regex (A-D)
+        return is_videomme_correct(item)
+    if scorer == "tempcompass_mcq":  # the multi-choice / caption-matching rule of the row's task_type
+        return is_tempcompass_correct(item)
     if scorer == "logicvista":
         return is_logicvista_correct(item)
     if scorer == "mathvista":

@@ -60,7 +60,18 @@ def _one_split(metrics: dict[str, float]) -> float | None:
     return 100.0 * overall[0] if len(overall) == 1 else None
 
 
+def _pooled(metrics: dict[str, float]) -> float:
+    """Returns 100 x hits / rows pooled over a rating's ``[hits, rows, ...]`` lists (flattened as ``<key>/0``,
+    ``<key>/1``): MLVU_MCQ's and TempCompass_MCQ's ``get_dimension_rating`` (MLVU's ``M-Avg``)."""
+    hits = sum(value for key, value in metrics.items() if key.endswith("/0"))
+    rows = sum(value for key, value in metrics.items() if key.endswith("/1"))
+    if not rows:
+        raise KeyError("<key>/1 (rows per rating key)")
+    return 100.0 * hits / rows
+
+
 _MEAN3 = lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3  # noqa: E731
+_VIDEO_MCQ = ("task_type", "candidates", "answer")
 _MCQ = ("question", "A", "B", "answer")
 READINGS: dict[str, Reading] = {
     "pope": Reading(
@@ -87,6 +98,25 @@ READINGS: dict[str, Reading] = {
         "report_acc_hrbench Average all x 100",
     ),
     "ocrbench": Reading(("category", "answer"), lambda m: m["Final Score/sum"], "final_score", "Final Score"),
+    "mme_realworld": Reading(
+        ("category", "l2-category", "answer"),
+        lambda m: 100.0 * m["Overall"],
+        "score",
+        "get_dimension_rating Overall x 100",
+    ),
+    "mvbench": Reading(
+        _VIDEO_MCQ,
+        lambda m: 100.0 * m["overall/0"] / m["overall/1"],
+        "score",
+        "get_dimension_rating overall hits / rows x 100",
+    ),
+    "mlvu": Reading(_VIDEO_MCQ, _pooled, "score", "get_dimension_rating hits / rows over the tasks x 100 (M-Avg)"),
+    "tempcompass_mcq": Reading(
+        (*_VIDEO_MCQ, "dim"), _pooled, "score", "get_dimension_rating hits / rows over dim. task_type x 100"
+    ),
+    "video_tt": Reading(
+        ("capability", "answer"), lambda m: m["overall/score"], "score", "get_dimension_rating overall/score"
+    ),
 }
 """Project scorer -> its VLMEvalKit reading (the benchmarks whose figures the bridge compares)."""
 
@@ -196,7 +226,8 @@ def flatten(result: dict[str, Any]) -> dict[str, float]:
     A table row is named by its label cells (``LABEL_COLUMNS`` and any other text cell, joined by
     ``/``): ``<split>/<column>`` for report_acc and POPE_rating, ``<cycle>/<type>/accuracy`` for HR-Bench,
     the column alone for a one-row numeric table (MME), ``<row>/<column>`` for other numeric tables;
-    nested dicts join their keys with ``/`` (OCRBench). Non-numeric values are left out.
+    nested dicts join their keys with ``/`` (OCRBench), list items their positions (MVBench's ``overall/0``).
+    Non-numeric values are left out.
     """
     out: dict[str, float] = {}
 
@@ -204,6 +235,9 @@ def flatten(result: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, dict):
             for name, inner in value.items():
                 put(f"{key}/{name}" if key else str(name), inner)
+        elif isinstance(value, list):  # the video ratings' [hits, rows, "xx.xx%"]
+            for number, inner in enumerate(value):
+                put(f"{key}/{number}", inner)
         elif _number(value):
             out[key] = float(value)
 

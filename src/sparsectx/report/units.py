@@ -88,6 +88,11 @@ RESAMPLING: dict[str, Resampling] = {
     "mme_realworld": ITEM_MEAN,  # get_dimension_rating's Overall: right answers / rows
     "mathvista": ITEM_MEAN,  # MathVista_acc's Overall
     "logicvista": ITEM_MEAN,  # evaluate_logicvista's Overall
+    "mvbench": ITEM_MEAN,  # get_dimension_rating's overall: hits / rows
+    "mlvu": ITEM_MEAN,  # M-Avg: hits / rows over the multiple-choice tasks
+    "videomme": ITEM_MEAN,  # get_dimension_rating's overall mean score
+    "video_tt": ITEM_MEAN,  # get_dimension_rating's overall score
+    "tempcompass_mcq": ITEM_MEAN,  # hits / rows pooled over get_dimension_rating's dim/task rows
     "yes_no": ITEM_MEAN,
     "vqa_soft": ITEM_MEAN,
     "ocrbench": ITEM_MEAN,  # 1000 x the share of items hit
