@@ -60,9 +60,7 @@ def _char_tokenizer(specials: list[str], eos: str, template: str) -> PreTrainedT
     core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     core.add_special_tokens(specials)
     core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token=eos, pad_token="<|endoftext|>", unk_token="<unk>"
-    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, pad_token="<|endoftext|>", unk_token="<unk>")
     tok.chat_template = template
     return tok
 
@@ -154,9 +152,16 @@ PUBLISHED = Path(__file__).resolve().parent / "models" / "published"
 """The published checkpoints' config.json, preprocessor_config.json and tokenizer_config.json (their chat
 templates), in the real layout; tests/models/published/SOURCES.md says where each came from."""
 QWEN_SPECIALS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-    "<|video_pad|>", "<think>", "</think>",
-]  # fmt: skip
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<think>",
+    "</think>",
+]
 PUBLISHED_SPECIALS = {
     "Qwen2.5-VL-7B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),
     "Qwen3-VL-4B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),

@@ -84,9 +84,15 @@ def harness_layout() -> BenchLayout:
         OmegaConf.structured(PromptParts), OmegaConf.load(CONF_DIR / "bench_prompt" / "project.yaml")
     )
     return BenchLayout(
-        files=["harness rows"], drop_rows=[], options="columns", options_column="", answer="as_is",
-        gold_column="answer", prompt=OmegaConf.to_object(parts), source="the harness adapter's rows",
-    )  # fmt: skip
+        files=["harness rows"],
+        drop_rows=[],
+        options="columns",
+        options_column="",
+        answer="as_is",
+        gold_column="answer",
+        prompt=OmegaConf.to_object(parts),
+        source="the harness adapter's rows",
+    )
 
 
 def image_bytes_of(cell: str | Sequence[str]) -> bytes:

@@ -32,12 +32,19 @@ def mmbench_dev_en() -> RealFile:
             cells = dict(zip("ABCD", rotated + [""] * (4 - len(rotated)), strict=True))
             rows.append(
                 {
-                    "index": str(q + k * 1_000_000), "question": question, "hint": hint, **cells,
-                    "answer": "ABCD"[rotated.index(gold_text)], "category": "attribute_recognition",
-                    "image": png_b64(q + 1) if k == 0 else str(q), "source": "MMBench", "l2-category":
-                    "finegrained_perception (instance-level)", "comment": "", "split": "dev",
+                    "index": str(q + k * 1_000_000),
+                    "question": question,
+                    "hint": hint,
+                    **cells,
+                    "answer": "ABCD"[rotated.index(gold_text)],
+                    "category": "attribute_recognition",
+                    "image": png_b64(q + 1) if k == 0 else str(q),
+                    "source": "MMBench",
+                    "l2-category": "finegrained_perception (instance-level)",
+                    "comment": "",
+                    "split": "dev",
                 }
-            )  # fmt: skip
+            )
     return RealFile(rows, *_letter_answers())
 
 

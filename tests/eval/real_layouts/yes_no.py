@@ -29,11 +29,14 @@ def hallusionbench() -> RealFile:
         for q in range(2):
             rows.append(
                 {
-                    "index": f"{category}_{l2}_0_{s}_0_{q}", "image": png_b64(s) if q == 0 else first,
+                    "index": f"{category}_{l2}_0_{s}_0_{q}",
+                    "image": png_b64(s) if q == 0 else first,
                     "question": f"Is the value in 2020 higher than in 2019 ({s}, {q})?",
-                    "answer": "Yes" if (s + q) % 2 else "No", "category": category, "l2-category": l2,
+                    "answer": "Yes" if (s + q) % 2 else "No",
+                    "category": category,
+                    "l2-category": l2,
                 }
-            )  # fmt: skip
+            )
     rows.append(
         {
             "index": "VS_map_0_2_1_0",
