@@ -5,7 +5,7 @@
     python src/preflight.py experiment=scopd_qwen2_5_vl_7b --list     # what it needs and how to get it
 
 ``--list`` is ``list=true`` (Hydra takes key=value; the flag is rewritten before it parses). Prints one line per
-problem and a summary, exits 1 on any problem (``sparsectx.eval.preflight.run``).
+problem and a summary, exits 1 on any problem (``sparsectx.preflight.run``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> None:
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
-    from sparsectx.eval.preflight import run  # imported here: --help and --cfg skip torch
+    from sparsectx.preflight import run  # imported here: --help and --cfg skip torch
 
     given = [o for o in HydraConfig.get().overrides.task if o.startswith(PASSED_ON)]
     status = run(cfg, lambda extra: compose("preflight", overrides=[*given, *extra]), CONF_DIR)

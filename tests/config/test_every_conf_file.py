@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.config import load_eval_config
 from sparsectx.eval.judge import JudgeAnswersConfig
-from sparsectx.eval.preflight import load_preflight_config
+from sparsectx.preflight import load_preflight_config
 from sparsectx.pretrain.train import load_config as load_pretrain_config
 from sparsectx.report.study import load_tables_config
 from sparsectx.training.config import load_train_config

@@ -1,4 +1,4 @@
-"""The preflight (``src/preflight.py``, ``sparsectx.eval.preflight``): a clean tiny input passes, and each
+"""The preflight (``src/preflight.py``, ``sparsectx.preflight``): a clean tiny input passes, and each
 class of broken checkpoint folder or benchmark file is caught, one at a time, by a line naming the file, the
 row (index), the column and the fix. The checkpoint folders here hold no weights: the preflight loads none."""
 
@@ -21,7 +21,7 @@ from PIL import Image
 from sparsectx.data.build import load_build_config
 from sparsectx.data.synthetic import build_suite
 from sparsectx.eval.config import compose_bench
-from sparsectx.eval.preflight import (
+from sparsectx.preflight import (
     Checked,
     Problem,
     check_benchmark,
