@@ -24,6 +24,7 @@ from sparsectx.models import (
 )
 from sparsectx.models.loading import DTYPES, check_device
 from sparsectx.models.processor import checkpoint_family, load_processor
+from sparsectx.models.templates import ChatTemplating
 from sparsectx.training.checkpoint import verify_checkpoint
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
@@ -77,18 +78,19 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:
         loaded = load_model(cfg)
-    return loaded, eval_model_info(model, checkpoint)
+    return loaded, eval_model_info(model, checkpoint, loaded.processor)
 
 
-def eval_model_info(model: ModelConfig, checkpoint: str | None) -> dict:
+def eval_model_info(model: ModelConfig, checkpoint: str | None, processor: ChatTemplating | None = None) -> dict:
     """Returns the provenance of the model an evaluation uses (name, path, checkpoint, fingerprint, random
     weights, dtype, device, attention, family, the effective thinking setting and what the generation prompt
     opens), from its files alone: a merge of data-parallel shards records what the shards loaded without
-    loading it again."""
+    loading it again; ``processor`` is the loaded model's, else the checkpoint's tokenizer and template are read."""
     cfg = replace(model, path=checkpoint) if checkpoint is not None else model
     source = resolve_model_path(cfg.path)
     local = Path(source)
-    processor = load_processor(source, 1, cfg.max_visual_tokens, cfg.thinking)  # tokenizer and template only
+    if processor is None:
+        processor = load_processor(source, 1, cfg.max_visual_tokens, cfg.thinking)
     return {
         "thinking": processor.thinking, "generation_prefix": processor.generation_prefix,
         "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
