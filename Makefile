@@ -13,7 +13,7 @@ LMMS_STAMP := $(LMMS_ENV)/.installed
 HARNESS_ENVS ?= 1
 TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
 
-.PHONY: demo study test lint clean-results vlmeval-env lmms-env
+.PHONY: demo study test lint clean-results protocol-cards vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ study: $(STAMP)
 
 clean-results:
 	rm -rf results
+
+# The real presets' protocol cards (every setting, its source, where it differs from the paper), pasted in
+# docs/protocols/; tests/config/test_protocol_cards.py fails when they are stale.
+PROTOCOL_EXPERIMENTS := scopd_qwen2_5_vl_7b ltopd_qwen3_5_4b
+protocol-cards: $(STAMP)
+	mkdir -p docs/protocols
+	for e in $(PROTOCOL_EXPERIMENTS); do $(BIN)/python -m sparsectx.protocol experiment=$$e out=docs/protocols/$$e.md || exit 1; done
 
 # VLMEvalKit's own environment (docs/harnesses.md): nvidia-vlmeval with PyPI's CUDA torch + torchvision, which
 # vlmeval imports and which break beside the project's CPU torch; sparsectx beside them for the model adapter.

@@ -46,3 +46,9 @@ def predictions_path(leaf: Path, bench: str) -> Path:
 def run_dir(root: str | Path, experiment: str, model: str, method: str, pruner: str, budget: float) -> Path:
     """Returns the training directory: ``checkpoint/`` (final, loadable) and ``state/`` (resume) live in it."""
     return Path(root) / experiment / model / method / pruner / budget_tag(budget)
+
+
+def step_log_path(run: str | Path) -> Path:
+    """Returns the per-step log of a training directory (``run_dir``): one JSON line per optimizer step, the
+    step's metrics as logged to the tracker (``training.loop``)."""
+    return Path(run) / "steps.jsonl"

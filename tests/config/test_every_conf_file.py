@@ -63,8 +63,9 @@ def _compose(root: str, overrides: list[str]):
 
 def test_every_group_is_covered() -> None:
     # conf/hydra/ holds Hydra's own groups (the --help texts), checked by test_front_door_help.py;
-    # conf/bench_prompt/ is read only through the bench files' defaults (test_every_bench_prompt_is_used)
-    groups = {path.name for path in CONF.iterdir() if path.is_dir()} - {"hydra", "bench_prompt"}
+    # conf/bench_prompt/ is read only through the bench files' defaults (test_every_bench_prompt_is_used);
+    # conf/protocol/ holds the papers' records, plain YAML read by sparsectx.protocol (test_protocol_cards)
+    groups = {path.name for path in CONF.iterdir() if path.is_dir()} - {"hydra", "bench_prompt", "protocol"}
     assert groups == set(GROUP_ROOTS)
 
 

@@ -26,8 +26,13 @@ PAPER_EFFECTIVE_BATCH = {
     "scopd_plus": 32,  # inherits SCOPD's
     "lt_opd": 80,  # "175 updates of 80 questions" (seed 000 App. A; conf/method/lt_opd.yaml)
 }
+PAPER_ROLLOUTS = {
+    "scopd": 1,  # one rollout per prompt (conf/method/scopd.yaml)
+    "scopd_plus": 1,  # inherits SCOPD's
+    "lt_opd": 8,  # "112,000 generated trajectories" over 175 updates of 80 questions (seed 000 App. B)
+}
 PAPER_TRAIN = {
-    "steps": 100,  # conf/train.yaml's real-model default (the seeds fix no step count for this loop)
+    "steps": 100,  # conf/train.yaml's default for a hand run; the real presets pass each paper's length
     "micro_batch_size": 1,  # 4 GPUs x 1 x 8 accumulation (seed 004 §4.1)
     "max_new_tokens": 512,  # rollout cap, within SCOPD's 512-1024 (conf/train.yaml)
 }
@@ -37,6 +42,7 @@ PAPER_EVAL = {
     "passk.max_items": None,  # every cohort item
     "passk.sample_batch": 16,
     "efficiency.num_items": 8,
+    "efficiency.min_answer_tokens": 6,  # "at least six Qwen-tokenizer tokens" (seed 000 App. E.1)
     "efficiency.repetitions": 5,  # "each question is measured five times" (seed 000 App. E.1)
     "efficiency.warmup": 2,
     "efficiency.decode_tokens": 128,  # "replays a shared 128-token ... reference" (seed 000 App. E.1)
@@ -73,7 +79,8 @@ def _scale_file(root: str) -> dict:
 @pytest.mark.parametrize("method", [None, "scopd_plus", "lt_opd"])
 def test_tiny_training_takes_its_length_from_its_scale_file(method: str | None) -> None:
     scale = _scale_file("train")
-    assert set(scale) == {"steps", "micro_batch_size", "max_new_tokens", "method.effective_batch_size"}
+    keys = {"steps", "micro_batch_size", "max_new_tokens", "method.effective_batch_size", "method.rollouts_per_prompt"}
+    assert set(scale) == keys
     cfg = _compose("train", [] if method is None else [f"method={method}", "budget=0.1"])
     for key, value in scale.items():
         assert _get(cfg, key) == value, key
@@ -109,6 +116,7 @@ def test_real_models_train_at_the_papers_settings(model: str, method: str, exper
     for key, value in PAPER_TRAIN.items():
         assert _get(cfg, key) == value, key
     assert cfg["method"]["effective_batch_size"] == PAPER_EFFECTIVE_BATCH[method]
+    assert cfg["method"]["rollouts_per_prompt"] == PAPER_ROLLOUTS[method]
 
 
 @pytest.mark.parametrize("model", REAL_MODELS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_efficiency_mode_on_a_config_only_directory(tmp_path: Path):
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 2, SIDE)}
     overrides = [
         "bench=syn_ocr", "mode=efficiency", "efficiency.bench=syn_ocr", "efficiency.budgets=[0.25]",
-        "efficiency.num_items=1", "efficiency.repetitions=2", "efficiency.warmup=1",
+        "efficiency.num_items=1", "efficiency.repetitions=3", "efficiency.warmup=1",
         "efficiency.decode_tokens=3", "efficiency.count_flops=true",
     ]  # fmt: skip
     cfg = compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)])
@@ -99,6 +100,8 @@ def test_efficiency_mode_on_a_config_only_directory(tmp_path: Path):
     assert out == tmp_path / "results" / "dev" / "tiny" / "base" / "visionzip" / "efficiency.json"
     payload = json.loads(out.read_text())
     assert payload["model"]["random_weights"] is True
+    assert (payload["protocol"], payload["decoding"], payload["decode_forwards"]) == ("quick", "greedy", 3)
+    assert payload["selection"]["selected"] == 2 and payload["selection"]["measured"] == 1
     full, pruned = payload["budgets"]
     assert (full["budget"], pruned["budget"]) == (1.0, 0.25)
     assert full["ratios"]["prefill_flops"] == 1.0 and full["kv_cache_bytes"] > pruned["kv_cache_bytes"]
@@ -109,6 +112,9 @@ def test_efficiency_mode_on_a_config_only_directory(tmp_path: Path):
         assert row["counted_prefill_flops"] == pytest.approx(row["flops"]["prefill"], rel=0.02)
         assert set(row["latency_ms"]) == {"vision", "selection", "prefill", "decode", "total"}
         assert all(value > 0 for value in row["latency_ms"].values())
+        for stage, per_item in row["repetitions_ms"].items():  # quick: median of each item's repetitions
+            assert [len(reps) for reps in per_item] == [3]
+            assert row["latency_ms"][stage] == pytest.approx(statistics.median(per_item[0]))
     stamp = out.stat().st_mtime_ns
     run(cfg)
     assert out.stat().st_mtime_ns == stamp  # finished: skipped

@@ -92,7 +92,8 @@ def test_only_undecided_items_are_judged_and_decided_ones_never_change(tmp_path,
     items = load_bench_items(spec, 0.0).items
     answers = _answers(result)
     replaced = {i: (verdict if i in expected else a) for i, a in answers.items()}
-    want = score_items(spec.scorer, [scored_item(it, spec, replaced[sample_id(it)]) for it in items]).metrics
+    scored = [scored_item(it, spec, replaced[sample_id(it)]) for it in items]
+    want = score_items(spec.scorer, scored, spec.headline).metrics
     assert block["metrics"] == want
     after = json.loads(result.read_text())
     assert (

@@ -28,16 +28,12 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _cfg(model_dir: Path, tmp: Path, *extra: str):
     bench = {"syn_count": write_bench(tmp / "syn_count.tsv", "syn_count", 3, SIDE)}
-    return compose_eval(
-        ["bench=syn_count", *PASSK, *base_overrides(model_dir, tmp / "results", bench, 4), *extra]
-    )
+    return compose_eval(["bench=syn_count", *PASSK, *base_overrides(model_dir, tmp / "results", bench, 4), *extra])
 
 
 def test_passk_on_a_tiny_model_writes_its_json(model_dir, tmp_path):
     full_leaf = tmp_path / "full"
-    rows = [
-        {"id": str(i), "correct": i != 1} for i in range(3)
-    ]  # the full-context model solved items 0 and 2
+    rows = [{"id": str(i), "correct": i != 1} for i in range(3)]  # the full-context model solved items 0 and 2
     append_jsonl(full_leaf / "syn_count.predictions.jsonl", rows)
     out = run(_cfg(model_dir, tmp_path, f"passk.full_context_leaf={full_leaf}"))[0]
     assert out.name == "syn_count.passk.json"
@@ -78,11 +74,10 @@ def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, mo
 
     monkeypatch.setattr(DecodeEngine, "generate", fake)
     payload = json.loads(run(_cfg(model_dir, tmp_path))[0].read_text())  # cohort computed: all solved
-    assert payload["cohort"] == {
-        "size": 3,
-        "source": "computed: full-context greedy pass",
-        "ids": ["0", "1", "2"],
-    }
+    cohort = payload["cohort"]
+    assert (cohort["protocol"], cohort["size"], cohort["ids"]) == ("authors_code", 3, ["0", "1", "2"])
+    assert cohort["source"] == "computed: full-context greedy pass" and cohort["rule"].startswith("the authors' code")
+    assert cohort["counts"] == {"rows": 3, "solved": 3, "cap": 12, "size": 3}  # model=tiny: max_items 12
     sparse, control = payload["sparse"], payload["no_image"]
     assert sparse["greedy_accuracy"] == 100.0 and control["greedy_accuracy"] == 0.0
     assert sparse["mean_correct_samples"] == 3.0  # one engine call of 4 draws: right, wrong, right, right

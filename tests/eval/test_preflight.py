@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from family_models import published_checkpoint
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
@@ -131,6 +132,24 @@ def test_clean_checkpoint_without_weights(checkpoint: Path) -> None:
     checked = checked_model(checkpoint)
     assert checked.problems == []
     assert "thinking prefix ''" in "; ".join(checked.facts)
+
+
+def test_the_answer_prefix_is_reported(checkpoint: Path) -> None:
+    model = load_preflight_config(compose_preflight(f"model.path={checkpoint}", "model.answer_prefix='<answer>'"))
+    checked = check_checkpoint("tiny", model.model)
+    assert checked.problems == []
+    assert "thinking prefix '', answer prefix '<answer>'" in "; ".join(checked.facts)
+
+
+def test_an_answer_prefix_inside_an_open_thinking_block(tmp_path: Path) -> None:
+    folder = published_checkpoint("Qwen3.5-4B", tmp_path / "qwen35")
+    overrides = ["model=qwen3_5_4b", f"model.path={folder}", "model.answer_prefix='<answer>'"]
+    problem = only(check_checkpoint("qwen3_5_4b", load_preflight_config(compose_preflight(*overrides)).model))
+    assert problem.file == str(folder / "tokenizer_config.json") and problem.column == "chat_template"
+    assert "model.answer_prefix='<answer>' would be pre-filled inside the thinking block" in problem.what
+    assert "'<think>\\n'" in problem.what and "set model.thinking=false" in problem.fix
+    thinking_off = [*overrides, "model.thinking=false"]
+    assert check_checkpoint("qwen3_5_4b", load_preflight_config(compose_preflight(*thinking_off)).model).problems == []
 
 
 def test_no_config_json(checkpoint: Path) -> None:

@@ -121,7 +121,7 @@ def test_the_file_loads_and_scores_through_its_config(name: str, written: dict[s
             assert item.answer in item.options, f"{name} row {item.index}: gold {item.answer!r} is not a letter"
     for pick, want in ((parts[0].right, parts[0].full_score), (parts[0].wrong, 0.0)):
         scored = [scored_item(item, spec, pick(sample_id(item), item.answer)) for item in items]
-        assert score_items(spec.scorer, scored).metrics["score"] == want, (name, want)
+        assert score_items(spec.scorer, scored, spec.headline).metrics["score"] == want, (name, want)
         assert all(is_correct(spec.scorer, one) == (want > 0) for one in scored), (name, want)
 
 

@@ -224,7 +224,7 @@ def test_pope_aggregates_equal_pope_rating():
         )
         for r in rows
     ]
-    m = score_items("pope", items).metrics
+    m = score_items("pope", items, "f1").metrics
     ref = ref_pope_rating(_pope_rows())
     assert set(ref) == {"Overall", "adversarial", "popular", "random"}
     assert m["score"] == pytest.approx(ref["Overall"]["Overall"])
@@ -241,7 +241,7 @@ def test_pope_aggregates_equal_pope_rating():
 def test_pope_unknown_subset_names_column_and_value():
     items = [ScoredItem(id="7", prediction="yes", reference="yes", subset="adversarial,coco")]
     with pytest.raises(ValueError, match=r"column 'category'.*'adversarial,coco'.*'coco' is not one of"):
-        score_items("pope", items)
+        score_items("pope", items, "macro_accuracy")
 
 
 MME_CATEGORIES = [

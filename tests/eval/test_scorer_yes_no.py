@@ -81,7 +81,7 @@ def test_pope_f1_per_subset_pooled_and_macro():
         "adversarial": [("yes", "yes"), ("yes", "yes"), ("no", "yes"), ("no", "no")],
     }
     items = [_pope(f"{s}{i}", s, p, g) for s, pairs in preds.items() for i, (p, g) in enumerate(pairs)]
-    m = score_items("pope", items).metrics
+    m = score_items("pope", items, "f1").metrics
     assert m["random/f1"] == pytest.approx(50.0)
     assert m["random/acc"] == pytest.approx(50.0)
     assert m["adversarial/precision"] == pytest.approx(100.0)
@@ -89,6 +89,7 @@ def test_pope_f1_per_subset_pooled_and_macro():
     assert m["adversarial/f1"] == pytest.approx(80.0)
     assert m["adversarial/acc"] == pytest.approx(75.0)
     assert m["macro_f1"] == pytest.approx(65.0)
+    assert m["macro_accuracy"] == pytest.approx(62.5)  # (50 + 75) / 2
     # pooled over all 8 rows (VLMEvalKit's Overall): TP=3, FP=1, FN=2 -> P=3/4, R=3/5, F1=2/3, acc 5/8
     assert m["f1"] == pytest.approx(200.0 / 3) and m["score"] == m["f1"]
     assert m["acc"] == pytest.approx(62.5)
@@ -96,5 +97,5 @@ def test_pope_f1_per_subset_pooled_and_macro():
 
 def test_pope_unreadable_answer_is_neither_tp_nor_fp():
     items = [_pope("1", "popular", "unsure", "yes"), _pope("2", "popular", "yes", "yes")]
-    m = score_items("pope", items).metrics
+    m = score_items("pope", items, "macro_accuracy").metrics
     assert m["popular/precision"] == 100.0 and m["popular/recall"] == 50.0

@@ -268,7 +268,9 @@ def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: l
     assert not skipped and len(items) == len(predictions)
     leaf = root / "leaf"
     answers = dict(zip((sample_id(item) for item in items), predictions, strict=True))
-    report = score_items(scorer, [scored_item(item, spec, answers[sample_id(item)]) for item in items])
+    report = score_items(
+        scorer, [scored_item(item, spec, answers[sample_id(item)]) for item in items], spec.headline
+    )
     preds = predictions_path(leaf, bench)
     preds.parent.mkdir(parents=True, exist_ok=True)
     preds.write_text(

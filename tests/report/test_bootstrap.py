@@ -1,6 +1,7 @@
 """The bootstrap's replicates and intervals against brute force: every one of the n^n resamples of a tiny
-benchmark enumerated (item means, POPE's F1, MME's pairs), a large-sample check of the random draws against
-that exact distribution, stratified draws, seed pooling, and the refusals (too few items, too few resamples)."""
+benchmark enumerated (item means, POPE's F1 and macro accuracy, MME's pairs), a large-sample check of the random
+draws against that exact distribution, stratified draws, seed pooling, and the refusals (too few items, too few
+resamples)."""
 
 from __future__ import annotations
 
@@ -71,13 +72,44 @@ def test_pope_f1_is_recomputed_on_every_resample_not_averaged() -> None:
     gold, pred = ["yes", "yes", "no", "no", "yes"], ["yes", "no", "yes", "no", "yes"]
     items = [ScoredItem(id=f"q{i}", prediction=p, reference=g, subset="random")
              for i, (g, p) in enumerate(zip(gold, pred, strict=True))]  # fmt: skip
-    lay = layout("pope", items)
+    lay = layout("pope", items, "f1")
     tuples = all_resamples(len(items))
     reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
     reference = [_f1([gold[i] for i in t], [pred[i] for i in t]) for t in tuples]
     assert reps == pytest.approx(reference)
     per_item_mean = [np.mean([_f1([gold[i]], [pred[i]]) for i in t]) for t in tuples]
     assert not np.allclose(reps, per_item_mean)  # an F1 is not a mean of item F1s
+
+
+def _macro_accuracy(rows: list[tuple[str, str, str]]) -> float:
+    """LT-OPD's POPE macro accuracy in percent, written out independently of the scorer: per subset, the percent
+    of its rows (a comma-joined category counted in each subset it names) answered right; then their mean."""
+    accs = []
+    for subset in ("adversarial", "popular", "random"):
+        mine = [gold == pred for category, gold, pred in rows if subset in category.split(",")]
+        accs.append(100.0 * sum(mine) / len(mine))
+    return sum(accs) / 3
+
+
+def test_pope_macro_accuracy_is_recomputed_on_every_resample_within_category_strata() -> None:
+    """Every resample of four strata (one per category string, two questions each) enumerated: 4^4 = 256."""
+    rows = [  # (category, gold, prediction)
+        ("adversarial,popular,random", "yes", "yes"), ("adversarial,popular,random", "no", "yes"),
+        ("adversarial", "yes", "no"), ("adversarial", "no", "no"),
+        ("popular,random", "no", "no"), ("popular,random", "yes", "yes"),
+        ("random", "no", "yes"), ("random", "yes", "no"),
+    ]  # fmt: skip
+    items = [ScoredItem(id=f"q{i}", prediction=p, reference=g, subset=c) for i, (c, g, p) in enumerate(rows)]
+    lay = layout("pope", items, "macro_accuracy")
+    assert [len(s) for s in lay.strata] == [2, 2, 2, 2]  # the category strings, in file order
+    picks = list(itertools.product(all_resamples(2), repeat=4))  # one index pair per stratum
+    draws = [np.array([p[s] for p in picks]) for s in range(4)]
+    reps = replicates(lay, items, counts_from_indices(lay, draws))
+    reference = [_macro_accuracy([rows[2 * s + j] for s, pair in enumerate(p) for j in pair]) for p in picks]
+    assert reps == pytest.approx(reference)
+    exploded = [[(g == q) for c, g, q in (rows[2 * s + j] for s, pair in enumerate(p) for j in pair)
+                 for _ in c.split(",")] for p in picks]  # fmt: skip
+    assert not np.allclose(reps, [100.0 * np.mean(e) for e in exploded])  # not the pooled (Overall) accuracy
 
 
 def test_mme_pairs_are_resampled_together() -> None:
@@ -125,7 +157,7 @@ def test_large_sample_interval_matches_the_exact_bootstrap_distribution() -> Non
 def test_stratified_draws_keep_every_stratum_size() -> None:
     items = [ScoredItem(id=str(i), prediction="yes", reference="yes", subset="random" if i < 3 else "popular")
              for i in range(7)]  # fmt: skip
-    lay = layout("pope", items)
+    lay = layout("pope", items, "macro_accuracy")
     counts = draw_counts(lay, 500, stream(3, "strata"))
     assert (counts[:, :3].sum(axis=1) == 3).all() and (counts[:, 3:].sum(axis=1) == 4).all()
 

@@ -39,7 +39,7 @@ def synced_gradients(
     env = TinyEnv(env_root / "tiny-model", env_root / "train.tsv")
     tc = load_train_config(compose_train([*train_overrides(env, out), *overrides]))
     accelerator = Accelerator(cpu=True)
-    data = TrainingSet.load(tc.train_data, tc.seed)
+    data = TrainingSet.load(tc.train_data, tc.seed, tc.method.effective_batch_size)
     trainer = loop.setup(tc, accelerator, tc.accumulation(accelerator.num_processes), data, out, None)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():

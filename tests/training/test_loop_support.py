@@ -105,9 +105,8 @@ def make_trainer(env, root: Path, *overrides: str) -> Trainer:  # noqa: ANN001
     """Returns a fresh Trainer (no resume) for the shrunk config with ``overrides``, its student perturbed."""
     tc = load_train_config(compose_train([*train_overrides(env, root), *overrides]))
     accelerator = Accelerator(cpu=True)
-    trainer = loop.setup(
-        tc, accelerator, tc.accumulation(1), TrainingSet.load(tc.train_data, tc.seed), root, None
-    )
+    data = TrainingSet.load(tc.train_data, tc.seed, tc.method.effective_batch_size)
+    trainer = loop.setup(tc, accelerator, tc.accumulation(1), data, root, None)
     # Move the student well away from its teacher (LoRA B = 0 would also leave A without gradient): a large
     # divergence keeps fp32 batching noise (~1e-7 of the logits) far below the tolerances.
     generator = torch.Generator().manual_seed(7)

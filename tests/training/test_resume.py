@@ -49,11 +49,13 @@ def kill_during_update(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
         ["method=scopd_plus", "method.positions.delta=0.3"],
         ["method=lt_opd"],
         ["method=lt_opd", "memory.optimizer_states=int8", "memory.teacher_offload=true"],
+        ["method=lt_opd", "method.rollouts_per_prompt=2"],
     ],
     ids=[
         "scopd_plus_lora_ema",
         "lt_opd_full_frozen_sampled_curriculum",
         "lt_opd_int8_adamw_offloaded_teacher",
+        "lt_opd_two_rollouts_per_question",
     ],
 )
 def test_kill_and_resume_reaches_the_same_weights(

@@ -19,6 +19,7 @@ wf.check_tables_seeds(GRID)
 _unknown = GRID.unknown_conf_names()
 if _unknown:
     raise ValueError(f"experiment {GRID.experiment}: scheduled cells name configs that do not exist: {_unknown}")
+wf.check_sweep_values(GRID)  # each sweep point's composed training config sets its parameter to the point's value
 DATA = GRID.data_files()
 RES = GRID.resources
 PREFLIGHT = GRID.preflight_inputs()  # every train and evaluation job's first input ([] on built data)

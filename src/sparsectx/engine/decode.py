@@ -125,6 +125,24 @@ class DecodeEngine:
         run.advance(steps)
         return prefilled - start, _synced(self.device) - prefilled
 
+    @torch.no_grad()
+    def time_replay(self, prompts: Prompts, reference: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+        """Returns (prefill, decode) seconds of one prompt replaying ``reference`` by teacher forcing, and the
+        model's greedy choice at each of the reference's n positions, (n,) on the device.
+
+        The prefill gives the first position's logits; then n - 1 incremental forwards, the i-th fed reference
+        token i - 1 (LT-OPD App. E.1: a 128-token reference, 127 forwards). ``reference`` (n,) may be on the
+        CPU: its copy to the device is timed with the decode.
+        """
+        steps = reference.shape[0]
+        sampling = SamplingConfig(steps, False, 1.0, 1.0, 0, [], honour_stops=False)
+        run = _Run(self, prompts, sampling, None, 1, None)
+        start = _synced(self.device)
+        run.fill()
+        prefilled = _synced(self.device)
+        chosen = run.replay(reference.to(self.device))
+        return prefilled - start, _synced(self.device) - prefilled, chosen
+
 
 def shared_rows(prompts: Prompts, taken: list[int]) -> tuple[list[int], list[int]]:
     """Returns (prompts to prefill, the prefill row of each taken prompt): one row per distinct context."""
@@ -163,9 +181,7 @@ class _Run:
         self.checked = [0] * self.slots
         self.results: list[Generation] = [None] * len(prompts)  # type: ignore[list-item]
         device, cap = engine.device, sampling.max_new_tokens
-        self.history = torch.zeros(
-            self.slots, cap + 1, dtype=torch.long, device=device
-        )  # column cap: scratch
+        self.history = torch.zeros(self.slots, cap + 1, dtype=torch.long, device=device)  # column cap: scratch
         self.count = torch.zeros(self.slots, dtype=torch.long, device=device)
         self.done = torch.ones(self.slots, dtype=torch.bool, device=device)
 
@@ -214,6 +230,18 @@ class _Run:
             step.tokens.copy_(tokens)
             step.run()
 
+    def replay(self, reference: torch.Tensor) -> torch.Tensor:
+        """Teacher-forces ``reference`` (n,) into slot 0 after its prefill: n - 1 decode steps, the i-th fed token
+        i - 1. Returns the (n,) greedy choices at the n positions (the prefill's logits, then each step's)."""
+        step = self.step
+        chosen = torch.empty_like(reference)
+        chosen[0] = choose_next(step.logits, self.sampling, None)[0]
+        for i in range(1, reference.shape[0]):
+            step.tokens[0] = reference[i - 1]
+            step.run()
+            chosen[i] = choose_next(step.logits, self.sampling, None)[0]
+        return chosen
+
     def collect(self) -> None:
         """Reads the slots once; hands back every finished generation (ends placed by the host rule)."""
         done, count = self.done.tolist(), self.count.tolist()
@@ -252,12 +280,7 @@ def engine_for(adapter: VLMAdapter, tokenizer: PreTrainedTokenizerBase, cfg: Eng
     A different ``EngineConfig`` replaces the kept engine.
     """
     engine = _ENGINES.get(adapter.model)
-    if (
-        engine is None
-        or engine.cfg != cfg
-        or engine.adapter is not adapter
-        or engine.tokenizer is not tokenizer
-    ):
+    if engine is None or engine.cfg != cfg or engine.adapter is not adapter or engine.tokenizer is not tokenizer:
         engine = DecodeEngine(adapter, tokenizer, cfg)
         _ENGINES[adapter.model] = engine
     return engine

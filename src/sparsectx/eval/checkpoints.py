@@ -74,7 +74,7 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
             )
         hf.eval()
         route_vision_tower(hf, cfg)
-        processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking)
+        processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking, cfg.answer_prefix)
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:
         loaded = load_model(cfg)
@@ -83,16 +83,18 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
 
 def eval_model_info(model: ModelConfig, checkpoint: str | None, processor: ChatTemplating | None = None) -> dict:
     """Returns the provenance of the model an evaluation uses (name, path, checkpoint, fingerprint, random
-    weights, dtype, device, attention, family, the effective thinking setting and what the generation prompt
-    opens), from its files alone: a merge of data-parallel shards records what the shards loaded without
-    loading it again; ``processor`` is the loaded model's, else the checkpoint's tokenizer and template are read."""
+    weights, dtype, device, attention, family, the effective thinking setting, what the generation prompt
+    opens and the answer prefix pre-filled after it), from its files alone: a merge of data-parallel shards
+    records what the shards loaded without loading it again; ``processor`` is the loaded model's, else the
+    checkpoint's tokenizer and template are read."""
     cfg = replace(model, path=checkpoint) if checkpoint is not None else model
     source = resolve_model_path(cfg.path)
     local = Path(source)
     if processor is None:
-        processor = load_processor(source, 1, cfg.max_visual_tokens, cfg.thinking)
+        processor = load_processor(source, 1, cfg.max_visual_tokens, cfg.thinking, cfg.answer_prefix)
     return {
         "thinking": processor.thinking, "generation_prefix": processor.generation_prefix,
+        "answer_prefix": processor.answer_prefix,
         "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
         "checkpoint_id": checkpoint_id(local), "random_weights": local.is_dir() and not has_weights(local),
         "dtype": cfg.dtype, "device": cfg.device, "attn_implementation": cfg.attn_implementation,

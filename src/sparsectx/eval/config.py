@@ -31,6 +31,12 @@ MODES = ("greedy", "passk", "efficiency")
 GROUP_BY = ("none", "image", "circular")
 SUBSET_FIELDS = ("none", "subset", "category", "l2-category", "cycle_category", "source", "task_type")
 SHARD_SOURCES = ("none", "torchrun", "slurm")
+EFFICIENCY_PROTOCOLS = ("ltopd", "quick")
+"""Efficiency protocols (``efficiency.protocol``; ``sparsectx.eval.efficiency_protocol`` states each)."""
+PAPER_NUMERIC = "paper_numeric"
+AUTHORS_CODE = "authors_code"
+COHORTS = (PAPER_NUMERIC, AUTHORS_CODE)
+"""Pass@K cohort protocols (``passk.cohort``; ``sparsectx.eval.passk_cohort`` states each rule)."""
 
 
 def check_seed(seed: object, key: str) -> int:
@@ -130,6 +136,9 @@ class BenchSpec:
     (HR-Bench), ``source`` (CV-Bench) or ``task_type`` (TempCompass, whose rule depends on it)."""
     video: VideoSpec | None = None
     """A video benchmark's frame settings; None (the default, every image benchmark) = no videos."""
+    headline: str | None = None
+    """Which of the scorer's metrics is this benchmark's ``score``, for a scorer that reports several
+    (``Scorer.headlines``; POPE: ``macro_accuracy`` or ``f1``), where it must be set; null for every other."""
 
     def __post_init__(self) -> None:
         key = f"bench.{self.name}"
@@ -137,7 +146,7 @@ class BenchSpec:
             raise ValueError(f"{key}.max_new_tokens={self.max_new_tokens} must be >= 1")
         check_choice(self.group_by, GROUP_BY, f"{key}.group_by")
         check_choice(self.subset_field, SUBSET_FIELDS, f"{key}.subset_field")
-        SCORERS.get(self.scorer)  # unknown scorer: raises with close matches and every name
+        SCORERS.get(self.scorer).check_headline(self.headline, f"{key}.headline")  # unknown scorer: raises
 
 
 @dataclass
@@ -158,9 +167,18 @@ class PasskConfig:
     """Leaf directory of a finished budget-1.0 greedy evaluation: the cohort is the items whose rows in its
     ``<bench>.predictions.jsonl`` are correct. null = run that full-context greedy pass here first."""
     max_items: int | None
-    """Keep at most this many cohort items (in file order); null = all."""
+    """Keep at most this many cohort items of each benchmark; null = all."""
     no_image_control: bool
     """Also run the language-prior control: the same question asked with no image at all."""
+    cohort: str
+    """Which items are drawn from (``sparsectx.eval.passk_cohort``): ``paper_numeric`` (SCOPD App. A: free-form
+    numerical questions, multiple-choice rows asked without their all-numeric options, that the full-context
+    greedy model answers; computed here, ``full_context_leaf`` is not read) or ``authors_code`` (the authors'
+    code: the benchmark's own items that ``full_context_leaf``'s greedy run answered, in file order)."""
+    source_caps: dict[str, int]
+    """``paper_numeric``: benchmark -> the most cohort items it gives (SCOPD App. A's counts: MMStar 160, CVBench
+    64, MMMU-Pro 57, BLINK 70, LogicVista 33), taken in a seeded order; a benchmark not listed has no cap of
+    its own. ``authors_code`` takes ``max_items`` only."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.sample_batch < 1 or self.max_new_tokens < 1:
@@ -175,37 +193,54 @@ class PasskConfig:
             raise ValueError("passk.sampling.do_sample=false: Pass@K draws samples; set it to true")
         if self.max_items is not None and self.max_items < 1:
             raise ValueError(f"passk.max_items={self.max_items} must be >= 1 or null")
+        check_choice(self.cohort, COHORTS, "passk.cohort")
+        for bench, cap in self.source_caps.items():
+            if cap < 1:
+                raise ValueError(f"passk.source_caps.{bench}={cap} must be >= 1 (leave a benchmark out for no cap)")
 
 
 @dataclass
 class EfficiencyConfig:
     """``mode=efficiency``: analytic FLOPs, KV-cache bytes and timed latency per budget."""
 
+    protocol: str
+    """How items are chosen, decoded and timed (``sparsectx.eval.efficiency_protocol``): ``ltopd`` (LT-OPD
+    App. E.1: the questions whose most frequent human answer has at least ``min_answer_tokens`` tokens, a
+    replayed ``decode_tokens``-token reference, timed from the processor's CPU tensors to the decoded text, mean
+    over repetitions then over questions) or ``quick`` (the first items, ``decode_tokens`` greedy steps, the
+    tower timed on pixels already on the device, median over repetitions then mean over items)."""
     budgets: list[float]
     """Budgets measured; the unpruned model (1.0) is always measured too and is every ratio's denominator."""
     bench: str
-    """Benchmark (a key of ``bench``) whose first items are measured."""
-    num_items: int
-    """Items measured (batch size 1 each)."""
+    """Benchmark (a key of ``bench``) whose items are measured."""
+    num_items: int | None
+    """Items measured (batch size 1 each): the first of the benchmark (``quick``) or of the selected questions
+    (``ltopd``); null = all of them (LT-OPD: all 305 selected questions)."""
+    min_answer_tokens: int
+    """``ltopd``: the selection threshold, in the model's own tokenizer's tokens (LT-OPD: six Qwen tokens)."""
     repetitions: int
-    """Timed repetitions per item and budget; the median is reported."""
+    """Timed repetitions per item and budget; summarised by the protocol's statistic (mean or median)."""
     warmup: int
     """Untimed repetitions before the timed ones."""
     decode_tokens: int
-    """Decode steps timed after prefill (fixed length: stop tokens are ignored)."""
+    """Tokens decoded after prefill (fixed length: stop tokens are ignored): ``quick``'s greedy steps, or the
+    length of ``ltopd``'s replayed reference (1 prefill + ``decode_tokens - 1`` incremental forwards)."""
     count_flops: bool
     """Also count the prefill FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` (a cross-check)."""
 
     def __post_init__(self) -> None:
+        check_choice(self.protocol, EFFICIENCY_PROTOCOLS, "efficiency.protocol")
         if not self.budgets:
             raise ValueError("efficiency.budgets is empty; list the budgets to measure, e.g. [0.05, 0.1]")
         for i, budget in enumerate(self.budgets):
             check_budget(budget, f"efficiency.budgets[{i}]")
-        if self.num_items < 1 or self.repetitions < 1 or self.warmup < 0 or self.decode_tokens < 1:
+        if self.num_items is not None and self.num_items < 1:
+            raise ValueError(f"efficiency.num_items={self.num_items} must be >= 1 or null (all items)")
+        if self.min_answer_tokens < 1 or self.repetitions < 1 or self.warmup < 0 or self.decode_tokens < 1:
             raise ValueError(
-                "efficiency.num_items, efficiency.repetitions and efficiency.decode_tokens must be >= 1 and "
-                f"efficiency.warmup >= 0; got {self.num_items}, {self.repetitions}, {self.decode_tokens}, "
-                f"{self.warmup}"
+                "efficiency.min_answer_tokens, efficiency.repetitions and efficiency.decode_tokens must be >= 1 "
+                f"and efficiency.warmup >= 0; got {self.min_answer_tokens}, {self.repetitions}, "
+                f"{self.decode_tokens}, {self.warmup}"
             )
 
 

@@ -2,23 +2,33 @@
 
 FLOPs, KV-cache bytes and the vision tower's FLOPs come from ``sparsectx.eval.costs`` (formulas there).
 
-Latency per stage, batch size 1, each stage between synchronisations (``torch.cuda.synchronize`` on GPU),
-median over ``repetitions`` after ``warmup`` untimed ones, then averaged over items: vision = tower + merger +
-pruner signals (``adapter.encode_images``); selection = the pruner (an in-LLM one chooses in the prefill);
-prefill = building the pruned context and the decode engine's prefill (``DecodeEngine.time_stages``);
-decode = ``decode_tokens`` greedy engine steps (stops ignored), CUDA graphs included where
-``engine.cuda_graphs`` turns them on.
+Latency per stage, batch size 1, each stage ended by a synchronisation (``torch.cuda.synchronize`` on GPU),
+``warmup`` untimed repetitions first. Which items, what is decoded, which stages and which statistic are the
+protocol's (``efficiency.protocol``, ``sparsectx.eval.efficiency_protocol``):
+
+* ``ltopd`` (LT-OPD App. E.1): the questions whose most frequent human answer has at least
+  ``min_answer_tokens`` tokens; each request timed from the processor's CPU tensors: transfer (pixels to the
+  device), vision (``encode_samples``), selection (the pruner; an in-LLM one chooses in the prefill), prefill
+  (building the pruned context and the engine's prefill), decode (the replay of a ``decode_tokens``-token
+  reference, ``DecodeEngine.time_replay``) and text (the output read back and detokenised); mean over
+  repetitions, then over questions.
+* ``quick``: the first items; vision = tower + merger + pruner signals (``adapter.encode_images``) on pixels
+  already on the device, selection, prefill, decode = ``decode_tokens`` greedy engine steps (stops ignored,
+  ``DecodeEngine.time_stages``); median over repetitions, then mean over items.
+
+CUDA graphs are included where ``engine.cuda_graphs`` turns them on. Every row keeps each item's timed
+repetitions (``repetitions_ms``), so any other statistic can be recomputed from the file.
 
 Output: ``<results_root>/<experiment>/<model>/<method>/<pruner>/efficiency.json``, one row per budget.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +49,20 @@ from sparsectx.eval.costs import (
     selection_flops,
     vision_flops,
 )
+from sparsectx.eval.efficiency_protocol import (
+    SELECTION,
+    STAGES,
+    STATISTIC,
+    question_answer,
+    reference_ids,
+    select_questions,
+    summarize,
+)
 from sparsectx.eval.protocol import eval_prompts, load_bench_items, prompt_item, select_visual, video_source
 from sparsectx.eval.results import finished, provenance, write_json
 from sparsectx.models import LoadedModel
 from sparsectx.models.video_input import check_video_family
-from sparsectx.prompting import processor_inputs
+from sparsectx.prompting import PromptItem, processor_inputs
 from sparsectx.visual import ImageTokens
 
 if TYPE_CHECKING:
@@ -51,7 +70,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGES = ("vision", "selection", "prefill", "decode")
+VISUAL_INPUTS = ("pixel_values", "pixel_values_videos")
+"""The processor's visual tensors: what ``ltopd``'s transfer stage moves (ids and grids move inside
+``encode_samples``, as in every request)."""
+
+
+@dataclass
+class Request:
+    """One measured item, prepared once before any clock starts."""
+
+    prompt: PromptItem
+    batch: BatchFeature
+    """The processor's output on the CPU (``ltopd`` times its transfer)."""
+    sample: EncodedSample
+    """The item encoded once: the counted context's (``quick``'s timed runs re-encode its visual inputs)."""
+    encode: Callable[[], list[ImageTokens]]
+    """``quick``'s timed vision stage: the tower on the item's pixels already on the device (``visual_encoder``)."""
+    reference: torch.Tensor | None
+    """``ltopd``: the (decode_tokens,) reference ids replayed, on the CPU; None under ``quick``."""
 
 
 def _sync(device: torch.device) -> float:
@@ -60,47 +96,68 @@ def _sync(device: torch.device) -> float:
     return time.perf_counter()
 
 
-@torch.no_grad()
-def measure_item(
-    job: EvalJob,
-    loaded: LoadedModel,
-    sample: EncodedSample,
-    encode: Callable[[], list[ImageTokens]],
-    budget: float,
-) -> dict[str, Any]:
-    """Returns one item's median stage latencies (ms), prefill length and kept tokens at ``budget``.
-
-    ``encode`` re-runs the vision tower on the item's visual inputs (``visual_encoder``), the timed vision
-    stage. With ``efficiency.count_flops`` also the prefill FLOPs counted by ``FlopCounterMode``.
-    """
+def _time_quick(
+    job: EvalJob, loaded: LoadedModel, request: Request, budget: float
+) -> tuple[list[float], EncodedSample]:
+    """Returns one ``quick`` repetition's stage seconds (``STAGES["quick"]``) and the sample it encoded."""
     cfg, device = job.cfg, loaded.adapter.model.device
-    engine, steps = (
-        engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine),
-        cfg.efficiency.decode_tokens,
-    )
-    times: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
+    t0 = _sync(device)
+    fresh = replace(request.sample, images=request.encode())
+    t1 = _sync(device)
+    prompts, _ = eval_prompts(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
+    t2 = _sync(device)
+    prefill, decode = engine.time_stages(prompts, cfg.efficiency.decode_tokens)
+    return [t1 - t0, t2 - t1, prefill, decode], fresh
+
+
+def _time_ltopd(
+    job: EvalJob, loaded: LoadedModel, request: Request, budget: float
+) -> tuple[list[float], EncodedSample]:
+    """Returns one ``ltopd`` request's stage seconds (``STAGES["ltopd"]``), from the processor's CPU tensors to
+    the decoded text, and the sample it encoded."""
+    cfg, adapter, device = job.cfg, loaded.adapter, loaded.adapter.model.device
+    engine = engine_for(adapter, loaded.processor.tokenizer, cfg.engine)
+    t0 = _sync(device)
+    moved = {k: v.to(device) for k, v in request.batch.items() if k in VISUAL_INPUTS}
+    t1 = _sync(device)
+    fresh = encode_samples(adapter, loaded.processor, [request.prompt], BatchFeature({**request.batch, **moved}))[0]
+    t2 = _sync(device)
+    prompts, _ = eval_prompts(adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
+    t3 = _sync(device)
+    prefill, decode, chosen = engine.time_replay(prompts, request.reference)
+    t4 = time.perf_counter()  # time_replay ends synchronised
+    loaded.processor.tokenizer.decode(chosen.tolist(), skip_special_tokens=True)
+    t5 = time.perf_counter()
+    return [t1 - t0, t2 - t1, t3 - t2, prefill, decode, t5 - t4], fresh
+
+
+TIMERS = {"ltopd": _time_ltopd, "quick": _time_quick}
+
+
+@torch.no_grad()
+def measure_item(job: EvalJob, loaded: LoadedModel, request: Request, budget: float) -> dict[str, Any]:
+    """Returns one item's timed repetitions per stage (ms; the protocol's stages), prefill length and kept
+    tokens at ``budget``. With ``efficiency.count_flops`` also the prefill FLOPs counted by ``FlopCounterMode``.
+    """
+    cfg = job.cfg
+    protocol = cfg.efficiency.protocol
+    times: dict[str, list[float]] = {stage: [] for stage in STAGES[protocol]}
     for rep in range(cfg.efficiency.warmup + cfg.efficiency.repetitions):
-        t0 = _sync(device)
-        fresh = replace(sample, images=encode())
-        t1 = _sync(device)
-        prompts, _ = eval_prompts(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
-        t2 = _sync(device)
-        prefill, decode = engine.time_stages(prompts, steps)
+        spans, fresh = TIMERS[protocol](job, loaded, request, budget)
         if rep >= cfg.efficiency.warmup:
-            spans = (t1 - t0, t2 - t1, prefill, decode)
-            for stage, seconds in zip(STAGES, spans, strict=True):
+            for stage, seconds in zip(STAGES[protocol], spans, strict=True):
                 times[stage].append(1000.0 * seconds)
     # The counted context: the same choice, made first (an in-LLM one in its own pass over layers < K).
     selection = select_visual(loaded.adapter, [fresh], cfg.pruner, budget, cfg.seed, cfg.efficiency.bench)
     ctx = build_context(loaded.adapter, [fresh], selection)
     drop = ctx.inputs.late
     out = {
-        "latency_ms": {stage: statistics.median(values) for stage, values in times.items()},
+        "repetitions_ms": times,
         "prefill_len": int(ctx.inputs.embeds.shape[1]),
         "kept_visual": int(ctx.kept_visual.sum()),
         "late": None if drop is None else [drop.layer, int(drop.keep.sum())],
     }
-    out["latency_ms"]["total"] = sum(out["latency_ms"].values())
     if cfg.efficiency.count_flops:
         # The LM head on the positions the last layer holds (all of them, or the L' kept from layer K on).
         held = ctx.inputs.attention_mask.bool() if drop is None else drop.keep
@@ -125,8 +182,11 @@ def budget_row(
     grids: list[list[tuple[int, int, int]]],
     measures: list[dict[str, Any]],
     steps: int,
+    protocol: str,
 ) -> dict[str, Any]:
-    """Returns one budget's averages over items: FLOPs by stage, KV-cache bytes, latencies, kept tokens."""
+    """Returns one budget's averages over items: FLOPs by stage (``steps`` incremental decode forwards),
+    KV-cache bytes, kept tokens, and each stage's latency by ``protocol``'s statistic (``summarize``; ``total``
+    = their sum), with every item's timed repetitions (``repetitions_ms``: stage -> one list per item)."""
     config = loaded.adapter.model.config
     text, family = config.get_text_config(), loaded.adapter.family
     lengths = [m["prefill_len"] for m in measures]
@@ -153,8 +213,11 @@ def budget_row(
                 for n, d in zip(lengths, late, strict=True)
             ]
         ),
-        "latency_ms": {k: _mean([m["latency_ms"][k] for m in measures]) for k in measures[0]["latency_ms"]},
     }
+    timed = {stage: [m["repetitions_ms"][stage] for m in measures] for stage in measures[0]["repetitions_ms"]}
+    row["latency_ms"] = {stage: summarize(times, protocol) for stage, times in timed.items()}
+    row["latency_ms"]["total"] = sum(row["latency_ms"].values())
+    row["repetitions_ms"] = timed
     if "counted_prefill_flops" in measures[0]:
         row["counted_prefill_flops"] = _mean([m["counted_prefill_flops"] for m in measures])
     return row
@@ -180,15 +243,29 @@ def visual_encoder(
     counts. The pixels move to the device here, once, so the timed calls measure the tower alone."""
     device = loaded.adapter.model.device
     on_device = BatchFeature({k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()})
-    grids = [
-        tuple(g) for key in ("video_grid_thw", "image_grid_thw") if key in batch for g in batch[key].tolist()
-    ]
+    grids = [tuple(g) for key in ("video_grid_thw", "image_grid_thw") if key in batch for g in batch[key].tolist()]
 
     def encode() -> list[ImageTokens]:
         videos, images = encode_visual(loaded.adapter, on_device)
         return [*videos, *images]
 
     return encode, grids
+
+
+def prepare_request(job: EvalJob, loaded: LoadedModel, item: Item) -> tuple[Request, list[tuple[int, int, int]]]:
+    """Returns ``item`` prepared for timing (its prompt, CPU tensors, encoded sample, ``ltopd``'s reference)
+    and its patch grids (t, h, w)."""
+    cfg, eff = job.cfg, job.cfg.efficiency
+    spec = cfg.bench[eff.bench]
+    prompt = prompt_item(item, spec.layout.prompt, cfg.prompt, with_image=True, video=video_source(spec))
+    batch = processor_inputs(loaded.processor, [prompt])
+    sample = encode_samples(loaded.adapter, loaded.processor, [prompt], batch)[0]
+    encode, grids = visual_encoder(loaded, batch)
+    reference = None
+    if eff.protocol == "ltopd":
+        ids = reference_ids(loaded.processor.tokenizer, question_answer(item, spec), eff.decode_tokens)
+        reference = torch.tensor(ids, dtype=torch.long)
+    return Request(prompt, batch, sample, encode, reference), grids
 
 
 def measure_budgets(job: EvalJob, loaded: LoadedModel, items: list[Item]) -> list[dict[str, Any]]:
@@ -201,20 +278,54 @@ def measure_budgets(job: EvalJob, loaded: LoadedModel, items: list[Item]) -> lis
     check_vision_family(loaded.adapter.family)
     budgets = sorted(set(eff.budgets) | {1.0}, reverse=True)
     measures: dict[float, list[dict[str, Any]]] = {budget: [] for budget in budgets}
-    video = video_source(cfg.bench[eff.bench])
-    if video is not None:
+    if video_source(cfg.bench[eff.bench]) is not None:
         check_video_family(loaded.adapter.family, f"bench.{eff.bench}.video")
     grids = []
     for item in tqdm(items, desc=f"efficiency {cfg.pruner.name}", unit="item"):
-        prompt = prompt_item(item, cfg.bench[eff.bench].layout.prompt, cfg.prompt, with_image=True, video=video)
-        batch = processor_inputs(loaded.processor, [prompt])
-        sample = encode_samples(loaded.adapter, loaded.processor, [prompt], batch)[0]
-        encode, item_grids = visual_encoder(loaded, batch)
+        request, item_grids = prepare_request(job, loaded, item)
         grids.append(item_grids)
         for budget in budgets:
-            measures[budget].append(measure_item(job, loaded, sample, encode, budget))
-    rows = {b: budget_row(loaded, b, grids, measures[b], eff.decode_tokens) for b in budgets}
+            measures[budget].append(measure_item(job, loaded, request, budget))
+    forwards = decode_forwards(eff.protocol, eff.decode_tokens)
+    rows = {b: budget_row(loaded, b, grids, measures[b], forwards, eff.protocol) for b in budgets}
     return [with_ratios(rows[b], rows[1.0]) for b in budgets]
+
+
+def decode_forwards(protocol: str, decode_tokens: int) -> int:
+    """Returns the incremental forwards after the prefill: ``ltopd`` replays ``decode_tokens`` tokens with one
+    fewer (the prefill predicts the first); ``quick`` runs one engine step per token."""
+    return decode_tokens - 1 if protocol == "ltopd" else decode_tokens
+
+
+def timed_items(job: EvalJob, loaded: LoadedModel) -> tuple[list[Item], dict[str, Any]]:
+    """Returns the items the protocol times (at most ``num_items``) and the record of how they were chosen:
+    the rule, the threshold (``ltopd``), the candidates read, the items selected and their distinct images.
+
+    Raises:
+        ValueError: no item passes ``ltopd``'s rule.
+    """
+    cfg, eff = job.cfg, job.cfg.efficiency
+    spec = cfg.bench[eff.bench]
+    candidates = load_bench_items(spec, cfg.max_skip_fraction).items
+    selected = candidates
+    if eff.protocol == "ltopd":
+        selected = select_questions(candidates, spec, loaded.processor.tokenizer, eff.min_answer_tokens)
+        if not selected:
+            raise ValueError(
+                f"efficiency.protocol=ltopd: none of the {len(candidates)} items of {eff.bench} has a most frequent "
+                f"answer of >= efficiency.min_answer_tokens={eff.min_answer_tokens} tokens; lower it, or pick "
+                "another efficiency.bench"
+            )
+    items = selected[: eff.num_items]
+    record = {
+        "rule": SELECTION[eff.protocol],
+        "min_answer_tokens": eff.min_answer_tokens if eff.protocol == "ltopd" else None,
+        "candidates": len(candidates),
+        "selected": len(selected),
+        "selected_images": len({hashlib.sha256(i.image_bytes).hexdigest() for i in selected}),
+        "measured": len(items),
+    }
+    return items, record
 
 
 def run_efficiency(job: EvalJob) -> Path:
@@ -226,12 +337,14 @@ def run_efficiency(job: EvalJob) -> Path:
         log.info("efficiency: finished with config %s, skipping", chash)
         return out
     started = time.perf_counter()
-    items = load_bench_items(cfg.bench[eff.bench], cfg.max_skip_fraction).items[: eff.num_items]
     loaded, info = job.model()
+    items, selection = timed_items(job, loaded)
     payload = {
         "model": info, "method": cfg.method_name, "pruner": cfg.pruner.name, "bench": eff.bench,
+        "protocol": eff.protocol, "statistic": STATISTIC[eff.protocol], "selection": selection,
         "num_items": len(items), "repetitions": eff.repetitions, "warmup": eff.warmup,
-        "decode_tokens": eff.decode_tokens, "reference_budget": 1.0,
+        "decode_tokens": eff.decode_tokens, "decode_forwards": decode_forwards(eff.protocol, eff.decode_tokens),
+        "decoding": "replayed reference" if eff.protocol == "ltopd" else "greedy", "reference_budget": 1.0,
         "budgets": measure_budgets(job, loaded, items),
         "provenance": provenance(job.resolved, key, cfg.model.device),
         "wall_time_s": time.perf_counter() - started,

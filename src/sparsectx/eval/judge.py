@@ -193,7 +193,7 @@ def judge_result(cfg: JudgeAnswersConfig, chat: Chat | None = None) -> dict[str,
         records.append({"id": item.id, "answer": item.prediction, "prompt": prompt, "judge_output": reply,
                         "judged": verdict})  # fmt: skip
         final.append(item if verdict is None else replace(item, prediction=verdict))
-    report = score_items(spec.scorer, final)
+    report = score_items(spec.scorer, final, spec.headline)
     block = {
         "backend": cfg.judge.backend, "model": cfg.judge.model, "config": asdict(cfg.judge),
         "n_undecided": len(records), "n_decided_by_judge": sum(r["judged"] is not None for r in records),

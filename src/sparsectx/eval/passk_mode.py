@@ -5,9 +5,13 @@ seed + benchmark + sample id), the sparse context is built once, and one greedy 
 responses (``passk.sampling``) are generated from that same context, so samples differ only in the
 decoding trajectory. Correctness uses the benchmark scorer's per-item rule (``protocol.is_correct``).
 
-Cohort: the items the full-context (budget 1.0) greedy model answers correctly, read from the
-``<bench>.predictions.jsonl`` of ``passk.full_context_leaf``, or, when that is null, computed here by a
-full-context greedy pass with the benchmark's own decoding settings.
+Cohort (``passk.cohort``, ``sparsectx.eval.passk_cohort``): ``authors_code`` = the items the full-context
+(budget 1.0) greedy model answers correctly, read from the ``<bench>.predictions.jsonl`` of
+``passk.full_context_leaf``, or, when that is null, computed here by a full-context greedy pass with the
+benchmark's own decoding settings; ``paper_numeric`` = the benchmark's free-form numerical questions (SCOPD
+App. A's rule, as the project reads it) that a full-context greedy pass here answers, asked and scored as that
+rule says, up to the source's cap. Several benchmarks run together under ``paper_numeric`` are also pooled
+into ``passk_pool.json`` (``pool_passk``), with counts per source.
 
 No-image control (``passk.no_image_control``): the same question asked **without its image** -- the
 image and its placeholder are removed from the prompt, as in SCOPD App. A ("image and visual
@@ -22,8 +26,11 @@ greedy accuracy, per condition, and the gaps).
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +41,10 @@ from sparsectx.context import ContextBatch, build_context
 from sparsectx.data import Item, derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import Prompts, context_length, engine_for
-from sparsectx.eval.config import BenchSpec
+from sparsectx.eval.config import AUTHORS_CODE, PAPER_NUMERIC, BenchSpec
 from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
 from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
+from sparsectx.eval.passk_cohort import RULES, numeric_items, numeric_spec, pool_passk, source_cap
 from sparsectx.eval.protocol import (
     file_digest,
     generate_rows,
@@ -96,8 +104,70 @@ def text_context(adapter: VLMAdapter, samples: list[EncodedSample]) -> ContextBa
     )
 
 
+@dataclass(frozen=True)
+class Cohort:
+    """The items a Pass@K run draws from, the spec they are asked and scored under, and their record."""
+
+    items: list[Item]
+    spec: BenchSpec
+    """The benchmark's spec, or (``paper_numeric``) ``numeric_spec`` of it."""
+    source: str
+    """Where the full-context answers came from."""
+    counts: dict[str, int | None]
+    """Rows read, qualifying rows, full-context answers checked and solved, the cap, and the cohort size."""
+
+
+def select_cohort(job: EvalJob, spec: BenchSpec, items: list[Item]) -> Cohort:
+    """Returns the cohort of one benchmark under ``passk.cohort`` (``sparsectx.eval.passk_cohort``)."""
+    pk = job.cfg.passk
+    if pk.cohort == AUTHORS_CODE:
+        solved, source = cohort_ids(job, spec, items)
+        kept = [item for item in items if sample_id(item) in solved][: pk.max_items]
+        counts = {"rows": len(items), "solved": len(solved), "cap": pk.max_items, "size": len(kept)}
+        return Cohort(kept, spec, source, counts)
+    asked = numeric_spec(spec)
+    candidates, counts = numeric_items(items)
+    cap = source_cap(pk.source_caps, spec.name, pk.max_items)
+    kept, checked, solved = solved_numeric(job, asked, candidates, cap)
+    source = (
+        "computed: full-context greedy pass on the free-form numerical questions "
+        "(passk.full_context_leaf is not read: its predictions answer the benchmark's own prompts)"
+    )
+    counts = {**counts, "checked": checked, "solved": solved, "cap": cap, "size": len(kept)}
+    return Cohort(kept, asked, source, counts)
+
+
+def solved_numeric(
+    job: EvalJob, spec: BenchSpec, candidates: list[Item], cap: int | None
+) -> tuple[list[Item], int, int]:
+    """Returns the first ``cap`` candidates (all when None) the full-context greedy model answers, put back in
+    file order, with how many candidates were checked and how many of those it answered.
+
+    Candidates are visited in a seeded order (``derive_seed(seed, "passk-cohort", bench)``), ``queue_size`` at
+    a time, stopping once ``cap`` are answered: a capped source is a seeded sample of its solved items, and
+    only the candidates needed to fill the cap are generated.
+    """
+    cfg = job.cfg
+    order = list(range(len(candidates)))
+    random.Random(derive_seed(cfg.seed, "passk-cohort", spec.name)).shuffle(order)
+    sampling = cfg.decoding.sampling(cfg.passk.max_new_tokens)
+    solved: list[int] = []
+    checked = 0
+    for start in tqdm(range(0, len(order), cfg.queue_size), desc=f"{spec.name} cohort", unit="chunk"):
+        if cap is not None and len(solved) >= cap:
+            break
+        chunk = order[start : start + cfg.queue_size]
+        rows = generate_rows(
+            job.model()[0], [candidates[i] for i in chunk], spec, cfg.prompt, cfg.pruner, 1.0, cfg.seed,
+            sampling, cfg.engine, cfg.batch_size,
+        )  # fmt: skip
+        solved += [i for i, row in zip(chunk, rows, strict=True) if row.correct]
+        checked += len(chunk)
+    return [candidates[i] for i in sorted(solved[:cap])], checked, len(solved)
+
+
 def cohort_ids(job: EvalJob, spec: BenchSpec, items: list[Item]) -> tuple[set[str], str]:
-    """Returns the ids the full-context greedy model solves, and where they came from."""
+    """Returns the ids the full-context greedy model solves (``authors_code``), and where they came from."""
     cfg = job.cfg
     if cfg.passk.full_context_leaf is not None:
         path = predictions_path(Path(cfg.passk.full_context_leaf), spec.name)
@@ -146,9 +216,7 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     generator = torch.Generator(device=loaded.adapter.model.device).manual_seed(seed)
     engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
     greedy = engine.generate(copies(1), cfg.decoding.sampling(pk.max_new_tokens))[0]
-    samples = engine.generate(
-        copies(pk.n), pk.sampling.sampling(pk.max_new_tokens), generator, slots=pk.sample_batch
-    )
+    samples = engine.generate(copies(pk.n), pk.sampling.sampling(pk.max_new_tokens), generator, slots=pk.sample_batch)
     texts = [out.text for out in samples]
     return {
         "key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "kept_indices": kept,
@@ -173,7 +241,8 @@ def summarize(rows: list[dict[str, Any]], hit_m: list[int]) -> dict[str, Any] | 
 def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     """Returns the Pass@K JSON of one benchmark, drawing only the (item, condition) pairs not on disk."""
     key, chash = job.key_hash(spec.name)
-    if job.cfg.passk.full_context_leaf is not None:  # the cohort is an input too: key it by its content
+    pk = job.cfg.passk
+    if pk.cohort == AUTHORS_CODE and pk.full_context_leaf is not None:  # an input too: key it by its content
         cohort_file = predictions_path(Path(job.cfg.passk.full_context_leaf), spec.name)
         if cohort_file.is_file():
             key = {**key, "cohort_sha256": file_digest(cohort_file)}
@@ -182,16 +251,15 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     if not job.cfg.force and finished(out, chash):
         log.info("%s: Pass@K finished with config %s, skipping", spec.name, chash)
         return out
-    started, pk = time.perf_counter(), job.cfg.passk
-    items = load_bench_items(spec, job.cfg.max_skip_fraction).items
-    solved, source = cohort_ids(job, spec, items)
-    cohort = [item for item in items if sample_id(item) in solved][: pk.max_items]
+    started = time.perf_counter()
+    cohort = select_cohort(job, spec, load_bench_items(spec, job.cfg.max_skip_fraction).items)
+    spec = cohort.spec
     conditions = CONDITIONS if pk.no_image_control else CONDITIONS[:1]
-    keys = [f"{sample_id(item)}/{c}" for item in cohort for c in conditions]
+    keys = [f"{sample_id(item)}/{c}" for item in cohort.items for c in conditions]
     if job.cfg.force:
         raw.unlink(missing_ok=True)
     done = resume_rows(raw, chash, set(keys), "key")
-    pending = [(item, c) for item in cohort for c in conditions if f"{sample_id(item)}/{c}" not in done]
+    pending = [(item, c) for item in cohort.items for c in conditions if f"{sample_id(item)}/{c}" not in done]
     loaded = job.model()[0] if pending else None
     if loaded is not None and video_source(spec) is not None:
         check_video_family(loaded.adapter.family, f"bench.{spec.name}.video")
@@ -202,7 +270,7 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     rows = [done[k] for k in keys]
     write_rows(raw, rows)
     per = {c: summarize([r for r in rows if r["condition"] == c], pk.hit_m) for c in conditions}
-    payload = _payload(job, spec, per, cohort, source, key)
+    payload = _payload(job, spec, per, cohort, key)
     payload["wall_time_s"] = time.perf_counter() - started
     write_json(out, payload)
     if per["sparse"] is not None:
@@ -214,9 +282,7 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     return out
 
 
-def _payload(
-    job: EvalJob, spec: BenchSpec, per: dict[str, Any], cohort: list[Item], source: str, key: dict[str, Any]
-) -> dict[str, Any]:
+def _payload(job: EvalJob, spec: BenchSpec, per: dict[str, Any], cohort: Cohort, key: dict[str, Any]) -> dict[str, Any]:
     cfg, pk = job.cfg, job.cfg.passk
     sparse, control = per["sparse"], per.get("no_image")
     gap = None if sparse is None else sparse["pass_at_k"][str(pk.n)] - sparse["greedy_accuracy"]
@@ -225,13 +291,33 @@ def _payload(
         "benchmark": spec.name, "dataset_name": spec.dataset_name, "method": cfg.method_name,
         "pruner": cfg.pruner.name,
         "budget": cfg.budget, "seed": cfg.seed, "n": pk.n, "k": k_values(pk.n),
-        "cohort": {"size": len(cohort), "source": source, "ids": [sample_id(item) for item in cohort]},
+        "cohort": {
+            "protocol": pk.cohort, "rule": RULES[pk.cohort], "size": len(cohort.items), "source": cohort.source,
+            "counts": cohort.counts, "ids": [sample_id(item) for item in cohort.items],
+        },
         "sparse": sparse, "no_image": control,
         "gap": gap, "control_floor": floor,
         "gap_over_control": None if gap is None or floor is None else gap - floor,
         "scorer": spec.scorer, "extractor_version": EXTRACTOR_VERSION,
         "greedy": {"max_new_tokens": pk.max_new_tokens, "stop_strings": list(cfg.decoding.stop_strings)},
         "sampling": {**vars(pk.sampling), "max_new_tokens": pk.max_new_tokens},
-        "model": job.model()[1] if cohort else {"name": cfg.model.name, "path": cfg.model.path},
+        "model": job.model()[1] if cohort.items else {"name": cfg.model.name, "path": cfg.model.path},
         "provenance": provenance(job.resolved, key, cfg.model.device),
     }  # fmt: skip
+
+
+POOL_FILE = "passk_pool.json"
+"""The pooled summary of a leaf's benchmarks run together under ``paper_numeric`` (``write_pool``)."""
+
+
+def write_pool(job: EvalJob, outputs: list[Path]) -> Path | None:
+    """Returns ``<leaf>/passk_pool.json``, the sources' Pass@K pooled (``pool_passk``) with their counts and
+    config hashes, when several benchmarks ran together under ``paper_numeric``; None otherwise."""
+    if job.cfg.passk.cohort != PAPER_NUMERIC or len(outputs) < 2:
+        return None
+    payloads = [json.loads(path.read_text()) for path in outputs]
+    pooled = pool_passk(payloads)
+    pooled["config_hashes"] = {p["benchmark"]: p["provenance"]["config_hash"] for p in payloads}
+    out = job.leaf / POOL_FILE
+    write_json(out, pooled)
+    return out

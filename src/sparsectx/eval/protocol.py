@@ -3,7 +3,9 @@
 Prompt (LT-OPD App. D.1, SCOPD App. C): the system message, then a user turn with the image(s) before
 the text; the text is the question (options listed for multiple choice, then the hint line) followed by
 the think/answer instruction. All strings come from the config's ``prompt`` block, and the formatting
-is ``sparsectx.data.format_question``, the one training uses.
+is ``sparsectx.data.format_question``, the one training uses. The assistant turn starts with what the
+template's generation prompt opens (``model.thinking``) and ``model.answer_prefix`` (LT-OPD: an empty thinking
+block, then ``<answer>``), as in training; answers are extracted from that prefix plus the generated text.
 """
 
 from __future__ import annotations
@@ -272,12 +274,17 @@ def prompt_item(
 
 
 def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
-    """Returns the chat-templated prompt text (one image placeholder per image, not expanded)."""
-    return loaded.processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
+    """Returns the chat-templated prompt text (one image placeholder per image, not expanded) up to the
+    generation prompt: the answer prefix the model also saw (``model.answer_prefix``) opens the row's
+    ``output`` instead, so ``prompt + output`` holds it once."""
+    text = loaded.processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
+    return text.removesuffix(loaded.answer_prefix)
 
 
-def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
-    """Returns (reference, all accepted answers) of ``item`` under ``spec.layout.answer``."""
+def gold_answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
+    """Returns (reference, all accepted answers) of ``item`` under ``spec.layout.answer``: a ``list`` cell is
+    read as VLMEvalKit's ``process_line`` reads it (a Python list, e.g. TextVQA's ten human answers; the
+    reference is the first), any other layout gives (the gold cell, ())."""
     if spec.layout.answer != "list":
         return item.answer, ()
     try:
@@ -290,7 +297,7 @@ def _answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
 
 def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredItem:
     """Returns the scorer's view of one item with its extracted ``prediction`` (None = extraction miss)."""
-    reference, answers = _answers(item, spec)
+    reference, answers = gold_answers(item, spec)
     group = ""
     if spec.group_by == "image":
         # VLMEvalKit's MME_rating pairs by the file's image_path column; the image hash only stands in
@@ -424,6 +431,7 @@ class GenerationRow:
     id: str
     prompt: str
     output: str
+    """The response as read and scored (``ChatTemplating.response``): the answer prefix, then the generated text."""
     answer: str | None
     """The model's answer as extracted from ``output`` (lenient rules) and scored: not the reference."""
     strict: str | None
@@ -481,13 +489,14 @@ def generate_rows(
         ]
     rows = []
     for item, p, out, kept_visual in zip(items, prompts, outs, kept, strict=True):
-        ext = extract_answer(out.text)
+        response = loaded.processor.response(out.text)
+        ext = extract_answer(response)
         correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
         rows.append(
             GenerationRow(
                 sample_id(item),
                 prompt_text(loaded, p),
-                out.text,
+                response,
                 ext.lenient,
                 ext.strict,
                 ext.status,

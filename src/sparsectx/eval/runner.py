@@ -2,7 +2,8 @@
 
 Modes (``mode=``): ``greedy`` writes per benchmark ``<leaf>/<bench>.json`` (a ``BenchResult``) and
 ``<leaf>/<bench>.predictions.jsonl``; ``passk`` writes ``<leaf>/<bench>.passk.json``
-(``sparsectx.eval.passk_mode``); ``efficiency`` writes one JSON beside the budget leaves
+(``sparsectx.eval.passk_mode``; benchmarks run together under ``passk.cohort=paper_numeric`` also
+``passk_pool.json``); ``efficiency`` writes one JSON beside the budget leaves
 (``sparsectx.eval.efficiency``). The leaf is ``sparsectx.paths.leaf_dir(results_root, experiment,
 model.name, method, pruner.name, budget)``; with ``checkpoint=`` set, its training record names the method
 (``sparsectx.eval.trained``), so a trained model never writes the untrained ``base`` leaf. A benchmark
@@ -54,6 +55,7 @@ from sparsectx.generation import SamplingConfig
 from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel, resolve_model_path
 from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
+from sparsectx.protocol.runlog import PROTOCOL_STAGES, run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.tracking import Tracker, cell_tags, start_run
 
@@ -133,9 +135,11 @@ def run(cfg: DictConfig) -> list[Path]:
         RuntimeError: a benchmark's failure rate passed ``max_failure_rate``.
     """
     from sparsectx.eval.efficiency import run_efficiency
-    from sparsectx.eval.passk_mode import run_passk
+    from sparsectx.eval.passk_mode import run_passk, write_pool
 
     eval_cfg = load_eval_config(cfg)
+    for line in run_deviations(cfg, PROTOCOL_STAGES[eval_cfg.mode]):  # the protocol card lists them too
+        log.warning("protocol: %s", line)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     del resolved["shard"]  # how the work is split is no part of the result: a merge records one process's config
     shard = resolve_shard(eval_cfg.shard, os.environ)
@@ -159,6 +163,9 @@ def run(cfg: DictConfig) -> list[Path]:
             return [run_efficiency(job)]
         step = evaluate_benchmark if eval_cfg.mode == "greedy" else run_passk
         outs = [step(job, spec) for spec in eval_cfg.bench.values()]
+        pool = write_pool(job, outs) if eval_cfg.mode == "passk" else None
+        if pool is not None:
+            outs.append(pool)
         return _merge_after_barrier(job, outs) if shard.barrier else outs
     finally:
         job.close()
@@ -175,17 +182,13 @@ def _merge_after_barrier(job: EvalJob, parts: list[Path]) -> list[Path]:
 
 def leaf_of(cfg: EvalConfig) -> Path:
     """Returns the results leaf of the config (a pure function of it)."""
-    return leaf_dir(
-        cfg.results_root, cfg.experiment, cfg.model.name, cfg.method_name, cfg.pruner.name, cfg.budget
-    )
+    return leaf_dir(cfg.results_root, cfg.experiment, cfg.model.name, cfg.method_name, cfg.pruner.name, cfg.budget)
 
 
 def _tracker(cfg: EvalConfig, resolved: dict[str, Any]) -> Tracker:
     budget = budget_tag(cfg.budget)
     name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget}/{cfg.mode}"
-    tags = cell_tags(
-        model=cfg.model.name, method=cfg.method_name, pruner=cfg.pruner.name, budget=budget, mode=cfg.mode
-    )
+    tags = cell_tags(model=cfg.model.name, method=cfg.method_name, pruner=cfg.pruner.name, budget=budget, mode=cfg.mode)
     return start_run(cfg.logger, name, cfg.experiment, "evaluate", tags, resolved)
 
 
@@ -315,14 +318,13 @@ def _result(
     items, skipped, dropped = bench_rows
     try:
         report = score_items(
-            spec.scorer, [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)]
+            spec.scorer,
+            [scored_item(it, spec, r["answer"]) for it, r in zip(items, rows, strict=True)],
+            spec.headline,
         )
     except ValueError as err:  # name the file whose rows the scorer refused; no result is written
         raise ValueError(f"benchmark {spec.name!r} ({spec.path}): {err}") from err
-    statuses = {
-        status: sum(r["status"] == status for r in rows)
-        for status in ("tagged", "fallback", "empty", "error")
-    }
+    statuses = {status: sum(r["status"] == status for r in rows) for status in ("tagged", "fallback", "empty", "error")}
     cfg = job.cfg
     return BenchResult(
         method=cfg.method_name, pruner=cfg.pruner.name, budget=cfg.budget, benchmark=spec.name,
@@ -345,9 +347,7 @@ PREDICTION_COLUMNS = [
 """Columns of an evaluation's ``<bench>/predictions`` table (``prediction``: the extracted answer)."""
 
 
-def _log(
-    job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, Any]], result: BenchResult
-) -> None:
+def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, Any]], result: BenchResult) -> None:
     """Logs the benchmark's summary metrics and its per-item predictions table, all at step 0."""
     bench = result.benchmark
     tracker = job.tracker()

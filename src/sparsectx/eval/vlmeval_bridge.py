@@ -70,13 +70,21 @@ def _pooled(metrics: dict[str, float]) -> float:
     return 100.0 * hits / rows
 
 
+def _split_accuracy_mean(metrics: dict[str, float]) -> float:
+    """Returns the mean of ``POPE_rating``'s per-split ``acc`` (every row but ``Overall``, already in percent):
+    LT-OPD's macro accuracy (``sparsectx.eval.scorers.pope``) read off VLMEvalKit's own table."""
+    accs = [value for key, value in metrics.items() if key.endswith("/acc") and key != "Overall/acc"]
+    if not accs:
+        raise KeyError("<split>/acc")
+    return sum(accs) / len(accs)
+
+
 _MEAN3 = lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3  # noqa: E731
 _VIDEO_MCQ = ("task_type", "candidates", "answer")
 _MCQ = ("question", "A", "B", "answer")
+_POPE_F1 = Reading(("category", "answer"), lambda m: m["Overall/Overall"], "f1", "POPE_rating Overall F1")
 READINGS: dict[str, Reading] = {
-    "pope": Reading(
-        ("category", "answer"), lambda m: m["Overall/Overall"], "score", "POPE_rating Overall F1"
-    ),
+    "pope": _POPE_F1,
     "mme": Reading(
         ("category", "image_path", "answer"),
         lambda m: m["perception"] + m["reasoning"],
@@ -119,6 +127,14 @@ READINGS: dict[str, Reading] = {
     ),
 }
 """Project scorer -> its VLMEvalKit reading (the benchmarks whose figures the bridge compares)."""
+HEADLINE_READINGS: dict[tuple[str, str], Reading] = {
+    ("pope", "f1"): _POPE_F1,
+    ("pope", "macro_accuracy"): Reading(
+        ("category", "answer"), _split_accuracy_mean, "macro_accuracy", "POPE_rating mean of the splits' acc"
+    ),
+}
+"""(scorer, ``bench.<name>.headline``) -> the reading of that headline, for a scorer with several
+(``Scorer.headlines``): VLMEvalKit's figure for the metric the result's ``score`` is."""
 
 
 @dataclass(frozen=True)
@@ -328,9 +344,10 @@ def _benchmark_file(result: Path, payload: dict[str, Any]) -> tuple[dict[str, An
     return spec, data
 
 
-def _compare(scorer: str, metrics: dict[str, float], project: dict[str, float]) -> dict[str, Any]:
-    """Returns VLMEvalKit's headline beside the project metric it should equal (None where none is known)."""
-    reading = READINGS.get(scorer)
+def _compare(scorer: str, headline: str | None, metrics: dict[str, float], project: dict[str, float]) -> dict[str, Any]:
+    """Returns VLMEvalKit's headline beside the project metric it should equal (None where none is known); for a
+    scorer with several headlines, VLMEvalKit's figure for the result's (``headline``, ``HEADLINE_READINGS``)."""
+    reading = READINGS.get(scorer) if headline is None else HEADLINE_READINGS[(scorer, headline)]
     if reading is None:
         return {"score": None, "headline": None, "project_key": None, "project_score": None, "agrees": None}
     try:
@@ -374,7 +391,7 @@ def score_with_vlmeval(cfg: BridgeConfig) -> dict[str, Any]:
     block = {
         "dataset": dataset, "class": raw["class"], "judge": raw["judge"], "version": raw["vlmeval_version"],
         "prediction": cfg.prediction, "n": len(predictions), "metrics": metrics,
-        **_compare(scorer, metrics, payload["metrics"]),
+        **_compare(scorer, spec.get("headline"), metrics, payload["metrics"]),
     }  # fmt: skip
     write_json(result, {**payload, "vlmeval": block})
     return block

@@ -65,6 +65,12 @@ class ModelConfig:
     """Thinking mode, passed to the chat template as the family's switch (``enable_thinking`` for Qwen3.5 and
     GLM-4.6V; ``FamilySpec.thinking_switch``): null = the checkpoint template's own default; true/false on a
     family whose template has no switch is a config error. The effective value: ``LoadedModel.thinking``."""
+    answer_prefix: str = ""
+    """Text pre-filled after the generation prompt, after whatever the template opens there (its thinking block,
+    open or closed empty): training and evaluation prompts end with it, generation continues from it, and the
+    response read and scored is this text then the generated one (``ChatTemplating.response``); a reference
+    response continues after it (``training.batches.reference_continuation``). LT-OPD's empty-thinking,
+    open-answer prefix: ``model.thinking=false`` with ``model.answer_prefix='<answer>'``. "" = none."""
     max_visual_tokens: int | None = None
     """Cap on one image's post-merger visual tokens, applied by lowering the image processor's pixel bound
     (``longest_edge`` = tokens * (patch * merge)^2, times the temporal patch size for GLM): null = the
@@ -108,6 +114,11 @@ class LoadedModel:
     def generation_prefix(self) -> str:
         """What the generation prompt opens after the assistant header (``templates.generation_prefix``)."""
         return self.processor.generation_prefix
+
+    @property
+    def answer_prefix(self) -> str:
+        """The text pre-filled after the generation prompt (``model.answer_prefix``); record it with results."""
+        return self.processor.answer_prefix
 
 
 def check_device(device: str) -> None:
@@ -197,7 +208,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     try:
         spec = checkpoint_spec(source)
         check_family_options(cfg, spec.name)
-        processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking)
+        processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking, cfg.answer_prefix)
         model = AutoModelForImageTextToText.from_pretrained(
             source, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
         )

@@ -40,6 +40,7 @@ from sparsectx.models.templates import (
     ChatTemplating,
     check_image_markers,
     find_chat_template,
+    opens_thinking,
     template_thinking_default,
 )
 from sparsectx.models.video_input import (
@@ -274,24 +275,44 @@ def check_thinking(processor: ChatTemplating, spec: FamilySpec, thinking: bool |
         )
 
 
+def check_answer_prefix(processor: ChatTemplating) -> None:
+    """Returns None if ``model.answer_prefix`` (``processor.answer_prefix``) follows a generation prompt that
+    leaves no thinking block open.
+
+    Raises:
+        ValueError: the template opens a thinking block (``model.thinking`` on) and the prefix would be written
+            inside it, naming the template's file and the fix.
+    """
+    prefix = processor.answer_prefix
+    if prefix.strip() and opens_thinking(processor.generation_prefix, processor.thinking_tags):
+        raise ValueError(
+            f"model.answer_prefix={prefix!r} would be pre-filled inside the thinking block that the chat template "
+            f"from {processor._template().source} opens ({processor.generation_prefix!r}); set model.thinking=false "
+            "(the template then closes an empty block before it) or model.answer_prefix=''"
+        )
+
+
 def load_processor(
     path: str | Path,
     image_workers: int = 1,
     max_visual_tokens: int | None = None,
     thinking: bool | None = None,
+    answer_prefix: str = "",
 ) -> ImageTextProcessor | LlavaOnevisionTextProcessor:
     """Returns the processor stored in a checkpoint directory (tokenizer, image processor, chat template).
 
     ``image_workers`` is ``model.image_workers`` (threads preprocessing a batch's images),
-    ``max_visual_tokens`` ``model.max_visual_tokens`` (null = the checkpoint's own pixel bound) and
-    ``thinking`` ``model.thinking`` (null = the template's default). The family comes from ``config.json``
+    ``max_visual_tokens`` ``model.max_visual_tokens`` (null = the checkpoint's own pixel bound),
+    ``thinking`` ``model.thinking`` (null = the template's default) and ``answer_prefix``
+    ``model.answer_prefix`` (text pre-filled after the generation prompt). The family comes from ``config.json``
     (``checkpoint_spec``), the image processor class from the declared ``image_processor_type`` with the
     checkpoint's own settings, the template from ``templates.find_chat_template``.
 
     Raises:
         KeyError: the checkpoint's family is not supported.
         ValueError: the image processor is not one the family reads, the template does not render one image
-            marker per image, or ``thinking`` cannot be honoured (each naming the file).
+            marker per image, ``thinking`` cannot be honoured, or ``answer_prefix`` would fall inside an open
+            thinking block (each naming the file).
         FileNotFoundError: no chat template in the folder.
     """
     spec = checkpoint_spec(path)
@@ -309,7 +330,9 @@ def load_processor(
         tokenizer.chat_template = processor.chat_template.text
     processor.thinking_switch, processor.thinking_tags = spec.thinking_switch, spec.thinking_tags
     processor.thinking_setting = thinking
+    processor.answer_prefix = answer_prefix
     processor.spec = spec
     check_thinking(processor, spec, thinking)
+    check_answer_prefix(processor)
     check_image_markers(tokenizer, processor._template(), spec.image_marker, processor.template_switches())
     return processor

@@ -8,6 +8,8 @@ loads into ``tokenizer.chat_template``), else the processor's (``chat_template.j
 ``check_image_markers`` renders one and two images and requires one marker per image; ``generation_prefix``
 renders a generation prompt and returns what it opens after the assistant header (``"<think>\\n"`` when the
 template pre-opens a thinking block), so a caller appending a reference trace never doubles ``<think>``.
+``ChatTemplating`` renders the model's prompts with the thinking switch and the answer prefix (``model.answer_prefix``,
+text pre-filled after the generation prompt), and reads a generated continuation back as the response it ends.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 if TYPE_CHECKING:
     from sparsectx.models.family import FamilySpec
@@ -178,11 +180,12 @@ def template_thinking_default(tokenizer: PreTrainedTokenizerBase, template: Chat
 
 
 class ChatTemplating:
-    """Prompt rendering shared by the processors: the checkpoint's template and the family's thinking switch.
+    """Prompt rendering shared by the processors: the checkpoint's template, the family's thinking switch and
+    the answer prefix.
 
     A processor sets ``tokenizer``, ``chat_template`` (``find_chat_template``), ``thinking_switch`` and
-    ``thinking_tags`` (from its ``FamilySpec``) and ``thinking_setting`` (``model.thinking``: None = the
-    template's own default).
+    ``thinking_tags`` (from its ``FamilySpec``), ``thinking_setting`` (``model.thinking``: None = the
+    template's own default) and ``answer_prefix`` (``model.answer_prefix``).
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -190,6 +193,10 @@ class ChatTemplating:
     thinking_switch: str | None = None
     thinking_tags: tuple[str, str] = ("<think>", "</think>")
     thinking_setting: bool | None = None
+    answer_prefix: str = ""
+    """Text pre-filled after the generation prompt (``model.answer_prefix``, e.g. LT-OPD's ``<answer>``): every
+    prompt ends with it, generation continues from it, and ``response`` puts it back in front of the generated
+    text; "" = none."""
     spec: FamilySpec | None = None
     """The checkpoint's family record (set by ``load_processor``)."""
 
@@ -209,21 +216,34 @@ class ChatTemplating:
             self.chat_template = ChatTemplate(current, "tokenizer.chat_template (set in code)")
         return self.chat_template
 
-    def apply_chat_template(self, messages: list[dict], tokenize: bool, add_generation_prompt: bool) -> str:
+    def apply_chat_template(
+        self, messages: list[dict], tokenize: bool, add_generation_prompt: bool
+    ) -> str | BatchEncoding:
         """Returns the prompt of ``messages`` under the checkpoint's chat template (one image marker per image),
-        with the family's thinking switch as ``model.thinking`` sets it."""
-        return self.tokenizer.apply_chat_template(
-            messages,
-            chat_template=self._template().text,
-            tokenize=tokenize,
-            add_generation_prompt=add_generation_prompt,
-            **self.template_switches(),
-        )
+        with the family's thinking switch as ``model.thinking`` sets it and, after a generation prompt, the
+        ``answer_prefix``; ``tokenize=True`` returns its ids as the tokenizer's own template call does (the text
+        tokenized without special tokens added)."""
+        text = render(self.tokenizer, self._template(), messages, add_generation_prompt, self.template_switches())
+        if add_generation_prompt:
+            text += self.answer_prefix
+        return self.tokenizer(text, add_special_tokens=False) if tokenize else text
 
     @property
     def generation_prefix(self) -> str:
-        """What the generation prompt holds after the assistant header (``templates.generation_prefix``)."""
+        """What the generation prompt holds after the assistant header (``templates.generation_prefix``); the
+        ``answer_prefix`` follows it."""
         return generation_prefix(self.tokenizer, self._template(), self.template_switches(), self.thinking_tags)
+
+    @property
+    def prefilled(self) -> str:
+        """Everything a prompt holds after the assistant header before the first generated token: the
+        ``generation_prefix`` then the ``answer_prefix`` (what a reference response must not repeat)."""
+        return self.generation_prefix + self.answer_prefix
+
+    def response(self, generated: str) -> str:
+        """Returns the response that ``generated`` (the decoded continuation of a prompt) ends: the
+        ``answer_prefix`` then ``generated``, the text answers are extracted and scored from."""
+        return self.answer_prefix + generated
 
     @property
     def thinking(self) -> bool | None:

@@ -7,8 +7,9 @@
 - checkpoint: ``config.json`` there and its ``model_type``/``architectures`` served by a family
   (``sparsectx.models.families``), the processor files and the chat template found
   (``sparsectx.models.templates``), one image marker per image, ``model.thinking`` honoured, the thinking
-  prefix the generation prompt opens, the eos ids (tokenizer and ``generation_config.json``), and the
-  visual-token count of a sample image at ``model.max_visual_tokens`` (the checkpoint's own processor);
+  prefix the generation prompt opens (``model.answer_prefix`` never inside an open block), the eos ids
+  (tokenizer and ``generation_config.json``), and the visual-token count of a sample image at
+  ``model.max_visual_tokens`` (the checkpoint's own processor);
 - benchmark: its file(s) found (``protocol.bench_files``), the columns its layout reads present, every row
   usable (``tsv.read_rows``: index unique, image decodes, ...; ``layout.apply_layout``: options and a gold
   answer the scorer can read), options on every row of a multiple-choice scorer, each video row's clip there

@@ -64,7 +64,7 @@ def check_checkpoint(name: str, model: Any, sample_size: Sequence[int] = (640, 4
     tokenizer = _tokenizer(checked, folder)
     if tokenizer is None:
         return checked
-    template = _template(checked, folder, tokenizer, spec, model.thinking)
+    template = _template(checked, folder, tokenizer, spec, model.thinking, model.answer_prefix)
     _eos_ids(checked, folder, tokenizer)
     if template is not None and not checked.problems:
         _sample_tokens(checked, folder, model, spec, sample_size)
@@ -145,13 +145,16 @@ def _tokenizer(checked: Checked, folder: Path) -> Any:
         return None
 
 
-def _template(checked: Checked, folder: Path, tokenizer: Any, spec: Any, thinking: bool | None) -> Any:
-    """Returns the checkpoint's chat template after checking its markers and thinking switch (None after
-    recording a problem)."""
+def _template(
+    checked: Checked, folder: Path, tokenizer: Any, spec: Any, thinking: bool | None, answer_prefix: str
+) -> Any:
+    """Returns the checkpoint's chat template after checking its markers, thinking switch and the answer prefix
+    after its generation prompt (None after recording a problem)."""
     from sparsectx.models.templates import (
         check_image_markers,
         find_chat_template,
         generation_prefix,
+        opens_thinking,
         template_thinking_default,
     )
 
@@ -205,7 +208,17 @@ def _template(checked: Checked, folder: Path, tokenizer: Any, spec: Any, thinkin
         )
         return None
     prefix = generation_prefix(tokenizer, template, switches, spec.thinking_tags)
-    checked.facts.append(f"template {source}, one {spec.image_marker} per image, thinking prefix {prefix!r}")
+    if answer_prefix.strip() and opens_thinking(prefix, spec.thinking_tags):
+        checked.add(
+            template.source,
+            f"model.answer_prefix={answer_prefix!r} would be pre-filled inside the thinking block the generation "
+            f"prompt opens ({prefix!r})",
+            "set model.thinking=false (the template then closes an empty block before it) or model.answer_prefix=''",
+            column=column,
+        )
+        return None
+    answer = f", answer prefix {answer_prefix!r}" if answer_prefix else ""
+    checked.facts.append(f"template {source}, one {spec.image_marker} per image, thinking prefix {prefix!r}{answer}")
     return template
 
 

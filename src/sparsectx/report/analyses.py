@@ -50,6 +50,8 @@ class Figure:
     name: str
     path: Path | None
     note: str
+    vector: Path | None = None
+    """The plot's SVG twin, when it has one (``sparsectx.report.plots.vector_path``)."""
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,7 @@ def figure_notes(figures: Sequence[Figure]) -> list[str]:
     """Returns one index line per figure: a link when drawn, the reason when not."""
     return [
         f"- [{f.name}.png]({f.name}.png), [caption]({caption_path(f.path).name})"
+        + (f", [svg]({f.vector.name})" if f.vector is not None else "")
         + (f" ({f.note})" if f.note else "")
         if f.path is not None
         else f"- {f.name}: not drawn ({f.note})"

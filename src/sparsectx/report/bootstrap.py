@@ -5,10 +5,11 @@ rows' replicates are paired: replicate ``r`` of both is their score on the same 
 difference's interval is the spread of ``r``-wise differences. Units are drawn with replacement within their
 stratum (``sparsectx.report.units``), so a resample keeps the benchmark's composition.
 
-A replicate is the scorer's own headline on the resampled items (``sparsectx.eval.scorers``), so a
-benchmark's metric (POPE's F1, MME's acc + acc+, HallusionBench's fAcc/qAcc) is recomputed, not averaged; for
-scorers whose headline is an item mean (``Resampling.additive``) the same number comes from one scorer call
-per unit, checked against the scorer on the full item set and on the first resample.
+A replicate is the scorer's own headline on the resampled items (``sparsectx.eval.scorers``; for POPE the one
+its config names, ``Layout.headline``), so a benchmark's metric (POPE's macro accuracy or F1, MME's acc + acc+,
+HallusionBench's fAcc/qAcc) is recomputed, not averaged; for scorers whose headline is an item mean
+(``Resampling.additive``) the same number comes from one scorer call per unit, checked against the scorer on the
+full item set and on the first resample.
 
 Intervals are percentile intervals: the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the
 replicates (numpy's default, linear, interpolation).
@@ -77,10 +78,13 @@ class Layout:
     """Positions in ``ids`` of each unit's items."""
     strata: tuple[tuple[int, ...], ...]
     """Indices in ``units`` of each stratum's units."""
+    headline: str | None = None
+    """The scorer's metric each replicate is, for a scorer with several (``bench.<name>.headline``)."""
 
 
-def layout(scorer: str, items: Sequence[ScoredItem]) -> Layout:
-    """Returns the units and strata of ``items`` under ``scorer``'s rule (``sparsectx.report.units``)."""
+def layout(scorer: str, items: Sequence[ScoredItem], headline: str | None = None) -> Layout:
+    """Returns the units and strata of ``items`` under ``scorer``'s rule (``sparsectx.report.units``); replicates
+    are ``scorer``'s ``headline`` (needed by a scorer with several, ``Scorer.headlines``)."""
     rule = resampling(scorer)
     units: dict[str, list[int]] = {}
     strata: dict[str, list[str]] = {}
@@ -96,6 +100,7 @@ def layout(scorer: str, items: Sequence[ScoredItem]) -> Layout:
         tuple(item.id for item in items),
         tuple(tuple(p) for p in units.values()),
         tuple(tuple(order[k] for k in keys) for keys in strata.values()),
+        headline,
     )
 
 
@@ -141,8 +146,8 @@ def draw_counts(lay: Layout, resamples: int, rng: np.random.Generator) -> np.nda
     return counts_from_indices(lay, draws)
 
 
-def _score(scorer: str, items: Sequence[ScoredItem]) -> float:
-    return float(SCORERS.get(scorer)(items)["score"])
+def _score(lay: Layout, items: Sequence[ScoredItem]) -> float:
+    return float(SCORERS.get(lay.scorer)(items, lay.headline)["score"])
 
 
 def _resample_items(
@@ -177,14 +182,14 @@ def replicates(lay: Layout, items: Sequence[ScoredItem], counts: np.ndarray) -> 
     """
     copies: dict[tuple[int, int], list[ScoredItem]] = {}
     if not resampling(lay.scorer).additive:
-        return np.array([_score(lay.scorer, _resample_items(lay, items, row, copies)) for row in counts])
+        return np.array([_score(lay, _resample_items(lay, items, row, copies)) for row in counts])
     sizes = np.array([len(u) for u in lay.units], dtype=float)
-    totals = np.array([_score(lay.scorer, [items[p] for p in u]) for u in lay.units]) * sizes
+    totals = np.array([_score(lay, [items[p] for p in u]) for u in lay.units]) * sizes
     reps = (counts @ totals) / (counts @ sizes)
-    checks = {"all items": (_score(lay.scorer, items), totals.sum() / sizes.sum())}
+    checks = {"all items": (_score(lay, items), totals.sum() / sizes.sum())}
     if len(counts):
         checks["resample 0"] = (
-            _score(lay.scorer, _resample_items(lay, items, counts[0], copies)),
+            _score(lay, _resample_items(lay, items, counts[0], copies)),
             float(reps[0]),
         )
     for what, (direct, additive) in checks.items():

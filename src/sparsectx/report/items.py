@@ -36,6 +36,8 @@ class ItemRecords:
     scorer: str
     bench_sha256: str
     items: tuple[ScoredItem, ...]
+    headline: str | None = None
+    """The scorer's metric the result's ``score`` is (``bench.<name>.headline``), for a scorer with several."""
 
 
 def _spec(payload: dict[str, Any]) -> BenchSpec | str:
@@ -92,7 +94,21 @@ def read_items(result: Path, payload: dict[str, Any], benches: Benches) -> ItemR
     if absent or len(answers) != len(items):
         return f"{preds.name} does not hold one row per item of the benchmark file (e.g. lacks {absent[:3]})"
     scored = tuple(scored_item(item, spec, answers[sample_id(item)]) for item in items)
-    again = float(SCORERS.get(payload["scorer"])(scored)["score"])
+    again = float(SCORERS.get(payload["scorer"])(scored, spec.headline)["score"])
     if not math.isclose(again, float(payload["score"]), rel_tol=1e-9, abs_tol=1e-9):
         return f"its items rescore to {again}, not the recorded {payload['score']}"
-    return ItemRecords(payload["scorer"], sha, scored)
+    return ItemRecords(payload["scorer"], sha, scored, spec.headline)
+
+
+def result_bench(payload: dict[str, Any], benches: Benches) -> tuple[BenchSpec, list[Item]] | str:
+    """Returns the benchmark spec and items the result ``payload`` was evaluated on (its recorded spec, file
+    unchanged since: same sha256), or why they cannot be had; ``benches`` caches the files read."""
+    spec = _spec(payload)
+    if isinstance(spec, str):
+        return spec
+    provenance = payload["provenance"]
+    sha = (provenance.get("inputs") or {}).get("bench_sha256")
+    if sha is None:
+        return "its result JSON records no benchmark file digest (provenance.inputs.bench_sha256)"
+    items = _bench_items(spec, sha, provenance["config"]["max_skip_fraction"], benches)
+    return items if isinstance(items, str) else (spec, items)

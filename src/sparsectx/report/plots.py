@@ -1,4 +1,5 @@
-"""PNG plots, each with a caption file: average retain ratio against budget, and Pass@K curves.
+"""PNG plots, each with a caption file: average retain ratio against budget, Pass@K curves, and a hyperparameter
+sweep's normalised mean against the parameter (which also gets an SVG twin, ``vector_path``).
 
 What a plot shows, so a reader can trust it:
 
@@ -305,3 +306,107 @@ def plot_pass_at_k(
     )
     description = PASSK_CAPTION + (PASSK_INTERVAL_CAPTION if intervals else "")
     return _save(fig, path, caption_markdown(title, description, notes))
+
+
+VECTOR_SUFFIX = ".svg"
+"""A plot drawn in a vector format too has it beside its PNG: ``<name>.svg``."""
+
+
+def vector_path(png: str | os.PathLike[str]) -> Path:
+    """Returns the vector (SVG) twin of the plot ``png``: ``<name>.svg`` in the same folder."""
+    return Path(png).with_suffix(VECTOR_SUFFIX)
+
+
+def _save_with_vector(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
+    """Writes the PNG and caption (``_save``) and the SVG twin (``vector_path``, no date: same plot, same bytes)."""
+    out = _save(fig, path, caption)
+    svg = io.BytesIO()
+    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    atomic_write_bytes(vector_path(out), svg.getvalue())
+    return out
+
+
+def sweep_figure(
+    points: Mapping[float, float],
+    values: Sequence[float],
+    *,
+    title: str,
+    x_label: str,
+    percent: bool,
+    series: str,
+    reference: str,
+    baseline: tuple[str, float] | None = None,
+    intervals: Mapping[float, tuple[float, float]] | None = None,
+) -> Figure:
+    """Returns the figure of a normalised mean score (%) against one hyperparameter (SCOPD Fig. 3).
+
+    Args:
+        points: Parameter value -> the point's normalised mean (%); measured values only.
+        values: Every value of the sweep (drawn or not): the x ticks, and where the line breaks.
+        title: The one title.
+        x_label: The parameter's axis label.
+        percent: Values are fractions, ticked as percentages.
+        series: The legend label of the points' line.
+        reference: The legend label of the normalisation reference, a dashed line at 100%.
+        baseline: (label, value %): a horizontal dotted line (the untrained model at the sweep's budget).
+        intervals: Value -> (lo, hi) of the points that have one: error bars.
+    """
+    if not points:
+        raise ValueError("sweep_figure got no points")
+    fig, ax = _new_axes(title)
+    xs = sorted(values)
+    scale = 100.0 if percent else 1.0
+    runs = [[scale * x for x in run] for run in measured_segments(points, xs)]
+    _draw_series(ax, 0, series, {scale * x: y for x, y in points.items()}, runs)
+    tops = [_error_bar(ax, 0, scale * x, points[x], b) for x, b in (intervals or {}).items() if x in points]
+    ax.axhline(100.0, label=reference, **REFERENCE_STYLE)
+    if baseline is not None:
+        ax.axhline(baseline[1], label=baseline[0], **FLAT_STYLE)
+    if all(x > 0 for x in xs):  # values spanning orders of magnitude (5%..100%) are evenly spread on a log axis
+        ax.set_xscale("log")
+    ax.set_xticks([scale * x for x in xs], [f"{scale * x:g}{'%' if percent else ''}" for x in xs])
+    ax.minorticks_off()
+    ax.set_xlabel(x_label + (" (log scale)" if all(x > 0 for x in xs) else ""))
+    values = [*points.values(), *tops, *([baseline[1]] if baseline is not None else [])]
+    _percent_axis(ax, values, "mean normalised score (%)")
+    ax.legend(**LEGEND_STYLE)
+    return fig
+
+
+SWEEP_CAPTION = (
+    "Sensitivity to one hyperparameter: each marker is one trained run (its value of the parameter, all else "
+    "equal), evaluated at the same pruner and budget; the y axis is its mean over the benchmarks {benchmarks} of "
+    "100 x score / the {reference} score on that benchmark. A line joins two adjacent values of the sweep only when "
+    "both were measured (a gap is a point without a value, listed below). The dashed "
+    "line is the normalisation reference (100% by definition); the dotted line, when drawn, the untrained model "
+    "at the same pruner and budget."
+)
+SWEEP_INTERVAL_CAPTION = (
+    " Error bars are each point's bootstrap interval over items (and training seeds), as in the sweep table."
+)
+
+
+def plot_sweep(
+    points: Mapping[float, float],
+    values: Sequence[float],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    x_label: str,
+    percent: bool,
+    series: str,
+    reference: str,
+    benchmarks: Sequence[str],
+    baseline: tuple[str, float] | None = None,
+    intervals: Mapping[float, tuple[float, float]] | None = None,
+    notes: Sequence[str] = (),
+) -> Path:
+    """Writes the sweep plot (``sweep_figure``) to ``path`` (PNG), its SVG twin (``vector_path``) and its caption
+    with ``notes``; returns ``path``."""
+    fig = sweep_figure(
+        points, values, title=title, x_label=x_label, percent=percent, series=series, reference=reference,
+        baseline=baseline, intervals=intervals,
+    )  # fmt: skip
+    description = SWEEP_CAPTION.format(benchmarks=", ".join(benchmarks), reference=reference)
+    description += SWEEP_INTERVAL_CAPTION if intervals else ""
+    return _save_with_vector(fig, path, caption_markdown(title, description, notes))

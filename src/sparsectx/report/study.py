@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from sparsectx import workflow as wf
 from sparsectx.checks import check_choice
 from sparsectx.io import atomic_write_text
+from sparsectx.protocol.study import CARD_FILE, card_markdown, study_card
 from sparsectx.report.analyses import (
     Figure,
     SideTable,
@@ -38,8 +39,10 @@ from sparsectx.report.analyses import (
 from sparsectx.report.blocks import Rendered, delta_table, has_trained, recovery_table, render, score_tables
 from sparsectx.report.bootstrap import BootstrapConfig
 from sparsectx.report.collect import SCORE_SOURCES, Entry, collect_results
+from sparsectx.report.extras import Page, report_outputs
 from sparsectx.report.plots import caption_path
 from sparsectx.report.seeds import check_seed_list, check_trained, pooled_entries
+from sparsectx.report.sweeps import sweep_outputs
 from sparsectx.report.uncertainty import BlockSpreads, Replicates, block_spreads, cell_replicates
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
 from sparsectx.workflow.select import selected_blocks
@@ -59,6 +62,8 @@ class TablesConfig:
     logger: LoggerConfig
     results_root: str
     """Root the results leaves live under; outputs go to ``<results_root>/<experiment>/tables``."""
+    runs_root: str
+    """Root the training runs live under (their ``steps.jsonl`` feed ``grid.report``'s cost and dynamics)."""
     decimals: int
     """Digits after the point in every displayed number (marks compare values rounded to it)."""
     avg_label: str
@@ -92,9 +97,7 @@ class TablesConfig:
             raise ValueError(f"method_labels lacks {wf.BASE!r}: set method_labels.{wf.BASE}=Vanilla")
         check_seed_list(self.train_seeds)
         if not self.results_root:
-            raise ValueError(
-                "results_root is empty; set it to the directory holding <experiment>/ (e.g. results)"
-            )
+            raise ValueError("results_root is empty; set it to the directory holding <experiment>/ (e.g. results)")
 
 
 def load_tables_config(cfg: DictConfig) -> TablesConfig:
@@ -192,9 +195,7 @@ def study_spreads(
     reps: Replicates = cell_replicates(grid, tc.results_root, entries, tc.bootstrap)
     level, labels = tc.bootstrap.level, tc.method_labels
     spreads = {
-        block.name: {
-            m: block_spreads(grid, block, m, entries, reps, labels, tc.avg_label, level) for m in block.models
-        }
+        block.name: {m: block_spreads(grid, block, m, entries, reps, labels, tc.avg_label, level) for m in block.models}
         for block in grid.blocks
         if block.kind == "table"
     }
@@ -218,13 +219,17 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
             title = f"{grid.experiment}: {block.name} (compression-gap recovery{source}, %)"
             written.append(_write_rendered(out, f"{block.name}.recovery", title, render(title, rec)))
         if has_trained(block) and mine:
-            deltas = {
-                m: delta_table(grid, block, m, mine[m], labels, remark, tc.avg_label, tc.decimals)
-                for m in mine
-            }
+            deltas = {m: delta_table(grid, block, m, mine[m], labels, remark, tc.avg_label, tc.decimals) for m in mine}
             title = f"{grid.experiment}: {block.name} (trained minus untrained at the same pruner and budget)"
             written.append(_write_rendered(out, f"{block.name}.delta", title, render(title, deltas)))
     figures = retain_plots(grid, entries, labels, out, spreads)
+    boot = tc.bootstrap if tc.score_source == "sparsectx" else None
+    for sweep in grid.sweeps.values():  # SCOPD Fig. 3: <name>.sweep.md|tex|csv and sweep_<name>_<model>.png|svg
+        tables, drawn = sweep_outputs(grid, sweep, entries, labels, out, tc.results_root, boot, tc.avg_label,
+                                      tc.decimals)  # fmt: skip
+        title = f"{grid.experiment}: {sweep.name} (sweep of {sweep.label}{source}; {tc.avg_label}: normalised mean, %)"
+        written.append(_write_rendered(out, f"{sweep.name}.sweep", title, render(title, tables)))
+        figures += drawn
     if has_block(grid, "passk"):
         summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals, tc.bootstrap)
         written.append(_write_side(out, "passk", f"{grid.experiment}: fixed-context Pass@K", summary))
@@ -233,7 +238,19 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
         table = efficiency_table(grid, tc.results_root, labels, tc.decimals)
         title = f"{grid.experiment}: efficiency (% of the unpruned model)"
         written.append(_write_side(out, "efficiency", title, table))
+    for spec in grid.report.values():  # grid.report: SCOPD Table 9, Fig. 7; LT-OPD Fig. 1, Fig. 4; examples
+        pages, drawn = report_outputs(grid, spec, entries, tc.results_root, tc.runs_root, labels, out, tc.decimals)
+        written += [_write_page(out, page) for page in pages]
+        figures += drawn
     return written, figures
+
+
+def _write_page(out: Path, page: Page) -> Written:
+    files = [(out / f"{page.stem}.md", page.markdown), (out / f"{page.stem}.csv", page.csv)]
+    files += [(out / f"{page.stem}.tex", page.latex)] if page.latex else []
+    for path, text in files:
+        atomic_write_text(path, text)
+    return Written(page.stem, page.title, tuple(path for path, _ in files), page.csv, page.missing)
 
 
 class NoResultsError(RuntimeError):
@@ -246,8 +263,7 @@ def empty_tables(grid: wf.Grid, entries: Mapping[Any, Any], written: list[Writte
     empty = [
         block.name
         for block in grid.blocks
-        if block.kind == "table"
-        and not any(isinstance(entries.get(c), dict) for c in grid.block_cells(block))
+        if block.kind == "table" and not any(isinstance(entries.get(c), dict) for c in grid.block_cells(block))
     ]
     for item in written:
         if item.stem in ("passk", "efficiency"):
@@ -330,13 +346,16 @@ def run(cfg: DictConfig) -> list[Path]:
         check_trained(grid, tc.results_root, tc.train_seeds, trained)
     out = tables_dir(tc.results_root, tc.experiment)
     resolved: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    tracker = start_run(
-        tc.logger, f"{tc.experiment}-tables", tc.experiment, "tables", ["tables"], dict(resolved)
-    )
+    tracker = start_run(tc.logger, f"{tc.experiment}-tables", tc.experiment, "tables", ["tables"], dict(resolved))
     try:
         written, figures = write_tables(tc, grid, out)
+        card = write_protocol_card(tc, out)
         readme = out / "README.md"
-        atomic_write_text(readme, index_markdown(tc.experiment, written, figures))
+        index = index_markdown(tc.experiment, written, figures)
+        if card is not None:
+            what = "every setting of every job, its source, and where it differs from the paper"
+            index += f"\n## Protocol\n\n- [{card.name}]({card.name}): {what}\n"
+        atomic_write_text(readme, index)
         log_outputs(tracker, written, figures)
     finally:
         tracker.finish()
@@ -344,7 +363,17 @@ def run(cfg: DictConfig) -> list[Path]:
         check_found(tc, grid, collect_results(grid, tc.results_root, tc.score_source), written)
     )  # raises when a table is empty
     drawn = [f.path for f in figures if f.path is not None]
-    paths = [p for item in written for p in item.files] + [
-        p for png in drawn for p in (png, caption_path(png))
-    ]
-    return [*paths, readme]
+    paths = [p for item in written for p in item.files] + [p for png in drawn for p in (png, caption_path(png))]
+    paths += [f.vector for f in figures if f.vector is not None]
+    return [*paths, *([card] if card is not None else []), readme]
+
+
+def write_protocol_card(tc: TablesConfig, out: Path) -> Path | None:
+    """Returns the study's protocol card written beside its tables (``protocol.md``), from the preset's whole
+    grid (a ``blocks`` selection renders fewer tables, never a partial card); None for a preset of no paper."""
+    card = study_card(tc.experiment, wf.Grid(tc.experiment, dict(tc.grid)))
+    if card is None:
+        return None
+    path = out / CARD_FILE
+    atomic_write_text(path, card_markdown(card))
+    return path

@@ -80,7 +80,8 @@ def cell_replicates(
     layouts: dict[str, tuple[Layout, str]] = {}
     for cell, found in per_cell.items():
         if not isinstance(found, str) and cell.bench not in layouts:
-            layouts[cell.bench] = (layout(found[0].scorer, found[0].items), found[0].bench_sha256)
+            first = found[0]
+            layouts[cell.bench] = (layout(first.scorer, first.items, first.headline), first.bench_sha256)
     for bench, (lay, _) in layouts.items():
         check_enough(lay, boot.resamples, bench)
     counts = {
@@ -92,8 +93,8 @@ def cell_replicates(
             out[cell] = found
             continue
         lay, sha = layouts[cell.bench]
-        if any(r.bench_sha256 != sha or r.scorer != lay.scorer for r in found):
-            out[cell] = "scored on another benchmark file (or scorer) than the other rows of its benchmark"
+        if any(r.bench_sha256 != sha or (r.scorer, r.headline) != (lay.scorer, lay.headline) for r in found):
+            out[cell] = "scored on another benchmark file (or scorer or headline) than the other rows of its benchmark"
             continue
         where = f"{cell.method} / {cell.pruner} / {cell.budget:g} on {cell.bench}"
         per_seed = np.stack([replicates(lay, align(lay, r.items, where), counts[cell.bench]) for r in found])

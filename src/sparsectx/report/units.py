@@ -1,9 +1,9 @@
 """What the bootstrap resamples for each scorer: the unit of items scored jointly, its stratum, and copies.
 
 A benchmark's headline is not always a mean of item scores: MME adds acc+ over image pairs, HallusionBench
-counts figure and question groups with every row right, POPE takes an F1 over all rows, HR-Bench averages its
-cycles, CV-Bench its image sources. A resample must keep what the scorer scores jointly together, so each
-scorer names
+counts figure and question groups with every row right, POPE averages its subsets' accuracies (or takes an F1
+over all rows), HR-Bench averages its cycles, CV-Bench its image sources. A resample must keep what the scorer
+scores jointly together, so each scorer names
 
 * ``unit``: the key of the items scored jointly (a pair, a circular question, a figure set), or the item;
 * ``stratum``: units are drawn with replacement *within* each stratum, so every resample keeps the benchmark's
@@ -96,7 +96,7 @@ RESAMPLING: dict[str, Resampling] = {
     "yes_no": ITEM_MEAN,
     "vqa_soft": ITEM_MEAN,
     "ocrbench": ITEM_MEAN,  # 1000 x the share of items hit
-    "pope": Resampling(_item, _subset, _copy_id, additive=False),  # F1 over all rows, per-subset counts kept
+    "pope": Resampling(_item, _subset, _copy_id, additive=False),  # subset-acc mean or pooled F1; counts kept
     "mme": Resampling(
         _mme_pair, lambda it: it.category, _copy_group, additive=False
     ),  # acc + acc+ per category

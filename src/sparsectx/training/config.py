@@ -47,6 +47,12 @@ ROLLOUT_WEIGHTS = ("auto", "copy", "live")
 weights (``sparsectx.training.decode_copy``); ``live``: the student itself."""
 
 
+TRAIN_ORDERS = ("shuffled", "file")
+"""``shuffled``: every epoch is a seeded permutation of the rows; ``file``: the rows in the file's order, so the
+step that starts at sample s takes rows s … s + ``method.effective_batch_size`` − 1 (a file written batch by
+batch by a balanced sampler, ``sparsectx.data.sources.sampler``, keeps its batches)."""
+
+
 @dataclass
 class TrainDataConfig:
     """``train_data``: the training split and the prompt protocol shared with evaluation."""
@@ -61,10 +67,14 @@ class TrainDataConfig:
     """Line after the options of a multiple-choice question."""
     max_skip_fraction: float
     """Largest share of unusable rows (``Skip``) tolerated before the run refuses to start."""
+    order: str
+    """shuffled | file (``TRAIN_ORDERS``): the order the rows are visited in (``training.batches.TrainingSet``).
+    Under ``file`` an unusable row is refused (it would shift every later batch)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_skip_fraction < 1.0:
             raise ValueError(f"train_data.max_skip_fraction={self.max_skip_fraction} must lie in [0, 1)")
+        check_choice(self.order, TRAIN_ORDERS, "train_data.order")
 
 
 OPTIMIZER_STATES = ("fp32", "int8")
@@ -162,7 +172,8 @@ class TrainConfig:
     steps: int
     """Optimizer steps of the whole run."""
     micro_batch_size: int
-    """Sequences per forward/backward on one process."""
+    """Prompts per forward/backward on one process; each brings ``method.rollouts_per_prompt`` sequences
+    (objective ``rl``: ``method.rl.group_size``), so a micro-batch holds that many times more sequences."""
     grad_accum: int | None
     """Micro-batches per optimizer step; null = method.effective_batch_size / (processes x micro_batch)."""
     max_new_tokens: int

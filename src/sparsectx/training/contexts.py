@@ -4,11 +4,16 @@
 the student's tokens at budget b (and b+δ for the sensitivity probe, and the teacher's own milder budget for
 EPIC) and build the teacher's prompt; then one prefix call serves the whole step (all rollouts decode
 together). The loss on these inputs is ``sparsectx.training.steps``.
+
+With ``method.rollouts_per_prompt`` = k > 1 each prompt's contexts are repeated k times in a row
+(``repeat_context``: the same encoding and selection objects), so the one prefix call samples k rollouts of
+every prompt from the step's generator and a micro-batch of ``micro_batch_size`` prompts holds k times as
+many sequences, each a sequence of the loss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -86,6 +91,18 @@ class MicroBatch(MicroContexts):
             c.items, c.positions, c.encoded, c.teacher_encoded, c.selections, c.probe_selections, prefix, ids,
             valid, planned, teacher_selections=c.teacher_selections, vision=c.vision, **rl,
         )  # fmt: skip
+
+
+def repeat_context(context: MicroContexts, times: int) -> MicroContexts:
+    """Returns ``context`` with every prompt repeated ``times`` times in a row (the same encoding and selection
+    objects); the pixels are not copied: ``VisionInputs.repeats`` tells the tower passes that rows share them."""
+    rep = lambda xs: None if xs is None else [x for x in xs for _ in range(times)]  # noqa: E731
+    vision = context.vision
+    return MicroContexts(
+        rep(context.items), rep(context.positions), rep(context.encoded), rep(context.teacher_encoded),
+        rep(context.selections), rep(context.probe_selections), teacher_selections=rep(context.teacher_selections),
+        vision=None if vision is None else replace(vision, repeats=vision.repeats * times),
+    )  # fmt: skip
 
 
 def nested_union(inner: Selection, outer: Selection) -> Selection:
@@ -249,6 +266,8 @@ def prepare_step(
 ) -> list[MicroBatch]:  # fmt: skip
     """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
 
+    Each prompt's contexts are built once and repeated ``method.rollouts_per_prompt`` times, one row per rollout.
+
     Args:
         batches: per micro-batch, its items and their global sample positions.
         generator: the rollout sampler's generator (one stream for the step).
@@ -256,8 +275,9 @@ def prepare_step(
         teacher_budget: the teacher's own budget this step, or None for the full visual context.
     """
     hosts = hosts or [None] * len(batches)
+    rollouts = cfg.method.rollouts_per_prompt
     contexts = [
-        micro_contexts(cfg, student, items, positions, budget, host, teacher_budget)
+        repeat_context(micro_contexts(cfg, student, items, positions, budget, host, teacher_budget), rollouts)
         for (items, positions), host in zip(batches, hosts, strict=True)
     ]
     micro = []

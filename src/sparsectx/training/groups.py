@@ -31,7 +31,7 @@ import torch
 from sparsectx.data import Item
 from sparsectx.layer_selection import LayerSelection
 from sparsectx.training.config import TrainConfig
-from sparsectx.training.contexts import MicroBatch, MicroContexts, micro_contexts, step_prefixes
+from sparsectx.training.contexts import MicroBatch, MicroContexts, micro_contexts, repeat_context, step_prefixes
 from sparsectx.training.prefetch import Batch, HostInputs
 from sparsectx.training.rewards import REWARDS
 from sparsectx.training.rl import GroupBatch, group_advantages, informative_groups, overlong_penalty
@@ -77,15 +77,6 @@ def split_prompts(context: MicroContexts) -> list[MicroContexts]:
         )  # fmt: skip
         for i in range(len(context.items))
     ]
-
-
-def repeat_context(context: MicroContexts, times: int) -> MicroContexts:
-    """Returns ``context`` with every prompt repeated ``times`` times in a row (same selection objects)."""
-    rep = lambda xs: None if xs is None else [x for x in xs for _ in range(times)]  # noqa: E731
-    return MicroContexts(
-        rep(context.items), rep(context.positions), rep(context.encoded), rep(context.teacher_encoded),
-        rep(context.selections), rep(context.probe_selections),
-    )  # fmt: skip
 
 
 def group_rewards(cfg: TrainConfig, prefix: Prefix, context: MicroContexts) -> torch.Tensor | None:

@@ -20,6 +20,7 @@ at the same step, also when the launcher signals only some of them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import resource
 import signal
@@ -37,10 +38,11 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from sparsectx.data.synthetic import derive_seed
-from sparsectx.io import atomic_write_text
+from sparsectx.io import append_jsonl, atomic_write_text, read_jsonl
 from sparsectx.models import load_model
 from sparsectx.models.loading import check_device
-from sparsectx.paths import budget_tag, run_dir
+from sparsectx.paths import budget_tag, run_dir, step_log_path
+from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
@@ -99,6 +101,9 @@ def run(cfg: DictConfig) -> RunResult:
     check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
+    if accelerator.is_main_process:  # a paper-stated setting this run changes: the protocol card lists it too
+        for line in run_deviations(cfg, "train"):
+            log.warning("protocol: %s", line)
     accum = tc.accumulation(accelerator.num_processes)
     out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
@@ -122,7 +127,8 @@ def train_to_end(
 ) -> RunResult:
     """Returns the finished run after building (or restoring) the trainer, training its remaining steps and
     exporting ``checkpoint/``; the tracker and the prefetch thread are closed however it ends."""
-    trainer = setup(tc, accelerator, accum, TrainingSet.load(tc.train_data, tc.seed), out, meta)
+    data = TrainingSet.load(tc.train_data, tc.seed, tc.method.effective_batch_size)
+    trainer = setup(tc, accelerator, accum, data, out, meta)
     if accelerator.is_main_process:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(resolved))
     tracker = open_tracker(tc, resolved, trainer)
@@ -297,6 +303,14 @@ def peak_memory_gb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux reports KiB
 
 
+def trim_step_log(path: Path, step: int) -> None:
+    """Returns None after cutting the per-step log ``path`` to its records of steps 1..``step`` (the resumed
+    state's): a resumed run appends the steps after it again; a fresh run (``step`` 0) starts it empty."""
+    if path.is_file():
+        kept = [row for row in read_jsonl(path) if row["step"] <= step]
+        atomic_write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept))
+
+
 def train(
     trainer: Trainer, tracker: Tracker, out: Path, defining: dict[str, Any], resolved: dict[str, Any]
 ) -> dict[str, float]:
@@ -318,16 +332,18 @@ def train_until_stopped(
 ) -> dict[str, float]:
     """Returns the last step's metrics (see ``train``); checks ``stop`` after every completed step."""
     tc, main = trainer.cfg, trainer.accelerator.is_main_process
-    bar = tqdm(
-        total=tc.steps, initial=trainer.step, disable=not main, desc=f"{tc.method.name} b={tc.budget:g}"
-    )
+    bar = tqdm(total=tc.steps, initial=trainer.step, disable=not main, desc=f"{tc.method.name} b={tc.budget:g}")
     metrics: dict[str, float] = {}
+    if main:
+        trim_step_log(step_log_path(out), trainer.step)
     while trainer.step < tc.steps:
         started = time.perf_counter()
         metrics, micro, budget = train_step(trainer)
         metrics["perf/samples_per_s"] = tc.method.effective_batch_size / (time.perf_counter() - started)
         metrics["perf/peak_memory_gb"] = peak_memory_gb(trainer.accelerator.device)
         step, last = trainer.step, trainer.step == tc.steps
+        if main:
+            append_jsonl(step_log_path(out), [{"step": step, **metrics}])
         if step % tc.log_every == 0 or last:
             tracker.log(metrics, step=step)
             if main:

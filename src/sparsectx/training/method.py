@@ -268,7 +268,13 @@ class MethodConfig:
     reduction: str
     """seq_mean_token_mean | global_token_mean, normalised over the whole optimizer step."""
     effective_batch_size: int
-    """Sequences per optimizer step over all processes (= processes x micro_batch_size x grad_accum)."""
+    """Prompts (questions) per optimizer step over all processes (= processes x micro_batch_size x grad_accum);
+    each brings ``rollouts_per_prompt`` sequences (objective ``rl``: ``rl.group_size``)."""
+    rollouts_per_prompt: int
+    """k >= 1 independent sampled rollouts of each prompt, each distilled as its own sequence under the method's
+    reduction (the mean over all k x ``effective_batch_size`` sequences). They share the prompt's one encoding
+    and pruner selection and are distinct draws of the step's rollout generator. k > 1 needs sampled rollouts
+    (``prefix=rollout``, ``rollout.do_sample=true``); objective ``rl`` keeps 1 and sets ``rl.group_size``."""
     teacher: TeacherConfig
     divergence: DivergenceConfig
     positions: PositionsConfig
@@ -291,6 +297,7 @@ class MethodConfig:
         check_choice(self.reduction, REDUCTIONS, "method.reduction")
         if self.effective_batch_size < 1:
             raise ValueError(f"method.effective_batch_size={self.effective_batch_size} must be >= 1")
+        self._check_rollouts()
         if self.objective == "sft" and self.teacher.kind != "none":
             raise ValueError(
                 f"method.teacher.kind={self.teacher.kind!r} with method.objective='sft': SFT has no teacher; "
@@ -314,6 +321,30 @@ class MethodConfig:
         self._check_rl()
         self._check_distill_sft()
         self._check_train_vision()
+
+    def _check_rollouts(self) -> None:
+        """Raises unless ``rollouts_per_prompt`` is an int >= 1, and 1 unless k distinct samples can be drawn."""
+        k = self.rollouts_per_prompt
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"method.rollouts_per_prompt={k!r} must be an int >= 1 (1 = one rollout per prompt)")
+        if k == 1:
+            return
+        if self.objective == "rl":
+            raise ValueError(
+                f"method.rollouts_per_prompt={k} with method.objective='rl': the policy-gradient methods draw "
+                f"method.rl.group_size={self.rl.group_size if self.rl else None} rollouts per prompt; set "
+                f"method.rollouts_per_prompt=1 and method.rl.group_size={k}"
+            )
+        if self.prefix != "rollout":
+            raise ValueError(
+                f"method.rollouts_per_prompt={k} with method.prefix={self.prefix!r}: a fixed prefix is the same "
+                "reference for every copy, so the k sequences would be identical; set method.rollouts_per_prompt=1"
+            )
+        if not self.rollout.do_sample:
+            raise ValueError(
+                f"method.rollouts_per_prompt={k} with method.rollout.do_sample=false: greedy decoding gives k "
+                "identical rollouts; set method.rollout.do_sample=true or method.rollouts_per_prompt=1"
+            )
 
     def _check_train_vision(self) -> None:
         """Raises unless ``train_vision`` fits the method: full parameters, no RL groups, no teacher budget."""

@@ -34,7 +34,8 @@ class Prefix:
 
     Attributes:
         tokens: per sample, (T_i,) int64 ids on the model's device, T_i >= 1.
-        texts: per sample, the decoded text (special tokens removed).
+        texts: per sample, the response they end (``ChatTemplating.response``: ``model.answer_prefix``, then
+            the tokens' text with special tokens removed), what correctness and rewards read.
         stopped: per sample, whether an end token or stop string ended it (references always True).
     """
 
@@ -91,7 +92,7 @@ def rollout_prefix(inputs: PrefixInputs) -> Prefix:
         raise RuntimeError(f"rollouts {empty} came back empty; generate must return at least one token")
     return Prefix(
         tokens=[out.token_ids.to(device) for out in outs],
-        texts=[out.text for out in outs],
+        texts=[student.processor.response(out.text) for out in outs],
         stopped=[out.stopped for out in outs],
     )
 
@@ -99,14 +100,19 @@ def rollout_prefix(inputs: PrefixInputs) -> Prefix:
 @PREFIX_SOURCES.register("reference")
 def reference_prefix(inputs: PrefixInputs) -> Prefix:
     """Returns each item's reference response plus end-of-turn, cut to ``sampling.max_new_tokens``; the part of
-    it the generation prompt already opened (``batches.reference_continuation``) is not repeated."""
+    it the prompt already holds (``batches.reference_continuation``: an opened ``<think>``, the answer prefix)
+    is not repeated."""
     device = inputs.encoded[0].prompt_ids.device
     processor = inputs.student.processor
-    opened = processor.generation_prefix  # a template that pre-opens <think> must not see it twice
+    opened = processor.prefilled  # a pre-opened <think> or a pre-filled <answer> must not be trained twice
     texts = [reference_continuation(reference_text(item), opened, processor.thinking_tags) for item in inputs.items]
     full = [reference_ids(processor, text, None, device) for text in texts]
     limit = inputs.sampling.max_new_tokens
-    return Prefix(tokens=[ids[:limit] for ids in full], texts=texts, stopped=[ids.numel() <= limit for ids in full])
+    return Prefix(
+        tokens=[ids[:limit] for ids in full],
+        texts=[processor.response(text) for text in texts],
+        stopped=[ids.numel() <= limit for ids in full],
+    )
 
 
 def normalize_answer(text: str) -> str:

@@ -3,7 +3,8 @@
 Every ``sample_table_every`` steps the loop logs ``rollouts``: the first ``logger.rollout_rows`` samples of
 the step (over all its micro-batches), with the image, the question, the student's answer (its rollout at
 budget b, or the reference prefix for fixed-prefix methods), the teacher's greedy answer from the full visual
-context, the reference answer, whether each answer is correct, and the visual tokens kept of all.
+context, the reference answer, whether each answer is correct, and the visual tokens kept of all. With
+``method.rollouts_per_prompt`` = k > 1 a sample is a prompt and its row shows the first of its k rollouts.
 
 The teacher's answer is decoded by the one decode engine (``sparsectx.engine``) inside the method's teacher
 view (``sparsectx.training.teachers``), greedily, with the rollout's length cap and stop strings, from the
@@ -42,7 +43,8 @@ TABLE_COLUMNS = [
 
 
 def teacher_answers(trainer: Trainer, samples: list[EncodedSample]) -> list[str]:
-    """Returns the teacher's greedy answer to each prompt from its full visual context (no_grad, eval mode)."""
+    """Returns the teacher's greedy response to each prompt from its full visual context (no_grad, eval mode),
+    read as the student's are (``ChatTemplating.response``: after the answer prefix)."""
     cfg, student = trainer.cfg, trainer.student
     kind = cfg.method.teacher.kind
     view = TEACHERS.get("shared" if kind == "none" else kind)
@@ -57,12 +59,14 @@ def teacher_answers(trainer: Trainer, samples: list[EncodedSample]) -> list[str]
         stack.enter_context(student.compute())
         prompts = pruned_prompts(adapter, samples, [keep_all(s) for s in samples])
         outs = DecodeEngine(adapter, student.processor.tokenizer, eager).generate(prompts, greedy)
-    return [out.text for out in outs]
+    return [student.processor.response(out.text) for out in outs]
 
 
 def sample_rows(trainer: Trainer, step: int, budget: float, micro: list[MicroBatch]) -> list[list[Any]]:
-    """Returns the ``rollouts`` rows of one step: its first ``logger.rollout_rows`` samples (``TABLE_COLUMNS``)."""
-    picks = [(mb, i) for mb in micro for i in range(len(mb.items))][: trainer.cfg.logger.rollout_rows]
+    """Returns the ``rollouts`` rows of one step: its first ``logger.rollout_rows`` samples (``TABLE_COLUMNS``),
+    one rollout (the first) of each prompt."""
+    stride = trainer.cfg.method.rollouts_per_prompt
+    picks = [(mb, i) for mb in micro for i in range(0, len(mb.items), stride)][: trainer.cfg.logger.rollout_rows]
     teacher = teacher_answers(trainer, [mb.teacher_encoded[i] for mb, i in picks])
     rows = []
     for (mb, i), full in zip(picks, teacher, strict=True):

@@ -24,6 +24,7 @@ from sparsectx.training.positions import (
     tip_scores,
     visual_sensitivity,
 )
+from sparsectx.training.rewards import has_format
 from sparsectx.training.rl import clipped_surrogate, k3_kl, rl_stats, token_logprobs
 from sparsectx.training.rollout import is_correct
 from sparsectx.training.student import Student, mode
@@ -261,12 +262,40 @@ def micro_stats(
         "visual": float(sum(total)),
         "sensitivity_sum": 0.0 if sensitivity is None else float(sensitivity[mb.valid].sum()),
         "sensitivity_n": 0.0 if sensitivity is None else float(mb.valid.sum()),
-        "graded": 0.0,
-        "correct": 0.0,
+        **dict.fromkeys(ROLLOUT_SUMS, 0.0),
     }
     if on_policy:
-        stats["graded"] = float(len(mb.items))
-        stats["correct"] = float(
-            sum(is_correct(t, it) for t, it in zip(mb.prefix.texts, mb.items, strict=True))
-        )
+        stats.update(rollout_sums(mb))
     return stats
+
+
+ROLLOUT_SUMS = (
+    "graded", "correct", "formatted", "correct_length_sum", "wrong_length_sum", "groups", "groups_all_correct",
+    "groups_mixed",
+)  # fmt: skip
+"""Sums of ``rollout_sums`` (every micro-batch has each key, so they add across micro-batches and ranks)."""
+
+
+def rollout_sums(mb: MicroBatch) -> dict[str, float]:
+    """Returns an on-policy micro-batch's rollout statistics as sums: graded and correct rollouts, those in the
+    ``<think>``/``<answer>`` format, response lengths of correct and wrong ones, and for groups of G rollouts of
+    one prompt (RL) how many groups there are, all correct, and mixed (SCOPD Fig. 7)."""
+    correct = [is_correct(t, it) for t, it in zip(mb.prefix.texts, mb.items, strict=True)]
+    lengths = [float(t.numel()) for t in mb.prefix.tokens]
+    sums = {
+        "graded": float(len(correct)),
+        "correct": float(sum(correct)),
+        "formatted": float(sum(has_format(t) for t in mb.prefix.texts)),
+        "correct_length_sum": sum(n for n, ok in zip(lengths, correct, strict=True) if ok),
+        "wrong_length_sum": sum(n for n, ok in zip(lengths, correct, strict=True) if not ok),
+        "groups": 0.0,
+        "groups_all_correct": 0.0,
+        "groups_mixed": 0.0,
+    }
+    if mb.group is not None:
+        size = mb.group.group_size
+        groups = [correct[i : i + size] for i in range(0, len(correct), size)]
+        sums["groups"] = float(len(groups))
+        sums["groups_all_correct"] = float(sum(all(g) for g in groups))
+        sums["groups_mixed"] = float(sum(any(g) and not all(g) for g in groups))
+    return sums

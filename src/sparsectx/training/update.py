@@ -93,8 +93,9 @@ class Trainer:
 
     Attributes:
         step: optimizer steps done.
-        samples_seen: training samples consumed over all processes (the data position). It advances on the
-            steps that take new prompts only: under ``method.rl.num_iterations`` = μ > 1 a reuse step trains
+        samples_seen: training samples (prompts) consumed over all processes (the data position), however many
+            rollouts each gets (``method.rollouts_per_prompt``). It advances on the steps that take new prompts
+            only: under ``method.rl.num_iterations`` = μ > 1 a reuse step trains
             on the rollouts of the last generation step and consumes no item, so a run of ``steps`` steps
             sees ceil(steps / μ) · ``effective_batch_size`` samples (TRL repeats each prompt batch μ times
             instead; the prompts trained on are the same).
@@ -363,7 +364,27 @@ def step_metrics(totals: dict[str, Any], budget: float, lr: float, grad_norm: fl
     if totals["sensitivity_n"] > 0:
         metrics["train/sensitivity"] = totals["sensitivity_sum"] / totals["sensitivity_n"]
     if totals["graded"] > 0:
-        metrics["rollout/accuracy"] = totals["correct"] / totals["graded"]
+        metrics.update(rollout_metrics(totals))
     if "rl_rollouts" in totals:
         metrics.update(rl_metrics(totals))
+    return metrics
+
+
+def rollout_metrics(totals: dict[str, Any]) -> dict[str, float]:
+    """Returns the on-policy rollouts' metrics (SCOPD Fig. 7) from the sums of ``training.steps.rollout_sums``:
+    accuracy, format compliance, mean length of correct and of wrong rollouts (each when there is one), and for
+    groups (RL) Pass@G and the fractions of groups all correct, mixed and all wrong."""
+    graded, correct = totals["graded"], totals["correct"]
+    metrics = {"rollout/accuracy": correct / graded, "rollout/format_rate": totals["formatted"] / graded}
+    if correct > 0:
+        metrics["rollout/length_correct"] = totals["correct_length_sum"] / correct
+    if graded > correct:
+        metrics["rollout/length_wrong"] = totals["wrong_length_sum"] / (graded - correct)
+    groups = totals["groups"]
+    if groups > 0:
+        mixed, all_correct = totals["groups_mixed"] / groups, totals["groups_all_correct"] / groups
+        metrics.update({
+            "rollout/pass_at_group": mixed + all_correct, "rollout/groups_all_correct": all_correct,
+            "rollout/groups_mixed": mixed, "rollout/groups_all_wrong": 1.0 - mixed - all_correct,
+        })  # fmt: skip
     return metrics

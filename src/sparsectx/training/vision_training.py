@@ -35,10 +35,14 @@ class VisionInputs:
     Attributes:
         pixel_values: the processor's patches of every image, in prompt order.
         grid_thw: (n_images, 3) int64 patch grids.
+        repeats: consecutive rows of the micro-batch that share each prompt's images (its
+            ``method.rollouts_per_prompt`` rollouts): the tower runs once per prompt and its vectors serve
+            every one of its rows (the gradient sums over them).
     """
 
     pixel_values: torch.Tensor
     grid_thw: torch.Tensor
+    repeats: int = 1
 
 
 def check_trainable_tower(adapter: VLMAdapter) -> None:
@@ -61,6 +65,26 @@ def tower_vectors(
     embeds = torch.split(out.pooler_output, sizes)
     levels = [torch.split(f, sizes) for f in out.deepstack_features] if adapter.layout.has_deepstack else []
     return [(embeds[i], tuple(level[i] for level in levels)) for i in range(len(sizes))]
+
+
+def row_vectors(
+    adapter: VLMAdapter, vision: VisionInputs, samples: list[EncodedSample]
+) -> list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]:
+    """Returns the vectors of every image of ``samples``, in order, from one tower pass over the distinct
+    prompts' pixels: each run of ``vision.repeats`` consecutive samples (one prompt's rows) shares its prompt's.
+
+    Raises:
+        RuntimeError: the pixels hold another number of images than the prompts.
+    """
+    vectors = tower_vectors(adapter, vision)
+    out, cursor = [], 0
+    for sample in samples[:: vision.repeats]:
+        count = len(sample.images)
+        out.extend(vectors[cursor : cursor + count] * vision.repeats)
+        cursor += count
+    if cursor != len(vectors):
+        raise RuntimeError(f"{len(vectors)} recomputed images for prompts holding {cursor}")
+    return out
 
 
 def with_vectors(
@@ -94,7 +118,7 @@ def trained_inputs(
 ) -> tuple[list[EncodedSample], list[list[Selection]]]:
     """Returns the student's samples and selections rebuilt from a tower pass with gradients: the same kept
     tokens, vectors that carry the tower's gradient (``replay_selection``)."""
-    samples = with_vectors(samples, tower_vectors(adapter, vision))
+    samples = with_vectors(samples, row_vectors(adapter, vision, samples))
     replayed = [
         [
             replay_selection(pruner.name, image, sample.question_embeds, selection, pruner.params)
@@ -110,4 +134,4 @@ def teacher_samples(
 ) -> list[EncodedSample]:
     """Returns ``samples`` with the vision vectors of the teacher ``adapter``'s own tower (no gradients)."""
     with torch.no_grad():
-        return with_vectors(samples, tower_vectors(adapter, vision))
+        return with_vectors(samples, row_vectors(adapter, vision, samples))

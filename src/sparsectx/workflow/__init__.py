@@ -15,7 +15,8 @@ The package, in the order a config travels through it:
 - ``parse``: the grid mapping read into typed entries, and the checks that need several keys at once;
 - ``cells``: the vocabulary (cells, runs, blocks) and the Snakefile's output patterns;
 - ``grid``: ``Grid``, the expansion (cells, runs, wildcard values) and every output's path;
-- ``commands``: each job's command line (entry point and Hydra overrides).
+- ``commands``: each job's command line (entry point and Hydra overrides);
+- ``sweeps``: the check that each sweep point's composed training config sets the value it shows.
 
 Everything a rule file or a caller needs is importable from ``sparsectx.workflow`` itself.
 """
@@ -41,6 +42,8 @@ from sparsectx.workflow.cells import (
     Method,
     MissingCell,
     Row,
+    Sweep,
+    SweepPoint,
     TrainRun,
     cell_of,
     mirror,
@@ -67,6 +70,7 @@ from sparsectx.workflow.config import (
     validate_config,
 )
 from sparsectx.workflow.grid import Grid, check_tables_seeds, load_grid, missing_cells
+from sparsectx.workflow.sweeps import check_sweep_values
 
 __all__ = [
     "BASE",
@@ -93,8 +97,11 @@ __all__ = [
     "Method",
     "MissingCell",
     "Row",
+    "Sweep",
+    "SweepPoint",
     "TrainRun",
     "cell_of",
+    "check_sweep_values",
     "check_tables_seeds",
     "data_args",
     "efficiency_args",

@@ -114,6 +114,47 @@ class Method:
     reason: str | None
     overrides: tuple[str, ...]
     """Hydra overrides for this method's training runs only (e.g. a learning rate scaled to the model)."""
+    preset: str
+    """The ``conf/method`` preset it composes: its own name, or (a variant) the preset its ``overrides`` change,
+    trained and evaluated as ``method=<preset> method.name=<name>`` so its outputs carry its own name."""
+
+    @property
+    def variant(self) -> bool:
+        """Returns whether the method is a variant of another preset (it has no ``conf/method`` file)."""
+        return self.preset != self.name
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: the parameter's value and the method trained with it."""
+
+    value: float
+    method: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A hyperparameter sweep (a ``tables`` entry of ``kind: sweep``): trained methods at one pruner and budget,
+    each a value of one parameter, scored by their mean over ``benchmarks`` of 100 x score / ``reference``'s
+    full-context score (``reference`` at budget 1.0 under the grid's reference pruner)."""
+
+    name: str
+    models: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    pruner: str
+    budget: float
+    reference: str
+    key: str
+    """The Hydra key the points set (e.g. ``method.positions.fraction``), checked against each training run."""
+    label: str
+    """The x axis and the table's parameter column (e.g. ``ρ, response positions distilled``)."""
+    percent: bool
+    """Whether values are fractions shown as percentages."""
+    points: tuple[SweepPoint, ...]
+
+    def shown(self, value: float) -> str:
+        """Returns ``value`` as the table and the plot show it (``5%`` for 0.05 when ``percent``)."""
+        return f"{100 * value:g}%" if self.percent else f"{value:g}"
 
 
 def mirror(pattern: str, root: str, stage: str, suffix: str) -> str:

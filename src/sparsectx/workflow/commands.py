@@ -45,10 +45,13 @@ def data_args(grid: Grid, stage: str, bench: str = "") -> list[str]:
 
 def _point_args(grid: Grid, cell: Cell, method_key: str, seed: int) -> list[str]:
     # base (untrained) is never trained and is evaluate.py's default: there is no conf/method/base.yaml
-    method = [] if cell.method == BASE else [f"{method_key}={cell.method}"]
+    method = [] if cell.method == BASE else [f"{method_key}={grid.methods[cell.method].preset}"]
+    if cell.method != BASE and grid.methods[cell.method].variant:  # its runs and results under its own name
+        method.append(f"{method_key}.name={cell.method}")
     path = [f"model.path={grid.model_paths[cell.model]}"] if cell.model in grid.model_paths else []
     args = [f"experiment={grid.experiment}", f"model={cell.model}", *path, *method]
-    return args + [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={seed}"]
+    args += [f"pruner={cell.pruner}", f"budget={budget_tag(cell.budget)}", f"seed={seed}"]
+    return args + list(grid.model_overrides.get(cell.model, ()))
 
 
 def _checkpoint_args(grid: Grid, cell: Cell, seed: int | None = None) -> list[str]:

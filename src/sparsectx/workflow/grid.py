@@ -36,12 +36,15 @@ from sparsectx.workflow.config import CONF_DIR, load_yaml, resolve_config, valid
 from sparsectx.workflow.parse import (
     check_blocks,
     check_names,
+    check_presets,
     check_tables_overrides,
     declared,
     parse_blocks,
     parse_methods,
+    parse_sweeps,
     parse_train_seeds,
 )
+from sparsectx.workflow.report_specs import parse_report
 
 
 def load_grid(
@@ -118,9 +121,14 @@ class Grid:
             name: dict((spec or {}).get("unsupported_pruners", {})) for name, spec in grid["models"].items()
         }
         """Model -> {pruner: reason} for pruners that model's family cannot run (e.g. in-LLM on a hybrid)."""
+        self.model_overrides: dict[str, tuple[str, ...]] = {
+            name: tuple((spec or {}).get("overrides", ())) for name, spec in grid["models"].items()
+        }
+        """Model -> Hydra overrides of every job of that model (before the stage's and the method's)."""
         self.pruners = declared(grid["pruners"])
         self.benchmarks = declared(grid["benchmarks"])
         self.methods = parse_methods(grid["methods"])
+        check_presets(self.methods, CONF_DIR)
         self.reference_pruner: str = grid["reference_pruner"]
         self.seed: int = grid["seed"]
         self.train_seeds = parse_train_seeds(grid["train_seeds"], self.seed)
@@ -136,6 +144,8 @@ class Grid:
         """Model -> local checkpoint folder replacing its ``conf/model`` preset's ``model.path``."""
         check_tables_overrides(self._overrides["tables"])
         self.blocks = tuple(parse_blocks(grid))
+        self.sweeps = parse_sweeps(grid)
+        """Name -> the ``Sweep`` of each ``tables`` entry of ``kind: sweep`` (also a table block of its rows)."""
         check_names(self)
         self._cells = {b.name: self._block_cells(b) for b in self.blocks}
         check_blocks(self)
@@ -147,6 +157,8 @@ class Grid:
         """The trained cells of the tables: evaluated once per seed of ``extra_seeds`` besides ``grid.seed``."""
         self.seeded_runs = sorted({self.train_run(c) for c in self.seeded_cells})
         """The training runs behind ``seeded_cells``: trained once per seed of ``extra_seeds`` as well."""
+        self.report = parse_report(grid.get("report") or {}, self)
+        """Name -> the ``grid.report`` entries: tables and figures of files the other blocks' jobs write."""
 
     @property
     def extra_seeds(self) -> list[int]:
@@ -255,7 +267,7 @@ class Grid:
         """Returns the ``conf/<group>/<name>.yaml`` files a scheduled output needs that do not exist."""
         wanted = [("model", m) for m in self.names("model")] + [("pruner", p) for p in self.names("pruner")]
         wanted += [("bench", b) for b in self.names("bench")]
-        wanted += [("method", r.method) for r in self.train_runs]
+        wanted += [("method", self.methods[r.method].preset) for r in self.train_runs]
         paths = sorted({Path(conf_dir) / group / f"{name}.yaml" for group, name in wanted})
         return [str(p) for p in paths if not p.is_file()]
 

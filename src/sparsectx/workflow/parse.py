@@ -8,10 +8,11 @@ raises ``ValueError`` naming the grid key and the fix, while the Snakefile is pa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparsectx.budget import check_budget
-from sparsectx.workflow.cells import BASE, Block, Method, Row
+from sparsectx.workflow.cells import BASE, Block, Method, Row, Sweep, SweepPoint
 
 if TYPE_CHECKING:
     from sparsectx.workflow.grid import Grid
@@ -28,25 +29,79 @@ def parse_budgets(values: Iterable[float], key: str) -> tuple[float, ...]:
 
 
 def parse_methods(section: Mapping[str, Any]) -> dict[str, Method]:
-    """Returns name -> ``Method`` for ``grid.methods``."""
+    """Returns name -> ``Method`` for ``grid.methods`` (``preset`` defaults to the method's own name)."""
     return {
         name: Method(name, spec["pruner"], parse_budgets(spec["budgets"], f"grid.methods.{name}.budgets"),
-                     spec.get("unsupported"), tuple(spec.get("overrides", ())))
+                     spec.get("unsupported"), tuple(spec.get("overrides", ())), spec.get("preset", name))
         for name, spec in section.items()
     }  # fmt: skip
 
 
+def check_presets(methods: Mapping[str, Method], conf_dir: str | Path) -> None:
+    """Returns None when every variant's ``preset`` is a ``conf/method`` file and no variant takes the name of
+    another preset; else raises naming ``grid.methods.<name>.preset``, the missing file and the choices."""
+    folder = Path(conf_dir) / "method"
+    known = sorted(p.stem for p in folder.glob("*.yaml"))
+    for method in (m for m in methods.values() if m.variant):
+        key = f"grid.methods.{method.name}.preset"
+        if method.preset not in known:
+            raise ValueError(f"{key}={method.preset!r}: no {folder / method.preset}.yaml; choose one of {known}")
+        if method.name in known:
+            raise ValueError(
+                f"{key}={method.preset!r}: {method.name!r} is itself the preset {folder / method.name}.yaml, so "
+                f"its runs would read as that preset's; give the variant a name no conf/method file has"
+            )
+
+
+def block_rows(spec: Mapping[str, Any], reference_pruner: str) -> list[dict[str, Any]]:
+    """Returns the rows of a ``tables`` entry: its ``rows``, or for a sweep the untrained model and every point's
+    method at the sweep's pruner and budget, and the normalisation reference at budget 1.0 when it is trained."""
+    if spec.get("kind") != "sweep":
+        return list(spec["rows"])
+    methods = [BASE, *(point["method"] for point in spec["points"])]
+    rows = [{"methods": methods, "pruners": [spec["pruner"]], "budgets": [spec["budget"]]}]
+    if spec["reference"] != BASE:
+        rows.append({"methods": [spec["reference"]], "pruners": [reference_pruner], "budgets": [1.0]})
+    return rows
+
+
 def parse_blocks(grid: Mapping[str, Any]) -> Iterable[Block]:
-    """Yields the grid's blocks: every ``tables`` entry, then ``passk`` and ``efficiency`` unless null."""
+    """Yields the grid's blocks: every ``tables`` entry (a sweep as its rows, ``block_rows``), then ``passk`` and
+    ``efficiency`` unless null."""
     named = [(name, "table", spec) for name, spec in grid["tables"].items()]
     named += [(kind, kind, grid[kind]) for kind in ("passk", "efficiency") if grid[kind] is not None]
     for name, kind, spec in named:
         key = f"grid.{name}.rows"
         rows = tuple(
             Row(tuple(row["methods"]), tuple(row["pruners"]), parse_budgets(row["budgets"], key))
-            for row in spec["rows"]
+            for row in block_rows(spec, grid["reference_pruner"])
         )
         yield Block(name, kind, tuple(spec["models"]), tuple(spec["benchmarks"]), rows)
+
+
+def parse_sweeps(grid: Mapping[str, Any]) -> dict[str, Sweep]:
+    """Returns name -> ``Sweep`` for the ``tables`` entries of ``kind: sweep``; raises naming the key of a point
+    that repeats a value or a method, or names the untrained model."""
+    sweeps = {}
+    for name, spec in grid["tables"].items():
+        if spec.get("kind") != "sweep":
+            continue
+        key = f"grid.tables.{name}"
+        points = tuple(SweepPoint(float(p["value"]), p["method"]) for p in spec["points"])
+        for field in ("value", "method"):
+            seen = [getattr(p, field) for p in points]
+            repeated = sorted({v for v in seen if seen.count(v) > 1}, key=str)
+            if repeated:
+                raise ValueError(f"{key}.points repeat the {field}s {repeated}: each point is one {field}")
+        if any(p.method == BASE for p in points):
+            raise ValueError(f"{key}.points name {BASE!r}, the untrained model: each point is a trained method")
+        parameter = spec["parameter"]
+        sweeps[name] = Sweep(
+            name, tuple(spec["models"]), tuple(spec["benchmarks"]), spec["pruner"],
+            parse_budgets([spec["budget"]], f"{key}.budget")[0], spec["reference"], parameter["key"],
+            parameter["label"], parameter["percent"], tuple(sorted(points, key=lambda p: p.value)),
+        )  # fmt: skip
+    return sweeps
 
 
 def check_names(grid: Grid) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparsectx.workflow.cells import BASE
+from sparsectx.workflow.parse import block_rows
 
 SIDE_BLOCKS = ("passk", "efficiency")
 """Grid keys holding one block each (beside ``tables``, which holds named blocks)."""
@@ -21,8 +22,8 @@ def selected_blocks(grid: dict[str, Any], names: list[str]) -> dict[str, Any]:
     Raises:
         ValueError: an unknown or repeated name, or an empty list, naming ``blocks`` and the grid's blocks.
     """
-    tables = dict(grid.get("tables") or {})
-    known = [*tables, *(key for key in SIDE_BLOCKS if grid.get(key))]
+    tables, report = dict(grid.get("tables") or {}), dict(grid.get("report") or {})
+    known = [*tables, *(key for key in SIDE_BLOCKS if grid.get(key)), *report]
     unknown = [name for name in names if name not in known]
     if unknown or not names or len(set(names)) != len(names):
         raise ValueError(
@@ -33,8 +34,9 @@ def selected_blocks(grid: dict[str, Any], names: list[str]) -> dict[str, Any]:
     for key in SIDE_BLOCKS:
         if key not in names:
             picked[key] = None
+    picked["report"] = {name: spec for name, spec in report.items() if name in names}  # with the blocks it reads
     kept = [*picked["tables"].values(), *(picked[key] for key in SIDE_BLOCKS if picked[key])]
-    rows = [row for block in kept for row in block["rows"]]
+    rows = [row for block in kept for row in block_rows(block, grid["reference_pruner"])]
     methods = {m for row in rows for m in row["methods"] if m != BASE}
     picked["methods"] = {name: spec for name, spec in grid["methods"].items() if name in methods}
     pruners = {grid["reference_pruner"], *(p for row in rows for p in row["pruners"])}

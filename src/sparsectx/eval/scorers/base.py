@@ -6,6 +6,11 @@ output for the same items changes; the table code refuses to mix versions of one
 Every scorer reports its headline metric under the key ``"score"`` on the scale the papers print
 (percent; out of 1000 for OCRBench; summed category scores for MME), plus ``"n"`` (items scored)
 and ``"missing"`` (items whose ``prediction`` is ``None``, i.e. extraction misses).
+
+A scorer whose papers disagree on the headline (POPE: LT-OPD's macro accuracy over the subsets, VLMEvalKit's
+pooled F1) registers its candidates (``Scorer.headlines``, keys of its metrics) and sets no ``"score"``
+itself: the benchmark config names one (``bench.<name>.headline``), and ``Scorer.__call__`` copies it
+to ``"score"``. There is no default among them: scoring without a named headline is an error.
 """
 
 from __future__ import annotations
@@ -65,9 +70,32 @@ class Scorer:
     needs_options: bool = False
     """Every item is a multiple-choice question (its reference an option letter): a benchmark row without
     options is refused when the file is read, before any generation (``protocol.load_bench_items``)."""
+    headlines: tuple[str, ...] = ()
+    """The metrics (keys of ``fn``'s output) a benchmark config chooses its headline among; empty = ``fn``
+    reports its one headline as ``score`` itself."""
 
-    def __call__(self, items: Sequence[ScoredItem]) -> dict[str, float]:
-        return self.fn(items)
+    def check_headline(self, headline: str | None, key: str) -> None:
+        """Returns None when ``headline`` suits this scorer: one of ``headlines``, or None for a scorer without
+        any; else raises ``ValueError`` naming ``key`` (the config key) and the choices."""
+        if not self.headlines:
+            if headline is not None:
+                raise ValueError(
+                    f"{key}={headline!r}: scorer {self.name!r} has a single headline (its 'score'); leave "
+                    f"{key} out (null)"
+                )
+            return
+        if headline not in self.headlines:
+            raise ValueError(
+                f"{key}={headline!r}: scorer {self.name!r} reports several headlines and none is the default; "
+                f"set {key} to one of {list(self.headlines)}"
+            )
+
+    def __call__(self, items: Sequence[ScoredItem], headline: str | None = None) -> dict[str, float]:
+        """Returns the metrics of ``items``, ``score`` being ``headline`` (which a scorer with ``headlines``
+        needs, and one without refuses: ``check_headline``)."""
+        self.check_headline(headline, "headline")
+        metrics = self.fn(items)
+        return metrics if headline is None else {"score": metrics[headline], **metrics}
 
 
 @dataclass(frozen=True)
@@ -82,23 +110,30 @@ class ScoreReport:
 SCORERS: Registry[Scorer] = Registry("scorer")
 
 
-def register_scorer(name: str, version: int, needs_options: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+def register_scorer(
+    name: str, version: int, needs_options: bool = False, headlines: tuple[str, ...] = ()
+) -> Callable[[ScoreFn], ScoreFn]:
     """Returns a decorator that files ``fn`` in ``SCORERS`` under ``name`` with ``version`` (and whether every
-    item it scores must have options, ``Scorer.needs_options``)."""
+    item it scores must have options, ``Scorer.needs_options``; the headlines a config chooses among,
+    ``Scorer.headlines``)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"scorer {name!r}: version={version!r} must be an int >= 1")
+    if len(headlines) == 1 or "score" in headlines:
+        raise ValueError(f"scorer {name!r}: headlines={headlines!r} must be () or several metric names, not 'score'")
 
     def add(fn: ScoreFn) -> ScoreFn:
-        SCORERS.register(name)(Scorer(name=name, version=version, fn=fn, needs_options=needs_options))
+        scorer = Scorer(name=name, version=version, fn=fn, needs_options=needs_options, headlines=headlines)
+        SCORERS.register(name)(scorer)
         return fn
 
     return add
 
 
-def score_items(name: str, items: Sequence[ScoredItem]) -> ScoreReport:
-    """Returns the metrics of scorer ``name`` on ``items``, with the scorer's name and version."""
+def score_items(name: str, items: Sequence[ScoredItem], headline: str | None = None) -> ScoreReport:
+    """Returns the metrics of scorer ``name`` on ``items`` (``score`` = ``headline`` for a scorer with several,
+    ``Scorer.headlines``), with the scorer's name and version."""
     scorer = SCORERS.get(name)
-    return ScoreReport(scorer=name, scorer_version=scorer.version, metrics=scorer(items))
+    return ScoreReport(scorer=name, scorer_version=scorer.version, metrics=scorer(items, headline))
 
 
 def check_items(items: Sequence[ScoredItem], scorer: str, needs: Iterable[str] = ()) -> None:

@@ -1,10 +1,16 @@
 """POPE: F1, accuracy, precision and recall per subset and over all rows, as VLMEvalKit rates POPE.
 
-Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``POPE_rating`` (with ``cal_f1_score`` inside it);
-the headline is its ``Overall`` row's ``Overall`` column (the overall F1), the figure upstream
-open-compass/VLMEvalKit's ``ImageYORNDataset.report_primary_metric`` reports as ``Overall F1`` (that method is
-not in the pinned nvidia-vlmeval 26.3, whose ``evaluate`` returns the table alone).
+Source: VLMEvalKit ``vlmeval/dataset/utils/yorn.py`` ``POPE_rating`` (with ``cal_f1_score`` inside it).
 "yes" is the positive class (POPE, Li et al. 2023, §3).
+
+Two headlines, and the benchmark config names one (``bench.<name>.headline``; there is no default):
+
+* ``macro_accuracy``: the mean of the three subsets' accuracies, LT-OPD's metric (seed 000, App. D.1: "POPE
+  reports macro accuracy across adversarial, popular, and random subsets"); each subset's accuracy is over
+  its own rows as ``POPE_rating`` explodes them (below).
+* ``f1``: ``POPE_rating``'s ``Overall`` row's ``Overall`` column (the F1 pooled over all exploded rows), the
+  figure upstream open-compass/VLMEvalKit's ``ImageYORNDataset.report_primary_metric`` reports as ``Overall
+  F1`` (that method is not in the pinned nvidia-vlmeval 26.3, whose ``evaluate`` returns the table alone).
 
 VLMEvalKit's POPE.tsv stores a question shared by several subsets once, with a comma-joined
 ``category`` (e.g. ``adversarial,popular,random``). ``POPE_rating`` splits the category and explodes
@@ -22,8 +28,9 @@ F1 is 0 when both are 0 (as in ``cal_f1_score``).
 
 Remaining differences from VLMEvalKit: a subset name other than adversarial/popular/random, or an empty
 one, raises here (VLMEvalKit rates any name, and drops a NaN category from the per-split table while
-keeping its row in Overall); we also report ``yes_ratio`` and the macro mean of the subset F1s
-(``macro_f1``), which VLMEvalKit does not.
+keeping its row in Overall); we also report ``yes_ratio`` and the macro means of the subset accuracies
+(``macro_accuracy``) and F1s (``macro_f1``), which VLMEvalKit does not (its per-split ``acc`` column gives the
+former). A macro mean is over the subsets present (all three in POPE.tsv).
 """
 
 from __future__ import annotations
@@ -33,10 +40,13 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
-VERSION = 2
-"""2: comma-joined categories counted in each subset; headline = pooled F1 over exploded rows."""
+VERSION = 3
+"""2: comma-joined categories counted in each subset; headline = pooled F1 over exploded rows.
+3: ``macro_accuracy`` added; the headline is the config's choice of it or ``f1`` (``HEADLINES``)."""
 
 SUBSETS = ("adversarial", "popular", "random")
+HEADLINES = ("macro_accuracy", "f1")
+"""The metrics a POPE benchmark config chooses its headline among (``bench.<name>.headline``)."""
 
 
 def binary_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> dict[str, float]:
@@ -76,13 +86,15 @@ def pope_subsets(item: ScoredItem) -> list[str]:
     return names
 
 
-@register_scorer("pope", VERSION)
+@register_scorer("pope", VERSION, headlines=HEADLINES)
 def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
-    """Returns POPE's overall F1 in percent (``score``), with overall and per-subset acc/precision/recall/F1.
+    """Returns POPE's metrics in percent: both headlines (``HEADLINES``; the registry record copies the
+    config's choice to ``score``), and overall and per-subset acc/precision/recall/F1.
 
     Reads ``reference`` (yes/no) and ``subset`` (VLMEvalKit's ``category``, possibly comma-joined). Keys:
-    ``score`` (= ``f1``), ``acc``, ``precision``, ``recall``, ``f1``, ``yes_ratio`` (over all exploded
-    rows), ``<subset>/<metric>``, ``macro_f1``, ``n`` (questions), ``n_rows`` (exploded rows), ``missing``.
+    ``acc``, ``precision``, ``recall``, ``f1``, ``yes_ratio`` (over all exploded rows), ``<subset>/<metric>``,
+    ``macro_accuracy`` and ``macro_f1`` (means over the subsets of ``<subset>/acc`` and ``<subset>/f1``),
+    ``n`` (questions), ``n_rows`` (exploded rows), ``missing``.
     """
     check_items(items, "pope", needs=("reference", "subset"))
     rows: list[tuple[str, str, str | None]] = []  # (subset, gold, reading), one per (question, subset)
@@ -97,8 +109,8 @@ def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
         metrics |= {f"{subset}/{key}": value for key, value in per.items()}
     subsets = sorted({name for name, _, _ in rows})
     return {
-        "score": overall["f1"],
         **overall,
+        "macro_accuracy": sum(metrics[f"{s}/acc"] for s in subsets) / len(subsets),
         "macro_f1": sum(metrics[f"{s}/f1"] for s in subsets) / len(subsets),
         "n": float(len(items)),
         "n_rows": float(len(rows)),
