@@ -159,7 +159,7 @@ def numeric_spec(spec: BenchSpec) -> BenchSpec:
     """Returns ``spec`` as ``paper_numeric`` asks and scores its items: the bare question, ``number_match``, the
     gold as written."""
     layout = replace(spec.layout, prompt=QUESTION_ONLY, answer="as_is", options="none", options_column="")
-    return replace(spec, scorer="number_match", layout=layout)
+    return replace(spec, scorer="number_match", layout=layout, headline=None)
 
 
 def source_cap(caps: Mapping[str, int], bench: str, max_items: int | None) -> int | None:
