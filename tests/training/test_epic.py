@@ -125,7 +125,7 @@ def test_a_step_logs_the_teachers_kept_share(tiny_env, tmp_path) -> None:  # noq
     [
         (
             "method.schedule.params.epic_progressive.start_budget=0.05",
-            "final_budget=0.1 is above start_budget",
+            "final_budget=0.26 is above start_budget",
         ),
         ("method.distill_weight=1.5", r"method.distill_weight=1.5 must lie in \[0, 1\]"),
         ("method.distill_weight=-0.1", r"method.distill_weight=-0.1 must lie in \[0, 1\]"),
@@ -133,7 +133,7 @@ def test_a_step_logs_the_teachers_kept_share(tiny_env, tmp_path) -> None:  # noq
         ("method.teacher.budget_gap.max=1.0", r"budget_gap.max=1.0 must lie in \[start=0.1, 1\)"),
         (
             "method.teacher.budget_gap.max=0.95",
-            "budget_gap.max=0.95 on top of the schedule's lowest budget 0.1",
+            "budget_gap.max=0.95 on top of the schedule's lowest budget 0.26",  # EPIC's original window end
         ),
         ("method.schedule.params.epic_progressive.start_budget=1.0", "would not be above the student's"),
         ("method.objective=distill", "method.distill_weight=0.5 must be set exactly when"),

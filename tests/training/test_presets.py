@@ -29,7 +29,7 @@ def test_the_presets_exist() -> None:
         "scopd_teacher_fixed", "scopd_teacher_shared", "scopd_div_reverse", "scopd_div_jsd",
         "scopd_plus_select_tip", "sft_curriculum", "lt_opd_teacher_ema", "lt_opd_teacher_trust_region",
         "lt_opd_teacher_progressive", "lt_opd_div_forward", "lt_opd_div_reverse",
-        "grpo", "gspo", "dapo", "epic",
+        "grpo", "gspo", "dapo", "epic", "epic_rescaled", "grpo_scopd_code",
     }  # fmt: skip
     assert set(METHODS) == expected
 
