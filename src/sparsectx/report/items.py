@@ -77,18 +77,13 @@ def read_items(result: Path, payload: dict[str, Any], benches: Benches) -> ItemR
     preds = predictions_path(result.parent, payload["benchmark"])
     if not preds.is_file():
         return f"no per-item predictions ({preds.name})"
-    spec = _spec(payload)
-    if isinstance(spec, str):
-        return spec
-    provenance = payload["provenance"]
-    sha = (provenance.get("inputs") or {}).get("bench_sha256")
-    if sha is None:
-        return "its result JSON records no benchmark file digest (provenance.inputs.bench_sha256)"
     if SCORERS.get(payload["scorer"]).version != payload["scorer_version"]:
         return f"scored by {payload['scorer']} version {payload['scorer_version']}, not the installed one"
-    items = _bench_items(spec, sha, provenance["config"]["max_skip_fraction"], benches)
-    if isinstance(items, str):
-        return items
+    found = result_bench(payload, benches)
+    if isinstance(found, str):
+        return found
+    spec, items = found
+    sha = payload["provenance"]["inputs"]["bench_sha256"]
     answers = {row["id"]: row["answer"] for row in read_jsonl(preds)}
     absent = [sample_id(item) for item in items if sample_id(item) not in answers]
     if absent or len(answers) != len(items):
