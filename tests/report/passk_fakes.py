@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sparsectx.eval.passk import k_values
+from sparsectx.eval.passk_cohort import RULES
 from sparsectx.eval.passk_mode import passk_path, samples_path, summarize
 from sparsectx.eval.results import write_json
 from sparsectx.io import append_jsonl
@@ -29,28 +31,37 @@ def draw_rows(condition: str, greedy: list[bool], correct: list[int], n: int) ->
     ]  # fmt: skip
 
 
-def passk_payload(rows: list[dict[str, Any]], n: int, bench: str, budget: float) -> dict[str, Any]:
-    """Returns the ``passk.json`` fields the tables read, aggregated from ``rows`` as ``passk_mode`` does."""
+def passk_payload(
+    rows: list[dict[str, Any]], n: int, bench: str, budget: float, protocol: str = "authors_code"
+) -> dict[str, Any]:
+    """Returns the ``passk.json`` fields the tables read, aggregated from ``rows`` as ``passk_mode`` does, its
+    cohort drawn under ``protocol`` (``passk.cohort``)."""
     sparse = summarize([r for r in rows if r["condition"] == "sparse"], [1])
     control = summarize([r for r in rows if r["condition"] == "no_image"], [1])
     gap = sparse["pass_at_k"][str(n)] - sparse["greedy_accuracy"]
     floor = None if control is None else control["pass_at_k"][str(n)]
     ids = [r["id"] for r in rows if r["condition"] == "sparse"]
     return {
-        "benchmark": bench, "method": "base", "pruner": "visionzip", "budget": budget, "n": n,
-        "cohort": {"size": len(ids), "source": "test", "ids": ids}, "sparse": sparse, "no_image": control,
+        "benchmark": bench, "method": "base", "pruner": "visionzip", "budget": budget, "n": n, "k": k_values(n),
+        "cohort": {
+            "protocol": protocol, "rule": RULES[protocol], "size": len(ids), "source": "test", "ids": ids,
+            "counts": {"rows": len(ids)},
+        },
+        "sparse": sparse, "no_image": control,
         "gap": gap, "control_floor": floor, "gap_over_control": None if floor is None else gap - floor,
         "provenance": {"config_hash": CONFIG_HASH},
     }  # fmt: skip
 
 
 def write_passk_leaf(
-    leaf: Path, bench: str, budget: float, sparse: tuple[list[bool], list[int]], control: list[int], n: int
-) -> dict[str, Any]:
+    leaf: Path, bench: str, budget: float, sparse: tuple[list[bool], list[int]], control: list[int], n: int,
+    protocol: str = "authors_code",
+) -> dict[str, Any]:  # fmt: skip
     """Writes ``<bench>.passk.json`` and its draws into ``leaf`` and returns the JSON: ``sparse`` is (greedy
-    correctness, correct samples) per item, ``control`` the no-image correct samples (greedy wrong)."""
+    correctness, correct samples) per item, ``control`` the no-image correct samples (greedy wrong);
+    ``protocol`` is the cohort rule it names."""
     rows = draw_rows("sparse", *sparse, n) + draw_rows("no_image", [False] * len(control), control, n)
-    payload = passk_payload(rows, n, bench, budget)
+    payload = passk_payload(rows, n, bench, budget, protocol)
     leaf.mkdir(parents=True, exist_ok=True)
     append_jsonl(samples_path(leaf, bench), rows)
     write_json(passk_path(leaf, bench), payload)

@@ -60,17 +60,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def compose_tables(root: Path, *overrides: str, grid: dict | None = GRID) -> DictConfig:
     """Returns ``conf/make_tables.yaml`` for the tiny preset under ``root``, its grid keys replaced by ``grid``."""
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
-        cfg = compose(
-            "make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides]
-        )
+        cfg = compose("make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides])
     for key, value in (grid or {}).items():
         OmegaConf.update(cfg, f"grid.{key}", value, merge=False)
     return cfg
 
 
-def write_result(
-    root: Path, method: str, pruner: str, budget: float, bench: str, score: float, version: int = 1
-):
+def write_result(root: Path, method: str, pruner: str, budget: float, bench: str, score: float, version: int = 1):
     """Writes one ``BenchResult`` JSON where ``evaluate.py`` would."""
     result = BenchResult(
         method=method, pruner=pruner, budget=budget, benchmark=bench, score=score, scorer_version=version,
@@ -409,3 +405,21 @@ def test_bad_block_names_fail_before_any_table(results: Path, blocks: str, unkno
     with pytest.raises(ValueError, match=rf"blocks=.*each once; unknown {unknown}, {known}"):
         run(compose_tables(results, f"blocks={blocks}"))
     assert not (results / "tiny" / "tables").exists()
+
+
+def test_paper_numeric_sources_get_a_pooled_row_and_figure(tmp_path: Path) -> None:
+    grid = {**GRID, "passk": {"models": ["tiny"], "benchmarks": BENCHES, "rows": [ROW]}}
+    for budget, count, ocr in ((0.1, [2, 2, 1, 0], [4, 0, 0]), (1.0, [4, 4, 4, 3], [4, 4, 2])):
+        leaf = leaf_dir(tmp_path, "tiny", "tiny", "base", "visionzip", budget)
+        write_passk_leaf(leaf, "syn_count", budget, ([c > 1 for c in count], count), [0] * 4, 4, "paper_numeric")
+        write_passk_leaf(leaf, "syn_ocr", budget, ([c > 3 for c in ocr], ocr), [0] * 3, 4, "paper_numeric")
+    run(compose_tables(tmp_path, "allow_empty=true", "bootstrap.resamples=50", grid=grid))
+    out = tmp_path / "tiny" / "tables"
+    rows = list(csv.DictReader(io.StringIO((out / "passk.csv").read_text())))
+    pooled = {r["budget"]: r for r in rows if r["benchmark"] == "pooled: syn_count+syn_ocr"}
+    # budget 0.1 over 7 items: greedy right on 2 + 1; pass@4 right where any sample is: 3 + 1
+    assert pooled["0.1"]["cohort"] == "7" and pooled["0.1"]["greedy (%)"] == f"{300 / 7:.2f}"
+    assert pooled["0.1"]["pass@n (%)"] == f"{400 / 7:.2f}" and pooled["0.1"]["gap (pp)"] == f"{100 / 7:.2f}"
+    assert pooled["0.1"]["pass@n (%) lo"] != ""
+    assert (out / "passk_tiny_pooled_base_visionzip_0.1.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert "Rows `pooled: a+b`" in (out / "passk.md").read_text()

@@ -195,7 +195,22 @@ def pool_passk(payloads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for condition in ("sparse", "no_image"):
         parts = [p[condition] for p in payloads if p.get(condition) is not None]
         pooled[condition] = _weighted(parts) if parts else None
+    pooled.update(_pooled_gaps(pooled, first["n"]))
     return pooled
+
+
+def _pooled_gaps(pooled: Mapping[str, Any], n: int) -> dict[str, float | None]:
+    """Returns the pooled cohort's gap (pass@n - greedy), control floor (no-image pass@n) and gap over the
+    control, as ``passk_mode`` writes them per source; the control counts only when it covers every item."""
+    sparse, control = pooled["sparse"], pooled["no_image"]
+    gap = None if sparse is None else sparse["pass_at_k"][str(n)] - sparse["greedy_accuracy"]
+    complete = control is not None and sparse is not None and control["n_items"] == sparse["n_items"]
+    floor = control["pass_at_k"][str(n)] if complete else None
+    return {
+        "gap": gap,
+        "control_floor": floor,
+        "gap_over_control": None if gap is None or floor is None else gap - floor,
+    }
 
 
 def _weighted(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

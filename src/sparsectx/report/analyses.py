@@ -35,6 +35,7 @@ from sparsectx.report.collect import (
     read_efficiency,
     read_passk,
 )
+from sparsectx.report.passk_pooled import POOLED, PooledCell, pooled_cells, pooled_interval, pooled_reference
 from sparsectx.report.passk_spread import GAP_COLUMNS, PasskSpread, passk_spread, too_small
 from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
 from sparsectx.report.render import spread_text
@@ -80,9 +81,7 @@ class SideTable:
     def markdown(self, title: str) -> str:
         """Returns the table as GitHub Markdown under a ``# title`` heading, then the footnote."""
         lines = [f"# {title}", "", "| " + " | ".join(self.columns) + " |"]
-        lines.append(
-            "|" + "|".join(":--" if i < 4 else "--:" for i in range(len(self.columns) - 1)) + "|:--|"
-        )
+        lines.append("|" + "|".join(":--" if i < 4 else "--:" for i in range(len(self.columns) - 1)) + "|:--|")
         for index, row in enumerate(self.rows):
             spread = self._spread(index)
             cells = [
@@ -155,9 +154,7 @@ def curve_labels(cell: Cell, labels: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def passk_curves(
-    cell: Cell, pruned: dict[str, Any], labels: Mapping[str, str]
-) -> dict[str, dict[int, float]]:
+def passk_curves(cell: Cell, pruned: dict[str, Any], labels: Mapping[str, str]) -> dict[str, dict[int, float]]:
     """Returns label -> {k: pass@k in [0, 1]} of one pruned Pass@K cell (its JSON): its curve and the
     no-image control's."""
     names = curve_labels(cell, labels)
@@ -216,6 +213,7 @@ def passk_outputs(
                "pass@n (%)", "n", "gap (pp)", "no-image pass@n (%)", "gap over control (pp)", "note")  # fmt: skip
     rows, intervals, figures, undrawn = [], [], [], []
     for model in block.models:
+        measured: list[tuple[Cell, dict[str, Any] | None]] = []
         for cell in ordered_cells(grid, block, model):
             head = (
                 model,
@@ -229,6 +227,7 @@ def passk_outputs(
             why = reason or (NO_RECORD if payload is None else "")
             if payload is not None and payload["sparse"] is None:
                 why = "empty cohort: the full-context model solved no item"
+            measured.append((cell, None if why else payload))
             spread = None
             if why:
                 rows.append((*head, *[MISSING] * 8, why))
@@ -250,8 +249,48 @@ def passk_outputs(
             data = f"experiment `{grid.experiment}`, passk.md"
             path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
             figures.append(Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}"))
-    footnote = passk_footnote(boot, undrawn)
+        for group in pooled_cells(root, grid.experiment, measured):
+            row, shown, figure = _pooled_outputs(grid, root, group, labels, out_dir, fmt, boot, undrawn)
+            rows.append(row)
+            intervals.append(shown)
+            if figure is not None:
+                figures.append(figure)
+    footnote = passk_footnote(boot, undrawn, pooled=any(row[1].startswith(POOLED) for row in rows))
     return SideTable(columns, tuple(rows), tuple(intervals), footnote, decimals), figures
+
+
+def _pooled_outputs(
+    grid: Grid,
+    root: str | Path,
+    group: PooledCell,
+    labels: Mapping[str, str],
+    out_dir: Path,
+    fmt: Callable[[float | None], str],
+    boot: BootstrapConfig,
+    undrawn: list[str],
+) -> tuple[tuple[str, ...], dict[str, Spread], Figure | None]:
+    """Returns a pooled group's table row, its intervals and (below budget 1.0) its figure; a row without an
+    interval is appended to ``undrawn`` with why."""
+    cell, payload = group.cell, group.payload
+    head = (cell.model, cell.bench, method_label(cell.method, labels), cell.pruner, budget_tag(cell.budget))
+    note = f"not pooled (no result): {', '.join(group.left_out)}" if group.left_out else ""
+    spread = pooled_interval(group, boot)
+    if isinstance(spread, str):
+        undrawn.append(f"{' / '.join(head)} ({spread})")
+        spread = None
+    row = (*head, *_passk_values(payload, fmt), note)
+    shown = {} if spread is None else _shown(spread)
+    if cell.budget == 1.0:
+        return row, shown, None
+    references = {}
+    for bench in group.sources:
+        ref = Cell(cell.model, BASE, grid.reference_pruner, 1.0, bench)
+        references[bench] = read_passk(root, grid.experiment, ref) if grid.reason(ref) is None else None
+    full = pooled_reference(group, references)
+    name = f"passk_{cell.model}_{POOLED}_{cell.method}_{cell.pruner}_{budget_tag(cell.budget)}"
+    data = f"experiment `{grid.experiment}`, passk.md (pooled over {', '.join(group.sources)})"
+    path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
+    return row, shown, Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}")
 
 
 def _cell_spread(
@@ -272,14 +311,20 @@ def _shown(spread: PasskSpread) -> dict[str, Spread]:
     }
 
 
-def passk_footnote(boot: BootstrapConfig, undrawn: Sequence[str]) -> str:
-    """Returns the Pass@K table's note on its intervals, listing the rows that have none and why."""
+def passk_footnote(boot: BootstrapConfig, undrawn: Sequence[str], pooled: bool = False) -> str:
+    """Returns the Pass@K table's note on its intervals, listing the rows that have none and why, and saying
+    how ``pooled`` rows are formed when the table has any."""
     text = (
         f"Intervals: [lo, hi] is the {boot.level * 100:g}% percentile interval of a bootstrap over the cohort's "
         f"items ({boot.resamples} resamples, bootstrap.seed={boot.seed}); every column of a row is computed on "
         "the same resampled items, so the gaps are paired. ↑ / ↓: a gap whose interval lies above / below 0. "
         "Trained rows are one training seed (grid.seed). docs/tables.md"
     )
+    if pooled:
+        text += (
+            f". Rows `{POOLED}: a+b`: those benchmarks' passk.cohort=paper_numeric cohorts as one cohort (SCOPD "
+            "Fig. 1(b) / Fig. 4's pool): item-weighted means, intervals from resamples that keep each source's count"
+        )
     if undrawn:
         text += f". No interval: {'; '.join(undrawn)}"
     return text
@@ -321,9 +366,7 @@ def efficiency_table(grid: Grid, root: str | Path, labels: Mapping[str, str], de
         head = (run.model, method_label(run.method, labels), run.pruner)
         payload = read_efficiency(root, grid.experiment, run)
         if payload is None:
-            rows += [
-                (*head, budget_tag(b), *[MISSING] * 8, NO_RECORD) for b in sorted({1.0, *run.budgets})[::-1]
-            ]
+            rows += [(*head, budget_tag(b), *[MISSING] * 8, NO_RECORD) for b in sorted({1.0, *run.budgets})[::-1]]
             continue
         for row in payload["budgets"]:
             rows.append((*head, budget_tag(row["budget"]), *_efficiency_values(row, fmt), ""))

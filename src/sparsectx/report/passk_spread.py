@@ -134,15 +134,61 @@ def too_small(size: int, boot: BootstrapConfig) -> str | None:
     )
 
 
-def passk_spread(payload: Mapping[str, Any], samples_file: Path, boot: BootstrapConfig, bench: str) -> PasskSpread:
-    """Returns the intervals of one Pass@K cell (its ``passk.json`` payload and its draws' file): every table
-    column and every k of each condition's curve, all from the same resampled cohort items."""
+def cell_values(payload: Mapping[str, Any], samples_file: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Returns one Pass@K cell's per-item values per condition (``item_values``, cohort order), after checking
+    that its draws are this run's and reproduce its ``passk.json`` summary (``read_draws``, ``check_fresh``)."""
     n = int(payload["n"])
     values = {c: item_values(rows, n) for c, rows in read_draws(payload, samples_file).items()}
     check_fresh(payload, values, str(samples_file))
+    return values
+
+
+def passk_spread(payload: Mapping[str, Any], samples_file: Path, boot: BootstrapConfig, bench: str) -> PasskSpread:
+    """Returns the intervals of one Pass@K cell (its ``passk.json`` payload and its draws' file): every table
+    column and every k of each condition's curve, all from the same resampled cohort items."""
+    values = cell_values(payload, samples_file)
     lay = cohort_layout(tuple(payload["cohort"]["ids"]))
-    check_enough(lay, boot.resamples, f"{bench} (Pass@K cohort)")
-    counts = draw_counts(lay, boot.resamples, stream(boot.seed, "passk", bench))
+    return spread_of(values, int(payload["n"]), lay, boot, bench)
+
+
+def pooled_layout(sizes: Mapping[str, int]) -> Layout:
+    """Returns the resampling layout of several sources' cohorts pooled in the order of ``sizes`` (source ->
+    cohort size): every item its own unit, one stratum per source, so each resample keeps every source's
+    count and the pooled mean stays the item-weighted mean of the sources (``pool_passk``)."""
+    ids = tuple(f"{source}/{i}" for source, size in sizes.items() for i in range(size))
+    starts = np.cumsum([0, *sizes.values()])
+    strata = tuple(tuple(range(start, start + size)) for start, size in zip(starts, sizes.values(), strict=False))
+    return Layout("passk", ids, tuple((i,) for i in range(len(ids))), strata)
+
+
+def pooled_spread(
+    sources: Mapping[str, tuple[Mapping[str, Any], Path]], boot: BootstrapConfig, label: str
+) -> PasskSpread:
+    """Returns the intervals of several sources' Pass@K cells pooled into one cohort (SCOPD's 500-item pool):
+    ``sources`` maps benchmark -> (its ``passk.json`` payload, its draws' file). Each source's draws are checked
+    as its own cell's are; a condition is pooled only when every source ran it (the gaps stay paired)."""
+    per_source = {bench: cell_values(payload, draws) for bench, (payload, draws) in sources.items()}
+    (n,) = {int(payload["n"]) for payload, _ in sources.values()}
+    conditions = [c for c in CONDITIONS if all(c in values for values in per_source.values())]
+    pooled = {
+        condition: {
+            name: np.concatenate([values[condition][name] for values in per_source.values()])
+            for name in per_source[next(iter(per_source))][condition]
+        }
+        for condition in conditions
+    }
+    sizes = {bench: len(values["sparse"]["greedy"]) for bench, values in per_source.items()}
+    return spread_of(pooled, n, pooled_layout(sizes), boot, label)
+
+
+def spread_of(
+    values: Mapping[str, Mapping[str, np.ndarray]], n: int, lay: Layout, boot: BootstrapConfig, label: str
+) -> PasskSpread:
+    """Returns the intervals of per-item values (condition -> ``item_values``, in ``lay``'s order): every table
+    column and every k of each condition's curve from the same resamples of ``lay``, drawn from the stream
+    (``bootstrap.seed``, "passk", ``label``)."""
+    check_enough(lay, boot.resamples, f"{label} (Pass@K cohort)")
+    counts = draw_counts(lay, boot.resamples, stream(boot.seed, "passk", label))
     sparse, control = values["sparse"], values.get("no_image")
     per_item = {
         "greedy (%)": sparse["greedy"],
@@ -164,4 +210,3 @@ def passk_spread(payload: Mapping[str, Any], samples_file: Path, boot: Bootstrap
         for condition, vals in values.items()
     }
     return PasskSpread(columns, curves)
-
