@@ -87,3 +87,17 @@ def test_pass_at_k_counts_correct_draws_from_one_context(model_dir, tmp_path, mo
     sparse_calls = [embeds for embeds, with_image in contexts[1:] if with_image]  # after the cohort batch
     first_item = sparse_calls[:2]  # item 0's greedy run and its sampling call share one context
     assert all(torch.equal(e, first_item[0]) for e in first_item)
+
+
+def test_draws_are_judged_from_the_answer_prefix_on(model_dir, tmp_path, monkeypatch):
+    """With ``model.answer_prefix`` the prompt pre-fills ``<answer>``: each draw is judged (and recorded) as the
+    prefix followed by the generated text, as the benchmarks judge it, so ``3</answer>`` reads as tagged."""
+
+    def fake(engine, prompts, cfg, generator=None, slots=None, on_finish=None):
+        return [Generation(torch.tensor([1]), "3</answer>", True) for _ in range(len(prompts))]
+
+    monkeypatch.setattr(DecodeEngine, "generate", fake)
+    out = run(_cfg(model_dir, tmp_path, "model.answer_prefix='<answer>'"))[0]
+    for draw in read_jsonl(out.with_name("syn_count.passk.samples.jsonl")):
+        for judged in (draw["greedy"], *draw["samples"]):
+            assert (judged["text"], judged["status"], judged["answer"]) == ("<answer>3</answer>", "tagged", "3")

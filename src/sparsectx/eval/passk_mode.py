@@ -217,10 +217,12 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
     greedy = engine.generate(copies(1), cfg.decoding.sampling(pk.max_new_tokens))[0]
     samples = engine.generate(copies(pk.n), pk.sampling.sampling(pk.max_new_tokens), generator, slots=pk.sample_batch)
-    texts = [out.text for out in samples]
+    # judged as the benchmarks judge: the template's answer prefix (model.answer_prefix) then the generated text
+    texts = [loaded.processor.response(out.text) for out in samples]
     return {
         "key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "kept_indices": kept,
-        "greedy": _judge(spec, item, greedy.text), "samples": [_judge(spec, item, t) for t in texts],
+        "greedy": _judge(spec, item, loaded.processor.response(greedy.text)),
+        "samples": [_judge(spec, item, t) for t in texts],
     }  # fmt: skip
 
 
