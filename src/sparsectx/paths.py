@@ -52,3 +52,9 @@ def step_log_path(run: str | Path) -> Path:
     """Returns the per-step log of a training directory (``run_dir``): one JSON line per optimizer step, the
     step's metrics as logged to the tracker (``training.loop``)."""
     return Path(run) / "steps.jsonl"
+
+
+def token_trace_path(run: str | Path) -> Path:
+    """Returns the per-token traces of a training directory (``run_dir``): one JSON line per traced rollout of
+    the first and the last optimizer step (``training.token_trace``, written when ``token_trace`` > 0)."""
+    return Path(run) / "token_traces.jsonl"

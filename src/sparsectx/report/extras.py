@@ -15,6 +15,7 @@ from sparsectx.report.collect import Entry
 from sparsectx.report.examples import examples_page
 from sparsectx.report.paper_figures import flops_retain_outputs, recovery_figures
 from sparsectx.report.render import tex_escape
+from sparsectx.report.token_sensitivity import token_sensitivity_outputs
 from sparsectx.report.training_report import dynamics_outputs, output_tokens_table, training_cost_table
 from sparsectx.workflow import Cell, Grid
 from sparsectx.workflow.report_specs import ReportSpec
@@ -25,6 +26,7 @@ TITLES = {
     "training_dynamics": "training dynamics in windows of steps (SCOPD Fig. 7)",
     "deviation": "student-teacher divergence in windows of steps (LT-OPD Fig. 1 middle)",
     "flops_retain": "FLOPs against average retain ratio (LT-OPD Fig. 1 right)",
+    "token_sensitivity": "per-token KL against visual sensitivity, untrained and trained (SCOPD Fig. 2a, Fig. 6)",
 }
 """Kind (and part) -> the page title after ``<experiment>: <name>``."""
 
@@ -86,5 +88,8 @@ def report_outputs(
         return [side_page(spec.name, f"{head}, {TITLES[spec.kind]}", table)], figures
     if spec.kind == "recovery_figure":
         return [], recovery_figures(grid, spec, entries, labels, out_dir, decimals)
+    if spec.kind == "token_sensitivity":
+        table, figures = token_sensitivity_outputs(grid, spec, runs_root, labels, out_dir, decimals)
+        return [side_page(spec.name, f"{head}, {TITLES[spec.kind]}", table)], figures
     page = examples_page(grid, spec, results_root, labels, out_dir)
     return [Page(spec.name, f"{head}, qualitative examples", page.markdown, page.csv)], []

@@ -41,7 +41,7 @@ from sparsectx.data.synthetic import derive_seed
 from sparsectx.io import append_jsonl, atomic_write_text, read_jsonl
 from sparsectx.models import load_model
 from sparsectx.models.loading import check_device
-from sparsectx.paths import budget_tag, run_dir, step_log_path
+from sparsectx.paths import budget_tag, run_dir, step_log_path, token_trace_path
 from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
@@ -57,6 +57,7 @@ from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
 from sparsectx.training.sharded_state import check_strategy
 from sparsectx.training.sharding import process_group
 from sparsectx.training.student import build_student
+from sparsectx.training.token_trace import step_trace
 from sparsectx.training.update import (
     Trainer,
     accumulate_gradients,
@@ -334,16 +335,21 @@ def train_until_stopped(
     tc, main = trainer.cfg, trainer.accelerator.is_main_process
     bar = tqdm(total=tc.steps, initial=trainer.step, disable=not main, desc=f"{tc.method.name} b={tc.budget:g}")
     metrics: dict[str, float] = {}
-    if main:
+    if main:  # the per-token traces (token_trace) are cut back like the step log: a redone step is written once
         trim_step_log(step_log_path(out), trainer.step)
+        trim_step_log(token_trace_path(out), trainer.step)
     while trainer.step < tc.steps:
         started = time.perf_counter()
+        trainer.trace = trace = step_trace(tc.token_trace, trainer.step, tc.steps, main)
         metrics, micro, budget = train_step(trainer)
+        trainer.trace = None
         metrics["perf/samples_per_s"] = tc.method.effective_batch_size / (time.perf_counter() - started)
         metrics["perf/peak_memory_gb"] = peak_memory_gb(trainer.accelerator.device)
         step, last = trainer.step, trainer.step == tc.steps
         if main:
             append_jsonl(step_log_path(out), [{"step": step, **metrics}])
+            if trace is not None:
+                append_jsonl(token_trace_path(out), trace.records(budget))
         if step % tc.log_every == 0 or last:
             tracker.log(metrics, step=step)
             if main:

@@ -8,6 +8,7 @@ the distilled positions and reduces the per-position loss with counts taken over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,9 @@ from sparsectx.training.rollout import is_correct
 from sparsectx.training.student import Student, mode
 from sparsectx.training.teachers import TEACHERS, teacher_logits, trust_region_logits
 from sparsectx.training.vision_training import trained_inputs
+
+if TYPE_CHECKING:
+    from sparsectx.training.token_trace import TokenTrace
 
 
 class NonFiniteLossError(RuntimeError):
@@ -205,7 +209,7 @@ def _objective(
 
 def micro_loss(
     cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator,
-    stored_teacher: torch.Tensor | None = None,
+    stored_teacher: torch.Tensor | None = None, trace: TokenTrace | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
 
@@ -217,6 +221,7 @@ def micro_loss(
         generator: the random position selector's generator.
         stored_teacher: (B, T, V) teacher logits from the step's offloaded teacher phase
             (``memory.offloaded_teacher_logits``), or None to run the teacher here.
+        trace: the traced step's per-token collector (``token_trace``), or None; it reads, never changes, the loss.
     """
     method = cfg.method
     # The teacher goes first: the EMA swap writes the weights in place, which must not happen while the
@@ -233,6 +238,8 @@ def micro_loss(
         s_logits, _ = response_logits(student.adapter, batch)
     sensitivity = _probe_sensitivity(cfg, student, mb, s_logits) if method.positions.needs_probe else None
     selected = _select_positions(cfg, mb, s_logits, t_logits, sensitivity, generator)
+    if trace is not None:
+        trace.add(cfg, student.processor.tokenizer, mb, s_logits, t_logits, sensitivity, selected)
     per_token, extra = _objective(cfg, mb, s_logits, t_logits, selected, ref_logp)
     loss = _reduce(cfg, per_token, selected, counts)
     stats = micro_stats(mb, per_token, selected, sensitivity, loss, method.prefix == "rollout")

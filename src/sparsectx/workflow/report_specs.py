@@ -12,6 +12,9 @@ job is added to the DAG. Kinds, and what each needs:
   rows (the first block with the row gives it); needs ``grid.efficiency``.
 * ``recovery_figure`` (LT-OPD Fig. 4): one block with trained rows.
 * ``examples`` (qualitative page): one block, ``items`` items per benchmark drawn with ``grid.seed``.
+* ``token_sensitivity`` (SCOPD Fig. 2a, Fig. 6): ``methods`` whose runs trace tokens (train override
+  ``token_trace``, ``<run>/token_traces.jsonl``) and probe visual sensitivity; ``items`` rollouts per strip
+  figure. Rendering raises when a run's traces are missing or lack the sensitivity.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "flops_retain": ("blocks",),
     "recovery_figure": ("blocks",),
     "examples": ("blocks", "items"),
+    "token_sensitivity": ("methods", "items"),
 }
 """Kind -> the keys an entry of that kind must set (every other key is refused)."""
 ONE_BLOCK = ("training_cost", "recovery_figure", "examples")
@@ -49,7 +53,7 @@ class ReportSpec:
     window: int = 0
     """Optimizer steps averaged into one point of a per-step curve."""
     items: int = 0
-    """Items drawn per benchmark (``examples``)."""
+    """Items drawn per benchmark (``examples``); rollouts shown per strip figure (``token_sensitivity``)."""
 
 
 def parse_report(section: Mapping[str, Any], grid: Grid) -> dict[str, ReportSpec]:
