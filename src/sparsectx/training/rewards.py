@@ -3,7 +3,9 @@
 A reward is a function ``(texts, items, **params) -> list[float | None]``: one value per rollout, or ``None``
 when the item's reference cannot be scored (the caller counts and reports those, and never trains on them
 as a silent 0). It is filed in ``REWARDS`` under the key ``method.rl.reward.name`` names, with its keyword
-arguments from ``method.rl.reward.params``, so a judge model can replace the rule-based reward.
+arguments from ``method.rl.reward.params``, so a judge model can replace the rule-based reward: ``judge_format``
+(``sparsectx.training.judge_reward``, ``method=grpo_judge``) asks a chat model instead of the benchmark scorer.
+A reward may file a check of its params in ``REWARD_CHECKS``, run when the config loads (before any model).
 
 ``correct_format`` (training-methods spec §5.4, the SCOPD authors' TRL GRPO: ``1·correct + 0.1·format``):
 
@@ -18,7 +20,8 @@ arguments from ``method.rl.reward.params``, so a judge model can replace the rul
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sparsectx.data import Item
 from sparsectx.eval.extract import extract_answer
@@ -27,6 +30,8 @@ from sparsectx.registry import Registry
 
 RewardFn = Callable[..., list[float | None]]
 REWARDS: Registry[RewardFn] = Registry("reward")
+REWARD_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
+"""Reward name -> a check of its ``params`` beyond their names (``RewardConfig`` runs it); raises on bad values."""
 
 _FORMAT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.IGNORECASE | re.DOTALL)
 
@@ -77,3 +82,6 @@ def correct_format_reward(
             continue
         out.append(correct_weight * is_answer_correct(text, item) + format_weight * has_format(text))
     return out
+
+
+from sparsectx.training import judge_reward  # noqa: E402, F401  (registers judge_format; it imports this module)

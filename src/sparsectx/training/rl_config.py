@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparsectx.checks import check_choice, check_params, check_registry_key
-from sparsectx.training.rewards import REWARDS
+from sparsectx.training.rewards import REWARD_CHECKS, REWARDS
 from sparsectx.training.rl import IS_LEVELS, STD_KINDS
 
 
@@ -19,13 +19,17 @@ class RewardConfig:
     """``method.rl.reward``: the reward of each rollout (a ``REWARDS`` key) and its keyword arguments."""
 
     name: str
-    """correct_format (benchmark-scorer correctness + format, ``sparsectx.training.rewards``)."""
+    """correct_format (benchmark-scorer correctness + format, ``sparsectx.training.rewards``) | judge_format (a
+    chat model judges the correctness, ``sparsectx.training.judge_reward``)."""
     params: dict[str, Any]
-    """The reward's keyword arguments, exactly (correct_format: correct_weight, format_weight)."""
+    """The reward's keyword arguments, exactly (correct_format: correct_weight, format_weight; judge_format: also
+    judge, prompt, on_unreadable)."""
 
     def __post_init__(self) -> None:
         check_registry_key(REWARDS, self.name, "method.rl.reward.name")
         check_params(REWARDS.get(self.name), self.params, set(), "method.rl.reward.params")
+        if self.name in REWARD_CHECKS:
+            REWARD_CHECKS[self.name](self.params)
 
 
 @dataclass
