@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from sparsectx.training import judge_reward
 from sparsectx.training.config import load_train_config
 from sparsectx.training.loop import run
 from sparsectx.training.method import PREFIX_KINDS
@@ -29,7 +30,8 @@ def test_the_presets_exist() -> None:
         "scopd_teacher_fixed", "scopd_teacher_shared", "scopd_div_reverse", "scopd_div_jsd",
         "scopd_plus_select_tip", "sft_curriculum", "lt_opd_teacher_ema", "lt_opd_teacher_trust_region",
         "lt_opd_teacher_progressive", "lt_opd_div_forward", "lt_opd_div_reverse",
-        "grpo", "gspo", "dapo", "epic", "epic_rescaled", "grpo_scopd_code",
+        "grpo", "gspo", "dapo", "epic", "epic_rescaled", "epic_lcd", "grpo_scopd_code",
+        "grpo_judge",
     }  # fmt: skip
     assert set(METHODS) == expected
 
@@ -49,8 +51,12 @@ def test_preset_names_itself_and_states_its_command(method: str, tiny_env, tmp_p
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_one_optimizer_step_of_every_preset(method: str, tiny_env, tmp_path) -> None:  # noqa: ANN001
+def test_one_optimizer_step_of_every_preset(method: str, tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    # no judge model is downloaded here: a scripted judge answers (tests/training/test_judge_reward.py)
+    monkeypatch.setattr(judge_reward, "build_chat", lambda cfg: lambda prompt: "Yes")
     overrides = [*train_overrides(tiny_env, tmp_path), f"method={method}", "steps=1"]
+    if load_train_config(compose_train(overrides)).pruner.stage == "llm":
+        overrides.append("pruner.layer=1")  # the tiny LLM has 2 layers (epic_lcd trains with DART, K = 2)
     if load_train_config(compose_train(overrides)).method.positions.needs_probe:
         overrides.append("method.positions.delta=0.3")  # 16 visual tokens per image: 1% more would add none
     result = run(compose_train(overrides))

@@ -158,4 +158,4 @@ def test_epic_teacher_budget_adds_a_capped_gap() -> None:
 
 
 def test_registry_keys() -> None:
-    assert BUDGET_SCHEDULES.names() == ["constant", "cosine_curriculum", "epic_progressive"]
+    assert BUDGET_SCHEDULES.names() == ["constant", "cosine_curriculum", "epic_progressive", "uniform"]

@@ -5,11 +5,12 @@ budget schedules, EMA) and the registries that map YAML names to them; a step's 
 Registries (keys equal the YAML file stems of their config group):
     DIVERGENCES: ``forward_kl`` (KL(teacher‖student)), ``reverse_kl`` (KL(student‖teacher)), ``jsd``.
     POSITION_SELECTORS: ``all``, ``top_sensitivity``, ``bottom_sensitivity``, ``top_kl``, ``random``, ``tip``.
-    BUDGET_SCHEDULES: ``constant``, ``cosine_curriculum``, ``epic_progressive``.
+    BUDGET_SCHEDULES: ``constant``, ``cosine_curriculum``, ``epic_progressive``, ``uniform``.
+    LAYER_SCHEDULES: ``epic_deep_to_shallow`` (an in-LLM pruner's layer K per step, ``method.layer_schedule``).
 """
 
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
-from sparsectx.training.schedules import BUDGET_SCHEDULES
+from sparsectx.training.schedules import BUDGET_SCHEDULES, LAYER_SCHEDULES
 
-__all__ = ["BUDGET_SCHEDULES", "DIVERGENCES", "POSITION_SELECTORS"]
+__all__ = ["BUDGET_SCHEDULES", "DIVERGENCES", "LAYER_SCHEDULES", "POSITION_SELECTORS"]

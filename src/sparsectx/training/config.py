@@ -205,6 +205,11 @@ class TrainConfig:
     """Optimizer steps between metric logs."""
     sample_table_every: int
     """Optimizer steps between tables of sample rollouts."""
+    token_trace: int
+    """Rollouts traced token by token at the first and the last optimizer step (the untrained and the trained
+    student; the main process's first N of the step), 0 = off: per response token its KL(teacher‖student),
+    visual sensitivity and selection, in ``<run>/token_traces.jsonl`` (``sparsectx.training.token_trace``;
+    SCOPD Fig. 2a / Fig. 6, the report kind ``token_sensitivity``). The loss does not change."""
     train_data: TrainDataConfig
     model: ModelConfig
     pruner: PrunerConfig
@@ -235,9 +240,21 @@ class TrainConfig:
             self.engine.check_slots(self.rollout_batch_size, "rollout_batch_size")
         check_choice(self.rollout_weights, ROLLOUT_WEIGHTS, "rollout_weights")
         check_choice(self.teacher_weights, ROLLOUT_WEIGHTS, "teacher_weights")
+        if isinstance(self.token_trace, bool) or self.token_trace < 0:
+            raise ValueError(
+                f"token_trace={self.token_trace!r} must be an int >= 0: rollouts traced at the first and last "
+                "step (0 = off)"
+            )
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)
+        if self.method.layer_schedule is not None and self.pruner.stage != "llm":
+            raise ValueError(
+                f"method.layer_schedule={self.method.layer_schedule!r} moves an in-LLM pruning layer (EPIC's "
+                f"layer consistency distillation), but pruner {self.pruner.name!r} prunes before the LLM "
+                f"(pruner.stage={self.pruner.stage!r}): choose an in-LLM pruner (pruner=fastv or pruner=dart), "
+                "or train token consistency distillation alone (method=epic)"
+            )
         self.distributed.check_run(self.memory, self.engine, self.model)
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from sparsectx.context import keep_all
 from sparsectx.data import Item
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
@@ -140,13 +141,19 @@ def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, positi
 
 
 def select_batch(
-    cfg: TrainConfig, student: Student, samples: list[EncodedSample], budget: float, positions: list[int]
-) -> list[list[Selection]]:
+    cfg: TrainConfig, student: Student, samples: list[EncodedSample], budget: float, positions: list[int],
+    layer: int | None = None,
+) -> list[list[Selection]]:  # fmt: skip
     """Returns per sample its per-image selections at ``budget``: ``select_images`` for a pre-LLM pruner,
-    ``select_in_llm`` over the micro-batch's prompts (the current weights' layer K-1) for an in-LLM one."""
+    ``select_in_llm`` over the micro-batch's prompts (the current weights' layer K-1) for an in-LLM one, at
+    ``layer`` (this step's K of ``method.layer_schedule``) or else ``pruner.layer``. K = the LLM's depth drops
+    nothing (EPIC's LCD compresses "at layer L" first, arXiv 2510.00515 Eq. 9): every token is kept."""
     pruner = cfg.pruner
     if pruner.stage == "llm":
-        return select_in_llm(student.adapter, samples, pruner.name, budget, pruner.params, pruner.layer)
+        layer = pruner.layer if layer is None else layer
+        if layer >= student.model.config.get_text_config().num_hidden_layers:
+            return [keep_all(s) for s in samples]
+        return select_in_llm(student.adapter, samples, pruner.name, budget, pruner.params, layer)
     return [select_images(cfg, s, budget, p) for s, p in zip(samples, positions, strict=True)]
 
 
@@ -157,10 +164,12 @@ def probe_batch(
     inner: list[list[Selection]],
     budget: float,
     positions: list[int],
+    layer: int | None = None,
 ) -> list[list[Selection]]:
-    """Returns per sample the per-image selections of the b+δ probe (``method.positions.probe_nesting``)."""
+    """Returns per sample the per-image selections of the b+δ probe (``method.positions.probe_nesting``), at
+    the step's in-LLM ``layer`` (None: ``pruner.layer``)."""
     outer = select_batch(
-        cfg, student, samples, min(1.0, budget + float(cfg.method.positions.delta)), positions
+        cfg, student, samples, min(1.0, budget + float(cfg.method.positions.delta)), positions, layer
     )
     if cfg.method.positions.probe_nesting == "recompute":
         return outer
@@ -181,7 +190,7 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 def micro_contexts(
     cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
     host: HostInputs | None = None, teacher_budget: float | None = None,
-    kept: list[list[torch.Tensor]] | None = None,
+    kept: list[list[torch.Tensor]] | None = None, layer: int | None = None,
 ) -> MicroContexts:  # fmt: skip
     """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
@@ -198,6 +207,9 @@ def micro_contexts(
         kept: per sample, per image, the kept indices of an earlier in-LLM selection to reuse (a reuse step's
             stored rollouts, ``training.groups``: the weights moved since, so selecting again would differ);
             None = select now.
+        layer: this step's in-LLM pruning layer K for the student, the probe and the teacher alike
+            (``method.layer_schedule``, EPIC's LCD: one layer for both, arXiv 2510.00515 Eq. 12), or None for
+            ``pruner.layer``.
     """
     method = cfg.method
     if host is None:
@@ -206,12 +218,12 @@ def micro_contexts(
     with torch.no_grad():
         encoded = encode_samples(student.adapter, student.processor, prompts, host.batch)
         if kept is None:
-            selections = select_batch(cfg, student, encoded, budget, positions)
+            selections = select_batch(cfg, student, encoded, budget, positions, layer)
         else:
             selections = restore_selections(encoded, kept, cfg.pruner.layer)
         probe = None
         if method.positions.needs_probe:
-            probe = probe_batch(cfg, student, encoded, selections, budget, positions)
+            probe = probe_batch(cfg, student, encoded, selections, budget, positions, layer)
         teacher_encoded = encoded
         if method.teacher.reference_in_prompt:
             template = method.teacher.reference_template
@@ -221,7 +233,7 @@ def micro_contexts(
             ]
         teacher_selections = None
         if teacher_budget is not None:
-            teacher_selections = select_batch(cfg, student, encoded, teacher_budget, positions)
+            teacher_selections = select_batch(cfg, student, encoded, teacher_budget, positions, layer)
     return MicroContexts(
         items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections,
         vision=step_vision(host, student) if method.train_vision else None,
@@ -262,7 +274,7 @@ def step_prefixes(
 
 def prepare_step(
     cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
-    hosts: list[HostInputs] | None = None, teacher_budget: float | None = None,
+    hosts: list[HostInputs] | None = None, teacher_budget: float | None = None, layer: int | None = None,
 ) -> list[MicroBatch]:  # fmt: skip
     """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
 
@@ -273,11 +285,14 @@ def prepare_step(
         generator: the rollout sampler's generator (one stream for the step).
         hosts: per micro-batch, its already-built host inputs (``training.prefetch``), or None.
         teacher_budget: the teacher's own budget this step, or None for the full visual context.
+        layer: this step's in-LLM pruning layer K (``method.layer_schedule``), or None for ``pruner.layer``.
     """
     hosts = hosts or [None] * len(batches)
     rollouts = cfg.method.rollouts_per_prompt
     contexts = [
-        repeat_context(micro_contexts(cfg, student, items, positions, budget, host, teacher_budget), rollouts)
+        repeat_context(
+            micro_contexts(cfg, student, items, positions, budget, host, teacher_budget, layer=layer), rollouts
+        )
         for (items, positions), host in zip(batches, hosts, strict=True)
     ]
     micro = []

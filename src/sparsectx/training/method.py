@@ -21,7 +21,7 @@ from sparsectx.generation import DecodingConfig
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
 from sparsectx.training.rl_config import RLConfig
-from sparsectx.training.schedules import BUDGET_SCHEDULES
+from sparsectx.training.schedules import BUDGET_SCHEDULES, LAYER_SCHEDULES
 from sparsectx.training.teacher_config import TeacherConfig
 
 PREFIX_KINDS = ("rollout", "reference")
@@ -159,7 +159,7 @@ class ScheduleConfig:
     """
 
     name: str
-    """constant | cosine_curriculum | epic_progressive."""
+    """constant | cosine_curriculum | epic_progressive | uniform."""
     params: dict[str, dict[str, Any]]
     """Schedule name -> its keyword arguments, exactly (``budget``; start/final budgets, α, ...)."""
 
@@ -290,6 +290,11 @@ class MethodConfig:
     """Full-parameter updates of the vision encoder and merger too (LT-OPD, seed 000 App. B), not only the
     language model: the student's loss forward recomputes the tower with gradients
     (``sparsectx.training.vision_training``). Needs ``lora.enabled=false``."""
+    layer_schedule: str | None
+    """In-LLM pruners only: a ``LAYER_SCHEDULES`` key that moves the pruning layer K over training, from the
+    LLM's depth (nothing dropped) to ``pruner.layer`` (EPIC's layer consistency distillation:
+    ``epic_deep_to_shallow``); student and teacher prune at the step's K. null = ``pruner.layer`` throughout.
+    A pre-LLM pruner with a layer schedule is refused (``TrainConfig``)."""
 
     def __post_init__(self) -> None:
         check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
@@ -321,6 +326,18 @@ class MethodConfig:
         self._check_rl()
         self._check_distill_sft()
         self._check_train_vision()
+        self._check_layer_schedule()
+
+    def _check_layer_schedule(self) -> None:
+        """Raises unless ``layer_schedule`` is null or a ``LAYER_SCHEDULES`` key with a non-RL objective."""
+        if self.layer_schedule is None:
+            return
+        check_registry_key(LAYER_SCHEDULES, self.layer_schedule, "method.layer_schedule")
+        if self.objective == "rl":
+            raise ValueError(
+                f"method.layer_schedule={self.layer_schedule!r} with method.objective='rl': the policy-gradient "
+                "groups (and their reused rollouts) prune at pruner.layer; set method.layer_schedule=null"
+            )
 
     def _check_rollouts(self) -> None:
         """Raises unless ``rollouts_per_prompt`` is an int >= 1, and 1 unless k distinct samples can be drawn."""

@@ -24,6 +24,19 @@ Steps are optimizer steps counted from 0. Keys:
   final 0.26, easy_share 0.25. That never reaches the evaluation compression, so the presets rescale it
   (spec §5.3, §8): final = the deployment budget, both window edges stretched by the same factor.
   ``epic_teacher_budget`` gives the teacher's milder budget b + gap(p).
+- ``uniform``: a fresh draw budget ~ U[min_budget, max_budget] every step, the window never moving: EPIC's layer
+  consistency distillation (LCD) samples r_stu ~ U(r_min, r_max), r_min = 0.2, r_max = 0.9 (arXiv 2510.00515
+  §3.4, Eq. 10), i.e. budgets in [0.1, 0.8].
+
+Layer schedules (``LAYER_SCHEDULES``, ``method.layer_schedule``) move an in-LLM pruner's layer K over training
+instead; K = the LLM's depth L drops nothing (every layer sees every token). Key:
+
+- ``epic_deep_to_shallow``: EPIC's LCD (arXiv 2510.00515 §3.4, Eq. 9): ℓ_t = Round(L − β_t·(L − ℓ_min)),
+  β_t = t/T, from ℓ_0 = L (compression after the last layer) to ℓ_T = ℓ_min, one layer for student and teacher.
+  ℓ_min is the pruner's own ``pruner.layer`` (the layer evaluation prunes at; the paper's "w/o progressive
+  compression layer" ablation fixes the 2nd layer, Table 4, and its release prunes at K = 2). The released code
+  has no LCD (``ZichenWen1/EPIC:README.md`` TODO "Release LCD implementation"). Round is half up (ours: the
+  paper does not say which; a tie only decides the one step where it falls).
 """
 
 from __future__ import annotations
@@ -50,6 +63,17 @@ class BudgetSchedule(Protocol):
 
 
 BUDGET_SCHEDULES: Registry[BudgetSchedule] = Registry("budget schedule")
+
+
+class LayerSchedule(Protocol):
+    """Signature every layer schedule implements (``method.layer_schedule``)."""
+
+    def __call__(self, step: int, *, total_steps: int, num_layers: int, final_layer: int) -> int:
+        """Returns the in-LLM pruning layer K in [final_layer, num_layers] at optimizer step ``step``."""
+        ...
+
+
+LAYER_SCHEDULES: Registry[LayerSchedule] = Registry("layer schedule")
 
 
 def _check_steps(step: int, total_steps: int) -> None:
@@ -261,3 +285,74 @@ def epic_teacher_budget(
     check_epic_gap(gap_start=gap_start, gap_slope=gap_slope, gap_max=gap_max, key="gap")
     p = min(1.0, step / total_steps)
     return min(1.0, student_budget + min(gap_start + gap_slope * p, gap_max))
+
+
+@BUDGET_SCHEDULES.register("uniform")
+def uniform(
+    step: int, *, total_steps: int, generator: torch.Generator | None, min_budget: float, max_budget: float
+) -> float:
+    """Returns a budget ~ U[min_budget, max_budget], drawn afresh every step (EPIC LCD, arXiv 2510.00515 Eq. 10).
+
+    EPIC's LCD samples the student's reduction r ~ U(r_min, r_max) with r_min = 0.2 and r_max = 0.9 at every
+    step of the run (the window does not move; the layer does, ``epic_deep_to_shallow``): budgets 1 − r in
+    [0.1, 0.8]. The draw is u ~ U[0, 1) mapped as EPIC's ``random.uniform(min_red, max_red)``:
+    budget = 1 − (min_red + (max_red − min_red)·u) = max_budget − (max_budget − min_budget)·u.
+
+    Args:
+        step: optimizer step, from 0 (checked, otherwise unused).
+        total_steps: optimizer steps in the run (checked, otherwise unused).
+        generator: the draw's only randomness; seed it identically on every rank so ranks agree.
+        min_budget: the window's lower edge, in (0, max_budget] (0.1 in EPIC's LCD).
+        max_budget: the window's upper edge, in (0, 1] (0.8 in EPIC's LCD).
+    """
+    _check_steps(step, total_steps)
+    check_budget(min_budget, "min_budget")
+    check_budget(max_budget, "max_budget")
+    if min_budget > max_budget:
+        raise ValueError(
+            f"min_budget={min_budget!r} is above max_budget={max_budget!r}: the window is [min_budget, "
+            "max_budget]; swap them (EPIC's LCD: min_budget 0.1, max_budget 0.8)"
+        )
+    if generator is None:
+        raise ValueError("schedule 'uniform' draws the budget; pass a seeded torch.Generator")
+    draw = float(torch.rand((), generator=generator, device=generator.device))
+    return float(max_budget) - (float(max_budget) - float(min_budget)) * draw
+
+
+def check_layer_range(*, num_layers: int, final_layer: int) -> None:
+    """Returns None if an in-LLM layer schedule can end at ``final_layer``; otherwise raises ValueError.
+
+    Args:
+        num_layers: L, the LLM's decoder layers (>= 2).
+        final_layer: the layer K the schedule ends at (``pruner.layer``), in [1, L − 1].
+    """
+    for name, value in (("num_layers", num_layers), ("final_layer", final_layer)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name}={value!r} must be an int")
+    if not 1 <= final_layer < num_layers:
+        raise ValueError(
+            f"pruner.layer={final_layer} (the layer schedule's end) is outside [1, {num_layers - 1}] for a "
+            f"{num_layers}-layer LLM; set pruner.layer lower"
+        )
+
+
+@LAYER_SCHEDULES.register("epic_deep_to_shallow")
+def epic_deep_to_shallow(step: int, *, total_steps: int, num_layers: int, final_layer: int) -> int:
+    """Returns EPIC's LCD layer ℓ_t = Round(L − p·(L − ℓ_min)), p = min(1, s/S_total) (arXiv 2510.00515 Eq. 9).
+
+    The layer moves from L (p = 0: pruning after the last layer, i.e. no token dropped) down to ℓ_min =
+    ``final_layer`` (p = 1), deep to shallow, linearly in progress. Layers are counted as ``pruner.layer`` is
+    (K: layers 0..K-1 see every token), which is EPIC's ``pruned_layer`` (its DART/FastV prune when
+    ``layer_idx == K``, so K = L never prunes). Round is half up, computed in integers so a tie never depends
+    on float rounding: ℓ = L + ⌊(S − 2·n)/(2S)⌋ with n = min(s, S)·(L − ℓ_min).
+
+    Args:
+        step: optimizer step s, from 0 (EPIC's t).
+        total_steps: optimizer steps in the run, S_total (EPIC's T).
+        num_layers: L, the LLM's decoder layers.
+        final_layer: ℓ_min, the shallowest layer, in [1, L − 1] (``pruner.layer``; 2 in EPIC).
+    """
+    _check_steps(step, total_steps)
+    check_layer_range(num_layers=num_layers, final_layer=final_layer)
+    moved = min(step, total_steps) * (num_layers - final_layer)  # p·(L − ℓ_min)·S_total, exact
+    return num_layers + (total_steps - 2 * moved) // (2 * total_steps)

@@ -24,6 +24,7 @@ import torch
 from accelerate import Accelerator
 
 from sparsectx.data.synthetic import derive_seed
+from sparsectx.layer_selection import LayerSelection
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.contexts import MicroBatch, prepare_step
@@ -31,10 +32,11 @@ from sparsectx.training.groups import Draw, prepare_groups, reused_groups, store
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
 from sparsectx.training.rl import rl_metrics
-from sparsectx.training.schedules import BUDGET_SCHEDULES, epic_teacher_budget
+from sparsectx.training.schedules import BUDGET_SCHEDULES, LAYER_SCHEDULES, epic_teacher_budget
 from sparsectx.training.sharding import clip_gradients, gathered, is_sharded, sum_replicated_gradients
 from sparsectx.training.steps import NonFiniteLossError, StepCounts, micro_loss
 from sparsectx.training.student import Student, mode
+from sparsectx.training.token_trace import TokenTrace
 
 
 class LRFactor:
@@ -117,6 +119,8 @@ class Trainer:
     prefetch: HostPrefetch = field(default_factory=HostPrefetch)
     """Builds the next step's host inputs while this one runs (``prefetch_host_inputs``)."""
     rollouts: dict[str, Any] | None = None
+    trace: TokenTrace | None = None
+    """The current step's per-token collector when it is traced (``token_trace``; never saved), else None."""
 
     def generator(self, stream: str, micro: int, device: torch.device | str) -> torch.Generator:
         """Returns a generator seeded by (seed, stream, step, process, micro-batch) on ``device``."""
@@ -152,6 +156,27 @@ def step_teacher_budget(trainer: Trainer, budget: float) -> float | None:
         budget, step=trainer.step, total_steps=trainer.cfg.steps, gap_start=gap.start, gap_slope=gap.slope,
         gap_max=gap.max,
     )  # fmt: skip
+
+
+def step_layer(trainer: Trainer) -> int | None:
+    """Returns this step's in-LLM pruning layer K from ``method.layer_schedule`` (EPIC's LCD: from the LLM's
+    depth L, nothing dropped, to ``pruner.layer``), or None when every step prunes at ``pruner.layer``."""
+    name = trainer.cfg.method.layer_schedule
+    if name is None:
+        return None
+    depth = trainer.student.model.config.get_text_config().num_hidden_layers
+    return LAYER_SCHEDULES.get(name)(
+        trainer.step, total_steps=trainer.cfg.steps, num_layers=depth, final_layer=trainer.cfg.pruner.layer
+    )
+
+
+def layer_sums(micro: list[MicroBatch], depth: int) -> dict[str, float]:
+    """Returns the step's summed in-LLM pruning layer over its student sequences with an image, and their count:
+    a ``LayerSelection``'s K, or ``depth`` (L) for a context that keeps every token (LCD's first steps)."""
+    layers = [
+        sel[0].layer if isinstance(sel[0], LayerSelection) else depth for mb in micro for sel in mb.selections if sel
+    ]
+    return {"layer_sum": float(sum(layers)), "layer_sequences": float(len(layers))}
 
 
 def micro_positions(trainer: Trainer, micro: int, samples_seen: int | None = None) -> list[int]:
@@ -196,7 +221,8 @@ def step_counts(micro: list[MicroBatch], accelerator: Accelerator) -> StepCounts
 
 
 def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
-    """Returns (summed statistics, micro-batches, budget) after backpropagating every micro-batch of the step.
+    """Returns (summed statistics, micro-batches, budget) after backpropagating every micro-batch of the step
+    (``micro_loss`` fills ``Trainer.trace`` on a traced step).
 
     Raises:
         NonFiniteLossError: a micro-batch loss is NaN/inf (nothing has been updated yet).
@@ -214,7 +240,7 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
     problems = []
     for j, (mb, teacher) in enumerate(zip(micro, stored, strict=True)):
         generator = trainer.generator("positions", j, device)
-        loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher)
+        loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher, trace=trainer.trace)
         finite = bool(torch.isfinite(loss))
         if not finite:  # no backward: the gradients stay finite, the update will not happen
             problems.append(
@@ -231,6 +257,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value
     check_finite(trainer, problems)
+    if cfg.method.layer_schedule is not None:  # the layer the contexts were built at (train/prune_layer)
+        totals.update(layer_sums(micro, student.model.config.get_text_config().num_hidden_layers))
     if not reuse and rollout_iterations(cfg) > 1:  # old_logp is set now: micro_loss ran on every micro-batch
         trainer.rollouts = {"step": trainer.step, "budget": budget, "micro": stored_rollouts(micro)}
     return totals, micro, budget
@@ -246,7 +274,8 @@ def fresh_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
         draw = refill_draw(trainer)
         return budget, prepare_groups(cfg, student, batches, budget, rollout_generator, hosts, draw)
     teacher_budget = step_teacher_budget(trainer, budget)
-    return budget, prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget)
+    layer = step_layer(trainer)
+    return budget, prepare_step(cfg, student, batches, budget, rollout_generator, hosts, teacher_budget, layer)
 
 
 def reused_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
@@ -367,6 +396,8 @@ def step_metrics(totals: dict[str, Any], budget: float, lr: float, grad_norm: fl
         metrics.update(rollout_metrics(totals))
     if "rl_rollouts" in totals:
         metrics.update(rl_metrics(totals))
+    if totals.get("layer_sequences", 0.0) > 0:  # method.layer_schedule: the mean K the step pruned at
+        metrics["train/prune_layer"] = totals["layer_sum"] / totals["layer_sequences"]
     return metrics
 
 
