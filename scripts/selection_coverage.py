@@ -12,7 +12,7 @@ the items of each benchmark:
 - ``tokens on objects``: the share of kept tokens that lie on some object (the rest are background);
 - ``kept``: the kept tokens per image.
 
-The question the figures answer is the README's: why the diversity-based pruners (DivPrune, CDPruner) fall far
+The question the figures answer is docs/tiny_study.md's: why the diversity-based pruners (DivPrune, CDPruner) fall far
 below VisionZip on the tiny world, where in SCOPD's Table 3 DivPrune is within 5 points of it. Selections are
 the evaluation's own (``eval.protocol.select_visual``, the same seeds), from the config that
 ``src/evaluate.py`` composes.
