@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from sparsectx.dotted import flatten
 
 GRID_AXES = (
     "grid", "experiment", "seed", "budget", "pruner", "method.name", "model.name", "checkpoint", "mode",
@@ -16,16 +17,6 @@ the synthetic generator, unused when the preset reads benchmark and training fil
 
 STAGE_PREFIXES = {"evaluate": None, "passk": ("passk.",), "efficiency": ("efficiency.",)}
 """The keys each evaluation stage owns: Pass@K and efficiency their blocks, greedy evaluation the rest."""
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Returns dotted key -> leaf value of a plain container (a list is one leaf)."""
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
 
 
 def is_axis(key: str) -> bool:

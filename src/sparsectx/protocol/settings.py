@@ -15,8 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.dotted import flatten
 from sparsectx.eval.config import CONF_DIR
-from sparsectx.protocol.leaves import flatten, stage_leaves
+from sparsectx.protocol.leaves import stage_leaves
 from sparsectx.workflow import BASE, Grid
 from sparsectx.workflow.cells import Cell
 from sparsectx.workflow.commands import efficiency_args, evaluate_args, train_args

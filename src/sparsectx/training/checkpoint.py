@@ -47,9 +47,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsectx.dotted import flatten
 from sparsectx.io import Written, atomic_write_json, atomic_write_stream, naming_full_disk
 from sparsectx.models.processor import ImageTextProcessor
-from sparsectx.training.config import flatten
 
 log = logging.getLogger(__name__)
 

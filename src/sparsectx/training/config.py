@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
+from sparsectx.dotted import flatten
 from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
 from sparsectx.pruning.config import PrunerConfig
@@ -327,16 +328,6 @@ def name_copied_keys(message: str, copies: dict[str, str], cfg: DictConfig) -> s
         if f"{key.rpartition('.')[0]}: {key.rpartition('.')[2]}=" in message
     ]
     return "; ".join([message, *notes])
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Returns {dotted key: leaf value} of a resolved config (lists are leaves)."""
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
 
 
 def run_defining(resolved: dict[str, Any]) -> dict[str, Any]:
