@@ -101,6 +101,8 @@ def test_kill_and_resume_reaches_the_same_weights(
         ("seed=1", "seed"),
         ("method.teacher.ema_decay=0.99", "method.teacher.ema_decay"),
         ("memory.optimizer_states=int8", "memory.optimizer_states"),
+        ("model.answer_prefix='<answer>'", "model.answer_prefix"),  # the prompt the rollouts continue
+        ("model.max_visual_tokens=64", "model.max_visual_tokens"),  # the visual tokens before pruning
     ],
 )
 def test_changed_run_defining_key_refuses_to_resume(
