@@ -115,12 +115,12 @@ def test_each_point_is_its_normalised_mean_with_its_paired_interval(results: Pat
     written = run(compose_tables(results, sweep_grid(reference)))
     rows = sweep_rows(results)
     assert list(rows) == ["10%", "30%", "50%"]
+    labels = {"scopd_plus": "SCOPD+", "scopd_plus_rho_0_3": "SCOPD+ ρ = 30%"}  # conf/make_tables.yaml method_labels
     for shown, method in (("10%", "scopd_plus"), ("30%", "scopd_plus_rho_0_3")):
         mean, lo, hi = expected(method, reference)
         row = rows[shown]
-        assert (row["model"], row["method"], row["pruner"], row["budget"]) == (
-            "tiny", "SCOPD+" if method == "scopd_plus" else method, "visionzip", "0.1"
-        )  # fmt: skip
+        shown_row = (row["model"], row["method"], row["pruner"], row["budget"])
+        assert shown_row == ("tiny", labels[method], "visionzip", "0.1")
         assert (row["Avg"], row["Avg lo"], row["Avg hi"]) == (f"{mean:.2f}", f"{lo:.2f}", f"{hi:.2f}")
     assert rows["50%"]["Avg"] == "—" and "no result record" in rows["50%"]["notes"]
     tables = results / "tiny" / "tables"
