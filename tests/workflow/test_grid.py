@@ -42,9 +42,7 @@ def test_every_preset_starts_with_its_command_and_names_itself(name: str) -> Non
     path = wf.CONF_DIR / "experiment" / f"{name}.yaml"
     lines = path.read_text().splitlines()
     assert lines[0] == "# @package _global_"  # Hydra reads the header only before the first other line
-    assert lines[1].startswith("# snakemake --profile ") and lines[1].endswith(
-        f"all_tables --config experiment={name}"
-    )
+    assert lines[1].startswith("# snakemake --profile ") and lines[1].endswith(f"all_tables --config experiment={name}")
     raw = wf.load_yaml(path)
     assert raw["experiment"] == raw["grid"]["name"] == name
 
@@ -101,9 +99,7 @@ def test_ltopd_reports_every_unsupported_part_of_a_cell() -> None:
         "pruner fastv on qwen3_5_4b: in-LLM pruning is refused on Qwen3.5: most of its layers "
         "(K-1 = 1 too) are linear attention"
     )
-    assert wf.Cell("qwen3_vl_4b", "base", "dart", 0.05, "mme") in set(
-        wf.load_grid("ltopd_qwen3_5_4b").cells()
-    )
+    assert wf.Cell("qwen3_vl_4b", "base", "dart", 0.05, "mme") in set(wf.load_grid("ltopd_qwen3_5_4b").cells())
     assert all(m.cell.model != "qwen3_vl_4b" or m.reason for m in missing)
     grid = wf.load_grid("ltopd_qwen3_5_4b")
     assert {"qwen3_5_4b", "qwen3_5_9b", "qwen3_vl_4b"} <= {c.model for c in grid.cells()}
@@ -159,11 +155,7 @@ def test_efficiency_runs_group_budgets_per_model_method_pruner() -> None:
         wf.EfficiencyRun("tiny", "lt_opd", "cdpruner", (0.05,), "syn_pope"),
     ]
     args = wf.efficiency_args(grid, grid.efficiency_run("tiny", "lt_opd", "cdpruner"))
-    assert (
-        "mode=efficiency" in args
-        and "efficiency.budgets=[0.05]" in args
-        and "efficiency.bench=syn_pope" in args
-    )
+    assert "mode=efficiency" in args and "efficiency.budgets=[0.05]" in args and "efficiency.bench=syn_pope" in args
     assert "checkpoint=runs/tiny/tiny/lt_opd/cdpruner/0.05/checkpoint" in args
     assert grid.targets("efficiency") == [
         "results/tiny/tiny/base/cdpruner/efficiency.json",
@@ -209,9 +201,35 @@ def test_cli_overrides_name_the_leaf_and_append_the_grid_then_the_config() -> No
         "seed=0",
     ]
     method_overrides = tiny_raw()["methods"]["lt_opd"]["overrides"]
-    assert (
-        "steps=40" in train and train[-len(method_overrides) :] == method_overrides
-    )  # stage's, then method's
+    assert "steps=40" in train and train[-len(method_overrides) :] == method_overrides  # stage's, then method's
+
+
+def test_a_models_train_overrides_come_last_in_its_training_jobs_only() -> None:
+    raw = tiny_raw()
+    raw["models"]["tiny"] = {"overrides": ["model.thinking=false"], "train_overrides": ["method.train_vision=false"]}
+    grid = build(raw)
+    train = wf.train_args(grid, wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
+    assert train[-1] == "method.train_vision=false" and "model.thinking=false" in train
+    evaluate = wf.evaluate_args(grid, wf.Cell("tiny", "lt_opd", "cdpruner", 0.05, "syn_count"))
+    assert "model.thinking=false" in evaluate and "method.train_vision=false" not in evaluate
+    raw["models"]["tiny"]["train_overrides"] = "method.train_vision=false"  # a string, not a list
+    with pytest.raises(ValueError, match="train_overrides"):
+        build(raw)
+
+
+def test_the_ltopd_preset_shards_its_9b_models_and_freezes_the_llava_tower() -> None:
+    """LT-OPD's 9B full-parameter runs shard over the job's GPUs (one unsharded copy per process does not fit
+    80 GB: docs/performance.md), and the LLaVA-OneVision stand-in trains the language model only (its family
+    refuses method.train_vision)."""
+    grid = wf.Grid("ltopd_qwen3_5_4b", wf.load_yaml(wf.CONF_DIR / "experiment" / "ltopd_qwen3_5_4b.yaml")["grid"])
+    for model in ("qwen3_5_9b", "glm46v_9b"):
+        (run,) = [r for r in grid.train_runs if r.model == model and r.method == "lt_opd"]
+        assert wf.train_args(grid, run)[-2:] == ["distributed.strategy=fsdp", "memory.activation_checkpointing=true"]
+    (run,) = [r for r in grid.train_runs if r.model == "llava_onevision_qwen2_7b"]
+    assert wf.train_args(grid, run)[-1] == "method.train_vision=false"
+    assert all(
+        "train_vision" not in a for r in grid.train_runs if r.model == "qwen3_5_4b" for a in wf.train_args(grid, r)
+    )
 
 
 def test_train_command_launches_accelerate_only_for_several_gpus() -> None:
@@ -259,9 +277,7 @@ def test_tiny_data_files_come_from_the_data_config() -> None:
     assert grid.data_dir().startswith(f"{data['out_dir']}-")
     assert files["train"] == f"{grid.data_dir()}/train.tsv"
     assert set(files) == set(data["benches"]) | {"train"}
-    assert (
-        wf.data_args(grid, "build_data") == wf.data_args(grid, "train") == [f"data.out_dir={grid.data_dir()}"]
-    )
+    assert wf.data_args(grid, "build_data") == wf.data_args(grid, "train") == [f"data.out_dir={grid.data_dir()}"]
     assert wf.load_grid("scopd_qwen2_5_vl_7b").data_files() == {}
 
 
@@ -360,9 +376,7 @@ def test_schema_errors_name_the_key(edit, key: str) -> None:
 def test_method_trained_at_several_budgets_is_evaluated_at_each() -> None:
     raw = tiny_raw()
     raw["methods"]["scopd"]["budgets"] = [0.1, 0.2]
-    raw["tables"]["main"]["rows"] = [
-        {"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}
-    ]
+    raw["tables"]["main"]["rows"] = [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}]
     raw["tables"]["pruner_generalization"]["rows"][0]["methods"] = ["base"]
     grid = build(raw)
     assert [r for r in grid.train_runs if r.method == "scopd"] == [
@@ -400,9 +414,7 @@ def test_per_leaf_eval_jobs_write_every_table_benchmark_of_the_leaf() -> None:
     files = grid.data_files()
     args = wf.evaluate_args(grid, leaf, seed=1)
     assert "bench=[syn_count,syn_detail,syn_ocr,syn_pope]" in args
-    assert [a for a in args if a.startswith("bench.")] == [
-        f"bench.{b}.path={files[b]}" for b in grid.eval_benches()
-    ]
+    assert [a for a in args if a.startswith("bench.")] == [f"bench.{b}.path={files[b]}" for b in grid.eval_benches()]
     assert f"checkpoint={grid.checkpoint_dir(grid.train_run(leaf), 1)}" in args
     # a cell that names its benchmark (Pass@K, the harness) keeps the per-benchmark arguments
     one = wf.evaluate_args(grid, wf.Cell("tiny", "base", "visionzip", 0.1, "syn_count"), mode="passk")

@@ -86,11 +86,14 @@ def train_args(grid: Grid, run: TrainRun, seed: int | None = None) -> list[str]:
     """Returns the ``train.py`` overrides of ``run`` trained with ``seed`` (None: ``grid.seed``).
 
     A seed other than ``grid.seed`` trains into ``runs/seed<s>/`` (``runs_root``), beside the grid seed's run.
+    The model's ``train_overrides`` come last: what a model needs to train at all (sharding, a tower its
+    family cannot train) holds for every method.
     """
     cell = Cell(run.model, run.method, run.pruner, run.budget, "")
     args = _point_args(grid, cell, "method", grid.seed if seed is None else seed)
     args += _seed_root_args(grid, "runs_root", "runs", seed) + data_args(grid, "train")
-    return args + grid.overrides("train") + list(grid.methods[run.method].overrides)
+    args += grid.overrides("train") + list(grid.methods[run.method].overrides)
+    return args + list(grid.model_train_overrides.get(run.model, ()))
 
 
 def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None = None) -> list[str]:

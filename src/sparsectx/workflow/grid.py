@@ -125,6 +125,10 @@ class Grid:
             name: tuple((spec or {}).get("overrides", ())) for name, spec in grid["models"].items()
         }
         """Model -> Hydra overrides of every job of that model (before the stage's and the method's)."""
+        self.model_train_overrides: dict[str, tuple[str, ...]] = {
+            name: tuple((spec or {}).get("train_overrides", ())) for name, spec in grid["models"].items()
+        }
+        """Model -> Hydra overrides of that model's training jobs only (after ``model_overrides``)."""
         self.pruners = declared(grid["pruners"])
         self.benchmarks = declared(grid["benchmarks"])
         self.methods = parse_methods(grid["methods"])
