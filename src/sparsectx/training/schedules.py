@@ -35,7 +35,7 @@ instead; K = the LLM's depth L drops nothing (every layer sees every token). Key
   β_t = t/T, from ℓ_0 = L (compression after the last layer) to ℓ_T = ℓ_min, one layer for student and teacher.
   ℓ_min is the pruner's own ``pruner.layer`` (the layer evaluation prunes at; the paper's "w/o progressive
   compression layer" ablation fixes the 2nd layer, Table 4, and its release prunes at K = 2). The released code
-  has no LCD (``ZichenWen1/EPIC:README.md`` TODO "Release LCD implementation"). Round is half up (ours: the
+  has no LCD (``ZichenWen1/EPIC:README.md`` lists its release as still to come). Round is half up (ours: the
   paper does not say which; a tie only decides the one step where it falls).
 """
 
