@@ -107,7 +107,7 @@ QWEN3_5_9B = {
     "tie_word_embeddings": False,
 }  # fmt: skip
 
-# zai-org/GLM-4.6V-Flash: tests/models/published/GLM-4.6V-Flash/config.json (its sources: SOURCES.md there):
+# zai-org/GLM-4.6V-Flash: src/sparsectx/assets/published/GLM-4.6V-Flash/config.json (its sources: SOURCES.md there):
 # vision depth 24, width 1536, 12 heads, MLP 13696, image size 336, out 4096, patch 14, merge 2; a 40-layer
 # GLM-4 decoder, width 4096, MLP 13696, 32 heads, 2 KV heads, vocabulary 151,552, partial rotary 0.5, M-RoPE
 # sections [8, 12, 12], context 131,072 (the model card's 128K; this file said 65,536, GLM-4.1V's). rope_theta

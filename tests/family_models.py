@@ -20,6 +20,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 )
 
 from sparsectx.models.processor import load_processor
+from sparsectx.models.published import PUBLISHED_DIR
 
 GLM_SPECIALS = [
     "<|endoftext|>",
@@ -148,9 +149,9 @@ def family_model(family: str, tmp: Path, seed: int = 0, **kwargs: object):  # no
     return model, load_processor(tmp)
 
 
-PUBLISHED = Path(__file__).resolve().parent / "models" / "published"
+PUBLISHED = PUBLISHED_DIR
 """The published checkpoints' config.json, preprocessor_config.json and tokenizer_config.json (their chat
-templates), in the real layout; tests/models/published/SOURCES.md says where each came from."""
+templates), in the real layout; src/sparsectx/assets/published/SOURCES.md says where each came from."""
 QWEN_SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",

@@ -37,12 +37,13 @@ from sparsectx.data.video import (
     row_video,
 )
 from sparsectx.eval.config import VideoSpec, compose_bench
+from sparsectx.models.published import published_folder
 from sparsectx.models.video_input import group_timestamps, video_patches
 
 from .vlmeval_cases import require_vlmeval_env, vlmeval_env
 
 SCRIPT = Path(__file__).resolve().parent / "real_layouts" / "vlmeval_frame_indices.py"
-PUBLISHED = Path(__file__).resolve().parents[1] / "models" / "published" / "Qwen2.5-VL-7B-Instruct"
+PUBLISHED = published_folder("Qwen2.5-VL-7B-Instruct")
 RULES = {
     "mvbench": GET_INDEX,
     "mlvu": SAVE_VIDEO_FRAMES,

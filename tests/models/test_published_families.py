@@ -1,4 +1,4 @@
-"""Each family's published checkpoint files (tests/models/published, real layout) load as the checkpoint says.
+"""Each family's published checkpoint files (src/sparsectx/assets/published, real layout) load as the checkpoint says.
 
 Checked per checkpoint: the family accepts its config.json, the image processor is the class transformers'
 own ``AutoImageProcessor`` picks for the folder, the chat template comes from the checkpoint's file and renders

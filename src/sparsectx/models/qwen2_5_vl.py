@@ -57,4 +57,4 @@ SPEC = FamilySpec(
     "models/auto/image_processing_auto.py maps qwen2_5_vl to Qwen2VLImageProcessor(Pil)",
 )
 """Qwen2.5-VL: its chat template renders ``<|vision_start|><|image_pad|><|vision_end|>`` and has no thinking
-switch (tests/models/published/Qwen2.5-VL-7B-Instruct/SOURCES.md)."""
+switch (src/sparsectx/assets/published/Qwen2.5-VL-7B-Instruct/SOURCES.md)."""
