@@ -232,11 +232,11 @@ def test_the_ltopd_preset_shards_its_9b_models_and_freezes_the_llava_tower() -> 
     )
 
 
-def test_train_command_launches_accelerate_only_for_several_gpus() -> None:
+def test_train_command_launches_torchrun_only_for_several_gpus() -> None:
     raw = tiny_raw()
     assert wf.train_command(build(raw))[1].endswith("src/train.py")
     raw["resources"]["train"]["gpu"] = 4
-    assert wf.train_command(build(raw))[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
+    assert wf.train_command(build(raw))[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
 
 
 def test_entry_point_is_relative_to_the_working_directory(tmp_path: Path) -> None:

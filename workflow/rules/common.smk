@@ -14,7 +14,8 @@ if Path(workflow.basedir).resolve() != wf.REPO_DIR:
     )
 CONFIG = wf.resolve_config(config)
 wf.validate_config(CONFIG)  # workflow/schemas/config.schema.yaml; each error names its dotted key
-GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"], CONFIG.get("model_paths"))
+REHEARSAL = wf.rehearsal_of(CONFIG)  # rehearsal: true (conf/rehearsal.yaml); None for the real study
+GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"], CONFIG.get("model_paths"), REHEARSAL)
 wf.check_tables_seeds(GRID)
 _unknown = GRID.unknown_conf_names()
 if _unknown:

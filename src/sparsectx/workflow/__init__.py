@@ -16,6 +16,7 @@ The package, in the order a config travels through it:
 - ``cells``: the vocabulary (cells, runs, blocks) and the Snakefile's output patterns;
 - ``grid``: ``Grid``, the expansion (cells, runs, wildcard values) and every output's path;
 - ``commands``: each job's command line (entry point and Hydra overrides);
+- ``rehearsal``: the same jobs scaled to a laptop CPU (``rehearsal: true``, ``conf/rehearsal.yaml``);
 - ``sweeps``: the check that each sweep point's composed training config sets the value it shows.
 
 Everything a rule file or a caller needs is importable from ``sparsectx.workflow`` itself.
@@ -70,6 +71,7 @@ from sparsectx.workflow.config import (
     validate_config,
 )
 from sparsectx.workflow.grid import Grid, check_tables_seeds, load_grid, missing_cells
+from sparsectx.workflow.rehearsal import Rehearsal, load_rehearsal, rehearsal_of
 from sparsectx.workflow.sweeps import check_sweep_values
 
 __all__ = [
@@ -96,6 +98,7 @@ __all__ = [
     "Grid",
     "Method",
     "MissingCell",
+    "Rehearsal",
     "Row",
     "Sweep",
     "SweepPoint",
@@ -108,10 +111,12 @@ __all__ = [
     "entry_point",
     "evaluate_args",
     "load_grid",
+    "load_rehearsal",
     "load_yaml",
     "mirror",
     "preflight_args",
     "missing_cells",
+    "rehearsal_of",
     "resolve_config",
     "run_of",
     "seed_of",

@@ -64,10 +64,13 @@ def _seed_root_args(grid: Grid, key: str, root: str, seed: int | None) -> list[s
 
 
 def train_command(grid: Grid) -> list[str]:
-    """Returns the command before ``train.py``'s overrides (``accelerate launch`` for several GPUs)."""
+    """Returns the command before ``train.py``'s overrides: with several GPUs ``torch.distributed.run`` starting
+    one process per GPU, as for evaluation. Accelerate forms the process group from torchrun's environment (NCCL
+    on GPUs, gloo on the CPU), so the rehearsal's CPU processes run this very command; ``accelerate launch``
+    would start one process where it finds no GPU."""
     python, script = entry_point("train.py")
     gpus = grid.resources["train"]["gpu"]
-    launch = [] if gpus <= 1 else ["-m", "accelerate.commands.launch", "--num_processes", str(gpus)]
+    launch = [] if gpus <= 1 else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
     return [python, *launch, script]
 
 
@@ -93,7 +96,7 @@ def train_args(grid: Grid, run: TrainRun, seed: int | None = None) -> list[str]:
     args = _point_args(grid, cell, "method", grid.seed if seed is None else seed)
     args += _seed_root_args(grid, "runs_root", "runs", seed) + data_args(grid, "train")
     args += grid.overrides("train") + list(grid.methods[run.method].overrides)
-    return args + list(grid.model_train_overrides.get(run.model, ()))
+    return args + list(grid.model_train_overrides.get(run.model, ())) + grid.final_overrides("train")
 
 
 def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None = None) -> list[str]:
@@ -120,7 +123,8 @@ def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None
         args += ["mode=passk", f"passk.full_context_leaf={full}"]
     elif grid.resources["evaluate"]["gpu"] > 1:  # evaluate_command's torchrun: one shard per GPU
         args += ["shard.from_env=torchrun"]
-    return args + grid.overrides("evaluate" if mode == "greedy" else mode)
+    stage = "evaluate" if mode == "greedy" else mode
+    return args + grid.overrides(stage) + grid.final_overrides(stage, benches.split(","))
 
 
 def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
@@ -138,7 +142,7 @@ def efficiency_args(grid: Grid, run: EfficiencyRun) -> list[str]:
         f"efficiency.bench={run.bench}",
         f"efficiency.budgets=[{budgets}]",
     ]
-    return args + grid.overrides("efficiency")
+    return args + grid.overrides("efficiency") + grid.final_overrides("efficiency", [run.bench])
 
 
 PREFLIGHT_KEYS = ("bench.", "model.")
@@ -155,7 +159,8 @@ def preflight_args(grid: Grid) -> list[str]:
     paths = {m: p for m, p in grid.model_paths.items() if m in models}
     if paths:
         args.append("model_paths={" + ",".join(f"{m}:'{p}'" for m, p in sorted(paths.items())) + "}")
-    return args + [o for o in grid.overrides("evaluate") if o.startswith(PREFLIGHT_KEYS)]
+    evaluation = grid.overrides("evaluate") + grid.final_overrides("evaluate")
+    return args + [o for o in evaluation if o.startswith(PREFLIGHT_KEYS)]
 
 
 def tables_args(grid: Grid) -> list[str]:
@@ -165,4 +170,4 @@ def tables_args(grid: Grid) -> list[str]:
     one seed), so a single-seed study's command and tables are what they were before the key existed.
     """
     seeds = [] if not grid.extra_seeds else [f"train_seeds=[{','.join(map(str, grid.train_seeds))}]"]
-    return [f"experiment={grid.experiment}", *seeds, *grid.overrides("tables")]
+    return [f"experiment={grid.experiment}", *seeds, *grid.overrides("tables"), *grid.final_overrides("tables")]

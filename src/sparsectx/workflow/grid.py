@@ -44,6 +44,7 @@ from sparsectx.workflow.parse import (
     parse_sweeps,
     parse_train_seeds,
 )
+from sparsectx.workflow.rehearsal import Rehearsal
 from sparsectx.workflow.report_specs import parse_report
 
 
@@ -104,6 +105,7 @@ class Grid:
             ``hydra_overrides``; tests shorten runs with it).
         model_paths: Model -> local checkpoint folder (the Snakemake config's ``model_paths``): every job of
             that model gets ``model.path=<folder>``.
+        rehearsal: The rehearsal's scaling (``sparsectx.workflow.rehearsal``), or None for the real study.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Grid:
         grid: Mapping[str, Any],
         extra_overrides: Mapping[str, list[str]] | None = None,
         model_paths: Mapping[str, str] | None = None,
+        rehearsal: Rehearsal | None = None,
     ) -> None:
         if grid["name"] != experiment:
             raise ValueError(f"grid.name={grid['name']!r} must equal the preset's file stem {experiment!r}")
@@ -137,7 +140,10 @@ class Grid:
         self.seed: int = grid["seed"]
         self.train_seeds = parse_train_seeds(grid["train_seeds"], self.seed)
         """Training seeds of the tables' trained cells, as listed; ``grid.seed`` among them."""
-        self.resources: dict[str, dict[str, int]] = grid["resources"]
+        self.rehearsal = rehearsal
+        self.resources: dict[str, dict[str, int]] = (
+            grid["resources"] if rehearsal is None else rehearsal.resources(grid["resources"])
+        )
         self.data: dict[str, Any] = check_data(grid["data"])
         self.eval_jobs: str = grid.get("eval_jobs", "benchmark")
         """``benchmark``: one greedy evaluation job per (leaf, benchmark); ``leaf``: one per leaf, writing every
@@ -436,3 +442,8 @@ class Grid:
     def overrides(self, stage: str) -> list[str]:
         """Returns the extra Hydra overrides of ``stage``: the grid's, then the Snakemake config's."""
         return list(self._overrides[stage])
+
+    def final_overrides(self, stage: str, benches: Iterable[str] = ()) -> list[str]:
+        """Returns what comes last on a ``stage`` job's command reading ``benches``: the rehearsal's scaling
+        ([] in the real study)."""
+        return [] if self.rehearsal is None else self.rehearsal.stage_overrides(stage, benches)
