@@ -19,6 +19,7 @@ from family_models import published_checkpoint
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
+from sparsectx import workflow as wf
 from sparsectx.data.build import load_build_config
 from sparsectx.data.synthetic import build_suite
 from sparsectx.eval.config import compose_bench
@@ -30,6 +31,7 @@ from sparsectx.preflight import (
     load_preflight_config,
     report_lines,
 )
+from sparsectx.preflight.run import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -355,3 +357,17 @@ def test_report_caps_lines_per_input_and_ends_with_the_summary() -> None:
     lines = report_lines([checked], max_lines=2)
     assert len(lines) == 4 and lines[2] == "PROBLEM ... and 3 more in benchmark x (max_lines=2)"
     assert lines[-1].startswith("preflight FAILED: 5 problem(s) in 1 of 1 inputs (benchmark x)")
+
+
+def test_each_model_is_checked_with_its_own_grid_settings() -> None:
+    # the DAG's preflight command for LT-OPD, as Snakemake passes it: Qwen3.5 and GLM-4.6V with thinking off and
+    # the open answer tag, Qwen3-VL with the answer tag alone (conf/experiment/ltopd_qwen3_5_4b.yaml)
+    grid = wf.load_grid("ltopd_qwen3_5_4b")
+    args = [a for a in wf.preflight_args(grid) if a.startswith(("models=", "model_settings="))]
+    cfg = compose_preflight(*args)
+    models = dict(targets(cfg, lambda extra: compose_preflight(*args, *extra)).models)
+    assert set(models) == set(grid.names("model"))
+    for name, model in models.items():
+        own = dict(o.removeprefix("model.").split("=", 1) for o in grid.model_overrides[name])
+        assert model.thinking is (False if own.get("thinking") == "false" else None), name
+        assert model.answer_prefix == own["answer_prefix"].strip("'"), name

@@ -33,6 +33,7 @@ class PreflightConfig:
     list: bool
     models: list[str] | None
     model_paths: dict[str, str] | None
+    model_settings: dict[str, dict[str, Any]] | None
     train_files: list[str]
     train_max_skip_fraction: float
     sample_image: list[int]
@@ -70,11 +71,15 @@ def bench_spec_from_node(node: DictConfig) -> BenchSpec:
     return bench_spec_from(OmegaConf.to_container(node, resolve=True))
 
 
-def model_config(node: DictConfig, name: str, paths: dict[str, str]) -> Any:
-    """Returns the checked ``ModelConfig`` of a composed ``model`` node, its path replaced by ``paths[name]``."""
+def model_config(
+    node: DictConfig, name: str, paths: dict[str, str], settings: dict[str, dict[str, Any]] | None = None
+) -> Any:
+    """Returns the checked ``ModelConfig`` of a composed ``model`` node, with ``settings[name]`` (the ``model.*``
+    keys a grid sets for that model alone) merged in and its path replaced by ``paths[name]``."""
     from sparsectx.models import ModelConfig
 
-    model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node))
+    own = (settings or {}).get(name) or {}
+    model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node, own))
     if name in paths:
         model.path = str(paths[name])
     return model
@@ -113,11 +118,12 @@ def targets(cfg: DictConfig, compose: Compose) -> Targets:
     models and benchmarks and the training file its train stage reads. ``train_files`` adds training files.
     """
     paths = {str(k): str(v) for k, v in (cfg.model_paths or {}).items()}
+    settings = OmegaConf.to_container(cfg.model_settings) if cfg.model_settings else {}
     names = list(cfg.models) if cfg.models is not None else grid_entries(cfg.grid, "models")
     if names is None:
-        models = [(cfg.model.name, model_config(cfg.model, cfg.model.name, paths))]
+        models = [(cfg.model.name, model_config(cfg.model, cfg.model.name, paths, settings))]
     else:
-        models = [(name, model_config(compose([f"model={name}"]).model, name, paths)) for name in names]
+        models = [(name, model_config(compose([f"model={name}"]).model, name, paths, settings)) for name in names]
     bench_node = cfg.bench
     preset_benches = grid_entries(cfg.grid, "benchmarks") if cfg.models is None else None
     if preset_benches:

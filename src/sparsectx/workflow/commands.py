@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from sparsectx.paths import budget_tag
@@ -149,16 +150,26 @@ PREFLIGHT_KEYS = ("bench.", "model.")
 """Evaluation overrides the preflight takes too (a benchmark's path, a model setting): it checks what runs."""
 
 
+def model_settings(overrides: Iterable[str]) -> list[str]:
+    """Returns the ``model.<key>=<value>`` entries of ``overrides`` as ``<key>:<value>`` (Hydra's dict syntax),
+    the value as written (``false``, ``'<answer>'``)."""
+    return [o.removeprefix("model.").replace("=", ":", 1) for o in overrides if o.startswith("model.")]
+
+
 def preflight_args(grid: Grid) -> list[str]:
     """Returns the ``preflight.py`` overrides checking every scheduled model, benchmark and training file of
-    ``grid`` (with ``model_paths``, and the evaluation's ``bench.*``/``model.*`` overrides), its report at
-    ``Grid.preflight_output``."""
+    ``grid`` (with ``model_paths``, each model's own ``model.*`` overrides as ``model_settings``, and the
+    evaluation's ``bench.*``/``model.*`` overrides), its report at ``Grid.preflight_output``."""
     models, benches = grid.names("model"), grid.names("bench")
     args = [f"models=[{','.join(models)}]", f"bench=[{','.join(benches)}]"]
     args += [f"train_files=[{','.join(grid.train_files())}]", f"out={grid.preflight_output()}"]
     paths = {m: p for m, p in grid.model_paths.items() if m in models}
     if paths:
         args.append("model_paths={" + ",".join(f"{m}:'{p}'" for m, p in sorted(paths.items())) + "}")
+    settings = {m: model_settings(grid.model_overrides.get(m, ())) for m in models}
+    if any(settings.values()):
+        entries = [f"{m}:{{{','.join(own)}}}" for m, own in sorted(settings.items()) if own]
+        args.append("model_settings={" + ",".join(entries) + "}")
     evaluation = grid.overrides("evaluate") + grid.final_overrides("evaluate")
     return args + [o for o in evaluation if o.startswith(PREFLIGHT_KEYS)]
 
