@@ -13,7 +13,7 @@ LMMS_STAMP := $(LMMS_ENV)/.installed
 HARNESS_ENVS ?= 1
 TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
 
-.PHONY: demo study test lint clean-results protocol-cards vlmeval-env lmms-env
+.PHONY: demo study test lint clean-results protocol-cards rehearse vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,14 @@ PROTOCOL_EXPERIMENTS := scopd_qwen2_5_vl_7b ltopd_qwen3_5_4b
 protocol-cards: $(STAMP)
 	mkdir -p docs/protocols
 	for e in $(PROTOCOL_EXPERIMENTS); do $(BIN)/python -m sparsectx.protocol experiment=$$e out=docs/protocols/$$e.md || exit 1; done
+
+# The real presets rehearsed (docs/rehearsal.md): every job of each, through the same DAG and commands, on tiny
+# random-weight instances of the published model classes and miniature real-layout benchmark and training files,
+# in rehearsal/<preset>/ on the CPU (never results/). `make rehearse EXPERIMENT=<preset>` rehearses one.
+REHEARSE_EXPERIMENTS := $(or $(EXPERIMENT),$(PROTOCOL_EXPERIMENTS))
+REHEARSE_CORES ?= 2
+rehearse: $(STAMP)
+	for e in $(REHEARSE_EXPERIMENTS); do $(BIN)/python -m sparsectx.rehearsal experiment=$$e cores=$(REHEARSE_CORES) || exit 1; done
 
 # VLMEvalKit's own environment (docs/harnesses.md): nvidia-vlmeval with PyPI's CUDA torch + torchvision, which
 # vlmeval imports and which break beside the project's CPU torch; sparsectx beside them for the model adapter.

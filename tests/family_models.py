@@ -6,11 +6,10 @@ tiny dimensions, beside ``tiny_models.py``'s Qwen builders; nothing is downloade
 
 from __future__ import annotations
 
-import string
+import shutil
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from transformers.models.glm46v import Glm46VConfig, Glm46VForConditionalGeneration
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
@@ -21,6 +20,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 
 from sparsectx.models.processor import load_processor
 from sparsectx.models.published import PUBLISHED_DIR
+from sparsectx.rehearsal.checkpoints import char_tokenizer, write_processor_files
 
 GLM_SPECIALS = [
     "<|endoftext|>",
@@ -56,12 +56,7 @@ LLAVA_PINPOINTS = [[32, 32], [32, 64], [64, 32], [64, 64], [32, 96], [96, 32]]
 
 
 def _char_tokenizer(specials: list[str], eos: str, template: str) -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate([*specials, "<unk>", *string.printable])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    core.add_special_tokens(specials)
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, pad_token="<|endoftext|>", unk_token="<unk>")
+    tok = char_tokenizer(specials, eos, "<|endoftext|>")
     tok.chat_template = template
     return tok
 
@@ -152,49 +147,14 @@ def family_model(family: str, tmp: Path, seed: int = 0, **kwargs: object):  # no
 PUBLISHED = PUBLISHED_DIR
 """The published checkpoints' config.json, preprocessor_config.json and tokenizer_config.json (their chat
 templates), in the real layout; src/sparsectx/assets/published/SOURCES.md says where each came from."""
-QWEN_SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<think>",
-    "</think>",
-]
-PUBLISHED_SPECIALS = {
-    "Qwen2.5-VL-7B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),
-    "Qwen3-VL-4B-Instruct": (QWEN_SPECIALS, "<|im_end|>"),
-    "Qwen3.5-4B": (QWEN_SPECIALS, "<|im_end|>"),
-    "GLM-4.6V-Flash": ([*GLM_SPECIALS, "<think>", "</think>"], "<|endoftext|>"),
-    "llava-onevision-qwen2-7b-ov-hf": (LLAVA_SPECIALS, "<|im_end|>"),
-}
-"""Per published checkpoint: the special tokens its template writes, and its eos (for the stand-in tokenizer)."""
 
 
 def published_checkpoint(name: str, tmp: Path) -> Path:
-    """Returns ``tmp`` holding the published files of checkpoint ``name`` and a character tokenizer with its
-    special tokens (the real tokenizer.json is megabytes; prompts here only need the template's tokens).
-
-    The published tokenizer_config.json is kept as published (its chat template included), with the stand-in
-    tokenizer's class and special-token entries added so transformers can load it.
-    """
-    import json
-    import shutil
-
-    source = PUBLISHED / name
-    specials, eos = PUBLISHED_SPECIALS[name]
-    tok = _char_tokenizer(specials, eos, "")
-    tok.chat_template = None
-    tok.save_pretrained(tmp)
-    saved = json.loads((tmp / "tokenizer_config.json").read_text())
-    published = json.loads((source / "tokenizer_config.json").read_text())
-    for file in ("config.json", "preprocessor_config.json"):
-        shutil.copy(source / file, tmp / file)
-    keep = {k: saved[k] for k in ("tokenizer_class", "added_tokens_decoder", "unk_token") if k in saved}
-    (tmp / "tokenizer_config.json").write_text(json.dumps({**published, **keep}, indent=2))
-    (tmp / "chat_template.jinja").unlink(missing_ok=True)
+    """Returns ``tmp`` holding the published files of checkpoint ``name`` (its config.json as published) and the
+    rehearsal's character-level stand-in tokenizer under its tokenizer_config.json
+    (``sparsectx.rehearsal.checkpoints.write_processor_files``)."""
+    write_processor_files(PUBLISHED / name, tmp)
+    shutil.copy(PUBLISHED / name / "config.json", tmp / "config.json")
     return tmp
 
 

@@ -39,7 +39,7 @@ from sparsectx.pruning.config import PrunerConfig
 from .test_runner_support import base_overrides, build_model_dir, compose_eval
 from .vlmeval_cases import png_b64, write_tsv
 
-# TextVQA_VAL.tsv's layout (tests/eval/real_layouts/vqa.py): index, image, question, answer = a Python list of
+# TextVQA_VAL.tsv's layout (sparsectx/rehearsal/benchmarks/vqa.py): index, image, question, answer = a Python list of
 # the ten annotators' answers; a photo asked twice holds the first row's index in its image cell.
 ANSWERS = [
     ["a bottle of coca cola"] * 6 + ["coca cola", "Coca Cola", "coke", "unanswerable"],  # long majority

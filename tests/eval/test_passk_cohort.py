@@ -16,8 +16,8 @@ from sparsectx.eval.passk_cohort import is_plain_number, numeric_items, pool_pas
 from sparsectx.eval.protocol import load_bench_items, sample_id
 from sparsectx.eval.runner import run
 from sparsectx.generation import Generation
+from sparsectx.rehearsal.benchmarks.image_mcq import lettered as _lettered
 
-from .real_layouts.image_mcq import _lettered
 from .test_runner_support import SIDE, _png, base_overrides, build_model_dir, compose_eval, write_bench
 from .vlmeval_cases import png_b64
 from .vlmeval_cases import write_tsv as write_rows

@@ -1,4 +1,4 @@
-"""Every real benchmark config against a miniature file in that benchmark's real layout (``real_layouts``).
+"""Every real benchmark config against a miniature file in that benchmark's real layout (``rehearsal.benchmarks``).
 
 For each benchmark the project is held to four things:
 
@@ -23,8 +23,8 @@ from sparsectx.data.layout import render_question
 from sparsectx.eval.config import CONF_DIR, BenchSpec, compose_bench
 from sparsectx.eval.protocol import is_correct, load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import score_items
+from sparsectx.rehearsal.benchmarks import RealFile, image_mcq, video, vqa, yes_no
 
-from .real_layouts import RealFile, image_mcq, video, vqa, yes_no
 from .vlmeval_cases import require_vlmeval_env, vlmeval_env, write_tsv
 
 REAL_FILES = {**image_mcq.FILES, **yes_no.FILES, **vqa.FILES, **video.FILES}

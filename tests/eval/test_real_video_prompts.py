@@ -1,6 +1,6 @@
 """Each video benchmark's question text against the text VLMEvalKit's own video class builds for the same row.
 
-The fixtures (``real_layouts/video.py``) are written with their clips; VLMEvalKit runs its own
+The fixtures (``sparsectx/rehearsal/benchmarks/video.py``) are written with their clips; VLMEvalKit runs its own
 ``prepare_dataset`` and ``build_prompt`` on them in its environment (``real_layouts/vlmeval_video_prompts.py``;
 skipped, naming ``make vlmeval-env``, where that environment is absent), sampling the frames itself. For every
 row the project keeps, the project's question text (``render_question`` with the config's prompt parts) must
@@ -25,8 +25,8 @@ import pytest
 from sparsectx.data.layout import render_question
 from sparsectx.eval.config import compose_bench
 from sparsectx.eval.protocol import load_bench_items, sample_id
+from sparsectx.rehearsal.benchmarks import video
 
-from .real_layouts import video
 from .vlmeval_cases import require_vlmeval_env, vlmeval_env, write_tsv
 
 SCRIPT = Path(__file__).resolve().parent / "real_layouts" / "vlmeval_video_prompts.py"

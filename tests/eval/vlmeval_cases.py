@@ -8,21 +8,19 @@ project's scorers gave them.
 
 from __future__ import annotations
 
-import base64
-import csv
-import io
 import json
 import os
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from sparsectx.eval.config import compose_bench
 from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import score_items
 from sparsectx.paths import predictions_path, result_path
+from sparsectx.rehearsal.benchmarks import png_b64
+from sparsectx.rehearsal.benchmarks import write_rows as write_tsv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,24 +36,6 @@ def require_vlmeval_env() -> Path:
     if not (env / "bin" / "python").is_file():
         pytest.skip(f"no VLMEvalKit environment at {env}: build it with `make vlmeval-env`")
     return env
-
-
-def png_b64(shade: int) -> str:
-    """Returns base64 of a 4x4 PNG of one grey shade (distinct images per shade)."""
-    buffer = io.BytesIO()
-    Image.new("RGB", (4, 4), (shade, shade, shade)).save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def write_tsv(path: Path, rows: list[dict[str, str]]) -> Path:
-    """Writes ``rows`` as a TSV with the union of their keys as header, ``image`` filled per row."""
-    header = list(dict.fromkeys(key for row in rows for key in row))
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(header)
-        for row in rows:
-            writer.writerow([row.get(column, "") for column in header])
-    return path
 
 
 YN_PREDICTIONS = [

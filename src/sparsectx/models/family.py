@@ -7,13 +7,15 @@ chat template's thinking switch) is a field here. A checkpoint is matched by its
 ``model_type`` picks the family (several names may share one, e.g. GLM-4.6V-Flash declares ``glm4v``, the
 GLM-4.1V class that transformers 5.17's ``Glm46VForConditionalGeneration`` subclasses without change, see
 ``transformers/models/glm46v/modular_glm46v.py``), and its ``architectures`` must be one the family's adapter
-serves. ``docs/families.md`` tabulates the records with their sources.
+serves. ``docs/families.md`` tabulates the records with their sources. Each record also says how its published
+``config.json`` shrinks to the rehearsal's tiny random-weight instance (``sparsectx.rehearsal.checkpoints``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from transformers import PreTrainedModel
 
@@ -32,6 +34,14 @@ class FamilySpec:
     """``config.json`` ``architectures`` entries the adapter serves (transformers 5.17 class names)."""
     adapter: Callable[[PreTrainedModel, int], VLMAdapter]
     """Builds the family's adapter from an HF model and ``model.signal_chunk``."""
+    special_tokens: Mapping[int, str]
+    """The published tokenizer's special tokens that its checkpoints' ``config.json`` token ids and chat template
+    name, by id (as its ``tokenizer_config.json`` ``added_tokens_decoder`` declares them; the copies kept in
+    ``assets/published`` omit that block). The rehearsal's stand-in tokenizer carries them and remaps the ids."""
+    tiny_config: Callable[[dict[str, Any]], dict[str, Any]]
+    """Published ``config.json`` -> the rehearsal's tiny one, in the same layout: widths and depths shrunk, the
+    published geometry (patch, merge, window, image size) kept and its layer pattern kept in miniature. Token
+    ids and ``vocab_size`` are the caller's (they follow the stand-in tokenizer)."""
     image_processors: Mapping[str, type] = field(default_factory=dict)
     """``image_processor_type`` base names (a trailing ``Fast`` or ``Pil`` dropped) -> the PIL class used. The
     first entry is used when the checkpoint names none."""
@@ -68,6 +78,35 @@ class FamilySpec:
                 f"(accepted: {sorted(self.image_processors)}); is the folder's config.json model_type right?"
             )
         return self.image_processors[base]
+
+
+def scaled_sections(sections: Sequence[int], pairs: int) -> list[int]:
+    """Returns M-RoPE ``sections`` rescaled to sum to ``pairs`` (the rotary frequency pairs of a shrunk head), each
+    in its published proportion, rounded by largest remainder so the sum is exact (the decoder splits its rotary
+    dimensions by these)."""
+    total = sum(sections)
+    exact = [section * pairs / total for section in sections]
+    scaled = [int(x) for x in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: scaled[i] - exact[i])
+    for i in by_remainder[: pairs - sum(scaled)]:
+        scaled[i] += 1
+    return scaled
+
+
+def periodic_miniature(indexes: Sequence[int], depth: int, period: int) -> tuple[list[int], int]:
+    """Returns (block indexes, depth) of a tower whose published periods (``indexes[0] + 1`` blocks each, every
+    index the last block of its period) shrink to ``period`` blocks: as many periods, the same ones marked.
+
+    Raises:
+        ValueError: an index does not end a period of the published spacing, or ``depth`` is not whole periods.
+    """
+    published = indexes[0] + 1
+    if depth % published or any((i + 1) % published for i in indexes):
+        raise ValueError(
+            f"block indexes {list(indexes)} of a {depth}-block tower are not evenly spaced period ends; "
+            "the family's tiny_config needs its own miniature of this pattern"
+        )
+    return [(i + 1) // published * period - 1 for i in indexes], depth // published * period
 
 
 class FamilyRegistry:

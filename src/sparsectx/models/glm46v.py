@@ -10,12 +10,15 @@ Its decoder's rotary is interleaved and partial; ``in_llm`` uses each decoder's 
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import FamilySpec, scaled_sections
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
@@ -42,9 +45,46 @@ LAYOUT = VisionLayout(
 
 NAME = "glm46v"
 
+SPECIAL_TOKENS = {
+    151329: "<|endoftext|>",
+    151331: "[gMASK]",
+    151333: "<sop>",
+    151335: "<|system|>",
+    151336: "<|user|>",
+    151337: "<|assistant|>",
+    151338: "<|observation|>",
+    151339: "<|begin_of_image|>",
+    151340: "<|end_of_image|>",
+    151341: "<|begin_of_video|>",
+    151342: "<|end_of_video|>",
+    151350: "<think>",
+    151351: "</think>",
+    151363: "<|image|>",
+    151364: "<|video|>",
+}
+"""The GLM-4 tokenizer's special tokens that GLM-4.6V's config.json ids (eos 151329/151336/151338, the image and
+video ids) and chat template name; GLM-4.5's layout for the template's ``<think>`` pair."""
+
 
 def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
     return QwenVLAdapter(NAME, model, LAYOUT, signal_chunk)
+
+
+def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
+    """Returns GLM-4.6V's tiny config.json: a 2-layer decoder of width 64 with 2 query heads and 1 KV head
+    (GLM's grouped-query shape) of 32, its published partial rotary factor over them and M-RoPE sections in the
+    published proportion over the rotary pairs left (0.5 x 32 / 2 = 8: [8, 12, 12] -> [2, 3, 3]); a 2-block
+    vision tower of width 32. Patch, merge, temporal patch and ``image_size`` stay as published."""
+    config = copy.deepcopy(published)
+    text = config["text_config"]
+    text.update(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
+    )
+    rope = text["rope_parameters"]
+    partial = rope.get("partial_rotary_factor", text.get("partial_rotary_factor"))
+    rope["mrope_section"] = scaled_sections(rope["mrope_section"], int(64 // 2 * partial) // 2)
+    config["vision_config"].update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
+    return config
 
 
 SPEC = FamilySpec(
@@ -52,6 +92,8 @@ SPEC = FamilySpec(
     model_types=("glm46v", "glm4v"),
     architectures=("Glm46VForConditionalGeneration", "Glm4vForConditionalGeneration"),
     adapter=_adapter,
+    special_tokens=SPECIAL_TOKENS,
+    tiny_config=_tiny_config,
     image_processors={"Glm46VImageProcessor": Glm46VImageProcessorPil, "Glm4vImageProcessor": Glm4vImageProcessorPil},
     image_marker="<|image|>",
     video_layout="glm_frames",

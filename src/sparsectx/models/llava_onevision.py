@@ -16,9 +16,11 @@ The language model (Qwen2) takes 1-D positions: row 0 of the three equal rows ev
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -202,11 +204,36 @@ class LlavaOnevisionAdapter:
         return self.model.lm_head(hidden)
 
 
+SPECIAL_TOKENS = {
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151646: "<image>",
+    151647: "<video>",
+}
+"""The llava-hf Qwen2 tokenizer's special tokens: Qwen2's three, then ``<image>`` and ``<video>`` as config.json's
+``image_token_index`` / ``video_token_index`` declare them."""
+
+
+def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
+    """Returns LLaVA-OneVision's tiny config.json: a 2-layer Qwen2 decoder of width 64 (4 heads, 2 KV heads), a
+    2-layer SigLIP of width 32. The view geometry (``image_size``, ``patch_size``), ``image_grid_pinpoints``,
+    ``vision_aspect_ratio``, ``vision_feature_layer`` and ``vision_feature_select_strategy`` stay as published."""
+    config = copy.deepcopy(published)
+    config["text_config"].update(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    config["vision_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    return config
+
+
 SPEC = FamilySpec(
     name="llava_onevision",
     model_types=("llava_onevision",),
     architectures=("LlavaOnevisionForConditionalGeneration",),
     adapter=LlavaOnevisionAdapter,
+    special_tokens=SPECIAL_TOKENS,
+    tiny_config=_tiny_config,
     image_processors={"LlavaOnevisionImageProcessor": LlavaOnevisionImageProcessorPil},
     image_marker="<image>",
     video_layout=None,

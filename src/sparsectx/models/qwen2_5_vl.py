@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.vision_utils import get_vision_window_index
 
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
@@ -38,9 +41,42 @@ LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deep
 
 NAME = "qwen2_5_vl"
 
+SPECIAL_TOKENS = {
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+}
+"""The Qwen2-VL tokenizer's special tokens that Qwen2.5-VL's config.json ids and chat template name (its
+tokenizer_config.json added_tokens_decoder, ids 151643-151664; the vision ids as config.json declares them)."""
+
 
 def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
     return QwenVLAdapter(NAME, model, LAYOUT, signal_chunk)
+
+
+def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
+    """Returns Qwen2.5-VL's tiny config.json (the published layout, decoder keys at the top level): a 2-layer
+    decoder of width 64 with 4 heads of 16 and M-RoPE sections in the published proportion; a vision tower of
+    width 32 whose periods of windowed blocks closing on a full-attention block (``fullatt_block_indexes``
+    [7, 15, 23, 31] of 32) become periods of 2, one windowed then one full. Patch, merge, temporal patch and
+    ``window_size`` stay as published."""
+    config = copy.deepcopy(published)
+    text = config.get("text_config", config)
+    text.update(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    rope = text.get("rope_parameters") or text["rope_scaling"]
+    rope["mrope_section"] = scaled_sections(rope["mrope_section"], 64 // 4 // 2)
+    vision = config["vision_config"]
+    full, depth = periodic_miniature(vision["fullatt_block_indexes"], vision["depth"], period=2)
+    vision.update(
+        depth=depth, fullatt_block_indexes=full, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64
+    )
+    return config
 
 
 SPEC = FamilySpec(
@@ -48,6 +84,8 @@ SPEC = FamilySpec(
     model_types=("qwen2_5_vl",),
     architectures=("Qwen2_5_VLForConditionalGeneration",),
     adapter=_adapter,
+    special_tokens=SPECIAL_TOKENS,
+    tiny_config=_tiny_config,
     image_processors={"Qwen2VLImageProcessor": Qwen2VLImageProcessorPil},
     image_marker="<|image_pad|>",
     video_layout="grid",

@@ -19,6 +19,9 @@ padding mask.
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -81,11 +84,50 @@ class Qwen35Adapter(QwenVLAdapter):
         raise in_llm_refusal(layer)
 
 
+SPECIAL_TOKENS = {
+    248044: "<|endoftext|>",
+    248045: "<|im_start|>",
+    248046: "<|im_end|>",
+    248053: "<|vision_start|>",
+    248054: "<|vision_end|>",
+    248056: "<|image_pad|>",
+    248057: "<|video_pad|>",
+    248068: "<think>",
+    248069: "</think>",
+}
+"""The Qwen3.5 tokenizer's (248,320 ids) special tokens that its config.json ids and chat template name: Qwen3's
+layout moved up by 96,401 (the vision ids as the kept config.json declares them; the ChatML and think ids as
+public Qwen3.5 inference code uses them: eos 248044/248046, ``<think>\n\n</think>\n\n`` = 248068 271 248069
+271)."""
+
+
+def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
+    """Returns Qwen3.5's tiny config.json: one period of the hybrid decoder (``layer_types`` up to and including
+    the first full-attention layer, or ``full_attention_interval`` layers: three linear, then one full) of width
+    64; full attention with 2 query heads and 1 KV head of the published ``head_dim``, so its partial rotary and
+    M-RoPE sections stay as published; linear attention with 2 key and 4 value heads of 16 and the published
+    convolution kernel; a 2-block vision tower of width 32. Patch, merge and temporal patch stay as published."""
+    config = copy.deepcopy(published)
+    text = config["text_config"]
+    types = text.get("layer_types")
+    period = types.index("full_attention") + 1 if types else text["full_attention_interval"]
+    if types:
+        text["layer_types"] = types[:period]
+    text.update(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=period, num_attention_heads=2, num_key_value_heads=1,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    )  # fmt: skip
+    config["vision_config"].update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
+    return config
+
+
 SPEC = FamilySpec(
     name=FAMILY,
     model_types=("qwen3_5",),
     architectures=("Qwen3_5ForConditionalGeneration",),
     adapter=Qwen35Adapter,
+    special_tokens=SPECIAL_TOKENS,
+    tiny_config=_tiny_config,
     image_processors={"Qwen2VLImageProcessor": Qwen2VLImageProcessorPil},
     image_marker="<|image_pad|>",
     video_layout="timestamps",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
@@ -27,9 +30,50 @@ LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deep
 
 NAME = "qwen3_vl"
 
+SPECIAL_TOKENS = {
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+    151667: "<think>",
+    151668: "</think>",
+}
+"""The Qwen3 tokenizer's special tokens that Qwen3-VL's config.json ids and chat template name (Qwen2-VL's
+151643-151664, then ``<tool_response>`` pair and ``<think>`` pair at 151665-151668)."""
+
 
 def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
     return QwenVLAdapter(NAME, model, LAYOUT, signal_chunk)
+
+
+def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
+    """Returns Qwen3-VL's tiny config.json: a vision tower of width 32 whose DeepStack taps
+    (``deepstack_visual_indexes`` [5, 11, 17] of 24, each closing a period of 6 blocks) close periods of 2,
+    and a decoder of width 64 with one layer per tap plus one (each DeepStack level is added after its own
+    layer), 4 heads of 32 and M-RoPE sections in the published proportion. Patch, merge, temporal patch and
+    ``num_position_embeddings`` stay as published."""
+    config = copy.deepcopy(published)
+    vision = config["vision_config"]
+    taps, depth = periodic_miniature(vision["deepstack_visual_indexes"], vision["depth"], period=2)
+    vision.update(
+        depth=depth,
+        deepstack_visual_indexes=taps,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=64,
+    )
+    text = config["text_config"]
+    text.update(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=len(taps) + 1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32,
+    )  # fmt: skip
+    rope = text.get("rope_parameters") or text["rope_scaling"]
+    rope["mrope_section"] = scaled_sections(rope["mrope_section"], 32 // 2)
+    return config
 
 
 SPEC = FamilySpec(
@@ -37,6 +81,8 @@ SPEC = FamilySpec(
     model_types=("qwen3_vl",),
     architectures=("Qwen3VLForConditionalGeneration",),
     adapter=_adapter,
+    special_tokens=SPECIAL_TOKENS,
+    tiny_config=_tiny_config,
     image_processors={"Qwen2VLImageProcessor": Qwen2VLImageProcessorPil},
     image_marker="<|image_pad|>",
     video_layout="timestamps",

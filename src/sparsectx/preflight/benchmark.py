@@ -73,8 +73,9 @@ def needed_columns(spec: BenchSpec, columns: list[str]) -> list[tuple[str, str]]
     """Returns (column, why it is needed) for each column ``spec`` reads that ``columns`` lacks."""
     layout = spec.layout
     missing = [(c, "VLMEvalKit's layout has it in every benchmark file") for c in missing_columns(columns)]
-    if layout.gold_column not in columns and layout.gold_column not in dict(missing):
-        missing.append((layout.gold_column, f"bench.{spec.name}.layout.gold_column reads the gold answer there"))
+    for gold in layout.gold_column.split("|"):  # ``a|b``: the first non-empty of a and b (``gold_cell``)
+        if gold not in columns and gold not in dict(missing):
+            missing.append((gold, f"bench.{spec.name}.layout.gold_column reads the gold answer there"))
     if layout.options in ("list", "lines") and layout.options_column not in columns:
         missing.append((layout.options_column, f"bench.{spec.name}.layout.options_column holds the options"))
     letters = [c for c in columns if len(c) == 1 and c in string.ascii_uppercase]

@@ -9,8 +9,7 @@ with ``MME_rating`` (``category``, ``image_path``), ``POPE_rating`` (``category`
 
 from __future__ import annotations
 
-from ..vlmeval_cases import png_b64
-from . import RealFile
+from . import RealFile, png_b64
 
 YES_NO = ((lambda _id, gold: gold), (lambda _id, gold: "No" if gold == "Yes" else "Yes"))
 """(right, wrong) answers of a yes/no row: the gold word, and the other one."""

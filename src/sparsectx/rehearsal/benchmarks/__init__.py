@@ -2,15 +2,21 @@
 
 Each module maps benchmark names (``conf/bench/<name>.yaml``) to a builder of a ``RealFile`` (or one per file
 of a benchmark VLMEvalKit ships as several): a few rows with the real file's columns in its order, its cell
-types and quirks, each builder's docstring citing where the layout comes from. ``tests/eval/
-test_real_benchmarks.py`` checks every real benchmark config against them (``check.py``).
+types and quirks, each builder's docstring citing where the layout comes from. The rehearsal writes them where
+a real run reads its benchmarks (``sparsectx.rehearsal.data``); ``tests/eval/test_real_benchmarks.py`` checks
+every real benchmark config against them.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -18,7 +24,7 @@ class RealFile:
     """A miniature benchmark file: its rows in the real layout, and the answers that are right and wrong."""
 
     rows: list[dict[str, str]]
-    """Rows with the real file's columns in its order (``write_tsv`` writes the union of their keys)."""
+    """Rows with the real file's columns in its order (``write_rows`` writes the union of their keys)."""
     right: Callable[[str, str], str]
     """(sample id, gold answer in the scorer's form) -> an answer the scorer must count right."""
     wrong: Callable[[str, str], str]
@@ -44,3 +50,23 @@ class RealFile:
 
 
 Builder = Callable[[], "RealFile | list[RealFile]"]
+
+
+def png_b64(shade: int) -> str:
+    """Returns base64 of a 4x4 PNG of one grey shade (distinct images per shade), as a TSV's ``image`` cell
+    holds it."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), (shade, shade, shade)).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def write_rows(path: Path, rows: list[dict[str, str]]) -> Path:
+    """Writes ``rows`` as a TSV with the union of their keys as header (a missing cell empty), quoting as
+    pandas' ``to_csv(sep='\\t')`` does (minimal), and returns ``path``."""
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([row.get(column, "") for column in header])
+    return path

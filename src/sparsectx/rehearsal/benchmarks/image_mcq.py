@@ -3,8 +3,7 @@ subclasses."""
 
 from __future__ import annotations
 
-from ..vlmeval_cases import png_b64
-from . import RealFile
+from . import RealFile, png_b64
 
 
 def _letter_answers() -> tuple:
@@ -54,7 +53,7 @@ def _images(*shades: int) -> tuple[str, str]:
     return str([png_b64(s) for s in shades]), str([f"{shades[0]}_{k}.jpg" for k in range(len(shades))])
 
 
-def _lettered(options: list[str], letters: str) -> dict[str, str]:
+def lettered(options: list[str], letters: str) -> dict[str, str]:
     """Returns the option cells ``letters`` filled from ``options`` in order, the rest empty (NaN to pandas)."""
     return dict(zip(letters, options + [""] * (len(letters) - len(options)), strict=True))
 
@@ -66,7 +65,7 @@ def _mcq_rows(cases: list[tuple], letters: str, first: int = 0, **constant: str)
         {
             "index": str(first + i),
             "question": question,
-            **_lettered(options, letters),
+            **lettered(options, letters),
             "answer": gold,
             "category": category,
             "image": png_b64(first + i + 1),
@@ -81,7 +80,9 @@ def mmstar() -> RealFile:
     answer, category, l2-category, image``. ``build_prompt`` reads ``question``, the A-Z cells and ``hint``
     (absent); ``report_acc`` groups by ``category`` and ``l2-category``. Quirk kept: MMStar's question text
     (Lin-Chen/MMStar) carries its options inline (``Options: A: ..., B: ...``), so VLMEvalKit's prompt lists
-    them twice. Column order and the inline options are from the dataset card, not read from the TSV itself."""
+    them twice. A counting row has numbers for options (an item of SCOPD's numeric Pass@K cohort,
+    ``sparsectx.eval.passk_cohort``). Column order and the inline options are from the dataset card, not read from
+    the TSV itself."""
     cases = [
         (
             "Which option describe the object relationship in the image correctly?\nOptions: A: The cup is on "
@@ -101,9 +102,15 @@ def mmstar() -> RealFile:
             "A",
             "coarse perception",
         ),
+        (
+            "How many apples are on the table?\nOptions: A: 3, B: 4, C: 5, D: 6",
+            ["3", "4", "5", "6"],
+            "B",
+            "fine-grained perception",
+        ),
     ]
     rows = _mcq_rows(cases, "ABCD")
-    for row, l2 in zip(rows, ("object relationship", "image scene and topic"), strict=True):
+    for row, l2 in zip(rows, ("object relationship", "image scene and topic", "object counting"), strict=True):
         row["l2-category"] = l2
     return RealFile(rows, *_letter_answers())
 
@@ -131,7 +138,8 @@ def blink() -> RealFile:
     image_path``. Multi-image sub-tasks (Multi-view Reasoning, Visual Similarity, Jigsaw, ...) keep a Python
     list of base64 images in ``image`` and of file names in ``image_path`` (``ImageBaseDataset.__init__``
     ``toliststr``; ``dump_image`` asserts ``image_path``); ``build_prompt`` puts every image first. Two- and
-    four-option rows. Column order not read from the file itself."""
+    four-option rows; the Counting sub-task's options are numbers (an item of SCOPD's numeric Pass@K cohort).
+    Column order not read from the file itself."""
     cases = [
         ("Which point is closer to the camera?", ["A is closer", "B is closer"], "B", "Relative_Depth"),
         (
@@ -146,11 +154,13 @@ def blink() -> RealFile:
             "D",
             "Jigsaw",
         ),
+        ("How many blue floats are there?", ["0", "1", "2", "3"], "D", "Counting"),
     ]
     rows = _mcq_rows(cases, "ABCD")
     for row, shades in ((rows[1], (40, 41, 42)), (rows[2], (50, 51))):
         row["image"], row["image_path"] = _images(*shades)
-    rows[0]["image_path"] = "0.jpg"  # every row names its file once the column exists (toliststr of NaN fails)
+    for i in (0, 3):  # every row names its file once the column exists (toliststr of NaN fails)
+        rows[i]["image_path"] = f"{i}.jpg"
     return RealFile(rows, *_letter_answers())
 
 
@@ -214,7 +224,7 @@ def cv_bench() -> list[RealFile]:
                 {
                     "index": str(i),
                     "question": question,
-                    **_lettered(options, "ABCD"),
+                    **lettered(options, "ABCD"),
                     "answer": gold,
                     "prompt": f"{question} Select from the following choices.{lines}",
                     "split": split,
@@ -280,7 +290,7 @@ def mmmu_dev_val() -> RealFile:
             {
                 "index": str(i),
                 "question": question,
-                **_lettered(options, letters),
+                **lettered(options, letters),
                 "answer": gold,
                 "category": category,
                 "image": png_b64(90 + i),
@@ -297,13 +307,15 @@ def mmmu_pro_10c() -> RealFile:
     """MMMU_Pro_10c.tsv (``MMMUProDataset``, the standard setting): ``index, question, A..J, answer,
     category, image, image_path, id``; up to ten options (some rows fewer), ``<image k>`` tags in the
     question (``build_prompt`` ends with ``split_MMMU``; compared before splitting, ``unsplit``), multi-image
-    rows as Python lists. ``build_prompt``: ``Question:``, ``Options:`` lines, then ``Answer directly with the
-    option letter from the given choices.``, no hint. Column order not read from the file itself."""
+    rows as Python lists; a row whose options are all numbers (an item of SCOPD's numeric Pass@K cohort).
+    ``build_prompt``: ``Question:``, ``Options:`` lines, then ``Answer directly with the option letter from the
+    given choices.``, no hint. Column order not read from the file itself."""
     letters = "ABCDEFGHIJ"
     ten = [f"x = {v}" for v in range(10, 20)]
     cases = [
         ("<image 1> What is the value of x?", ten, "F", "Math"),
         ("Which structure in <image 1> matches <image 2>?", ["left", "middle", "right", "none", "all"], "C", "Biology"),
+        ("<image 1> What is the angle x in degrees?", [str(v) for v in range(10, 20)], "F", "Math"),
     ]
     rows = []
     for i, (question, options, gold, category) in enumerate(cases):
@@ -311,7 +323,7 @@ def mmmu_pro_10c() -> RealFile:
             {
                 "index": str(i),
                 "question": question,
-                **_lettered(options, letters),
+                **lettered(options, letters),
                 "answer": gold,
                 "category": category,
                 "image": png_b64(100 + i),
@@ -346,7 +358,7 @@ def muirbench() -> RealFile:
             {
                 "index": str(i),
                 "question": question,
-                **_lettered(options, "ABCDEF"),
+                **lettered(options, "ABCDEF"),
                 "answer": gold,
                 "image": image,
                 "image_path": paths,

@@ -12,8 +12,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
-from ..vlmeval_cases import png_b64
-from . import RealFile
+from . import RealFile, png_b64
 
 
 def _same(_id: str, gold: str) -> str:
@@ -35,13 +34,20 @@ def textvqa() -> RealFile:
     the VQA score over them (``hit_calculate``'s TextVQA branch). Quirks kept: answers disagreeing and
     differing in case/punctuation (``"Nokia"``, ``"nokia."``); one photo asked twice, the second row
     holding the first row's ``index`` in ``image`` (shared-image reference; TextVQA's 5,000 val questions
-    are on 3,166 images). Nothing is dropped."""
+    are on 3,166 images); a long majority answer (seven words: a question LT-OPD's efficiency protocol times,
+    ``sparsectx.eval.efficiency_protocol``). Nothing is dropped."""
     answers = [
         ["nokia"] * 6 + ["Nokia", "nokia.", "nokia phone", "unanswerable"],
         ["5"] * 4 + ["five", "5:00", "5", "unanswerable", "4", "5"],
         ["stop"] * 10,
+        ["welcome to the old mill road bakery"] * 7 + ["old mill road bakery", "Welcome to the Old Mill", "bakery"],
     ]
-    questions = ["What brand is the phone?", "What time does the clock show?", "What does the sign say?"]
+    questions = [
+        "What brand is the phone?",
+        "What time does the clock show?",
+        "What does the sign say?",
+        "What is written above the door?",
+    ]
     rows = [
         {
             "index": str(34602 + i),
@@ -212,7 +218,8 @@ def logicvista() -> RealFile:
     ``LogicVista_auxeval``; ``skill`` in ``evaluate_logicvista``, matched by substring: a cell may name
     several skills; vlmeval/dataset/utils/logicvista.py). Quirks kept: no option columns, the options are
     in the question text or drawn in the figure; a question with several right letters (gold ``"A, C"``,
-    compared as a sorted letter set)."""
+    compared as a sorted letter set); a question whose inline options are numbers (an item of SCOPD's numeric
+    Pass@K cohort)."""
     rows = [
         {
             "index": "0",
@@ -228,8 +235,15 @@ def logicvista() -> RealFile:
             "answer": "A, C",
             "skill": "spatial, deductive",
         },
+        {
+            "index": "2",
+            "image": png_b64(112),
+            "question": "What is the next number in the sequence 2, 4, 8, 16? Choices: A. 24 B. 32 C. 30 D. 20",
+            "answer": "B",
+            "skill": "numerical, inductive",
+        },
     ]
-    return RealFile(rows, _same, lambda _id, gold: "B")
+    return RealFile(rows, _same, lambda _id, gold: "E")
 
 
 FILES = {
