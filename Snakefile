@@ -1,6 +1,6 @@
 """The sparsectx study as a DAG; the default target is all_tables.
 
-preflight (real inputs only) -> data -> full-context evaluation -> training-free pruning sweeps -> training -> evaluation of every trained
+plan and preflight (real inputs only) -> data -> full-context evaluation -> training-free pruning sweeps -> training -> evaluation of every trained
 checkpoint -> Pass@K -> efficiency -> tables. Which leaves exist is decided by sparsectx.workflow from the
 `grid:` block of conf/experiment/<experiment>.yaml (workflow/README.md explains the layout).
 
@@ -20,6 +20,7 @@ configfile: Path(workflow.basedir) / "workflow" / "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/plan.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/sweep.smk"

@@ -191,6 +191,9 @@ def test_too_few_items_for_the_resamples_names_the_key() -> None:
         ValueError, match=r"bootstrap.resamples=127: benchmark 'tiny_bench' has too few items"
     ):
         check_enough(lay, 127, "tiny_bench")
+    why = check_enough(lay, 127, "tiny_bench", too_few="no_interval")
+    assert why is not None and why.startswith("bootstrap.resamples=127") and "126 distinct" in why
+    assert check_enough(lay, 126, "tiny_bench", too_few="no_interval") is None
 
 
 def test_too_few_resamples_for_the_level_names_the_key() -> None:

@@ -238,6 +238,12 @@ def test_too_few_items_fails_before_any_table_naming_the_key(tmp_path: Path) -> 
         run(compose_tables(root))
     assert not (root / "tiny" / "tables").exists()
     run(compose_tables(root, "bootstrap.resamples=20", "bootstrap.level=0.5"))  # POPE: 3 strata of 2, 27
+    # bootstrap.too_few=no_interval: the tables are written, the too-small benchmarks' cells without intervals
+    run(compose_tables(root, "bootstrap.too_few=no_interval"))
+    main = read_csv(root / "tiny" / "tables" / "main.csv")
+    assert all(row["syn_count"] != "" and "syn_count lo" not in row for row in main.values())
+    note = "No interval (bootstrap.resamples=1000: benchmark 'syn_count' has too few items for it (4 items"
+    assert note in (root / "tiny" / "tables" / "main.md").read_text()
 
 
 def test_a_repeated_seed_names_the_key(results: Path) -> None:

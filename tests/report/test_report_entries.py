@@ -71,7 +71,7 @@ def study(tmp_path: Path) -> Path:
             path = predictions_path(leaf_dir(tmp_path / "results", "tiny", "tiny", method, "visionzip", budget), bench)
             rows = [
                 {**row, "num_tokens": tokens_of(method, budget, i), "status": "tagged", "stopped": True,
-                 "correct": i in right, "output": f"<think>t{i}</think><answer>{row['answer']}</answer>"}
+                 "correct": i in right, "output": f"<think>t{i}\rline</think><answer>{row['answer']}</answer>"}
                 for i, row in enumerate(read_jsonl(path))
             ]  # fmt: skip
             rows[-1]["status"] = "error"  # a failed generation: left out of the mean
@@ -202,6 +202,9 @@ def test_examples_page_draws_items_with_the_grid_seed(study: Path) -> None:
         key = ("base" if row["method"] == "Vanilla" else "scopd", float(row["budget"]))
         assert row["correct"] == str(int(ids[0]) in right[key])
     assert f"**Question:** q{ids[0]}" in page and "**Reference:**" in page
+    # a carriage return inside a response (random or OCR text) stays inside its quoted cell: the row still parses
+    responses = [r["response"] for r in rows if r["response"]]
+    assert responses and all(r.startswith("<think>t") and "\nline</think>" in r for r in responses)
 
 
 def flops_grid() -> dict:

@@ -217,14 +217,13 @@ def test_a_models_train_overrides_come_last_in_its_training_jobs_only() -> None:
         build(raw)
 
 
-def test_the_ltopd_preset_shards_its_9b_models_and_freezes_the_llava_tower() -> None:
-    """LT-OPD's 9B full-parameter runs shard over the job's GPUs (one unsharded copy per process does not fit
-    80 GB: docs/performance.md), and the LLaVA-OneVision stand-in trains the language model only (its family
-    refuses method.train_vision)."""
+def test_the_ltopd_preset_shards_its_trainings_and_freezes_the_llava_tower() -> None:
+    """LT-OPD's full-parameter runs shard over the job's GPUs with activations recomputed (replicated they do not
+    fit 80 GB: tests/plan), and the LLaVA-OneVision stand-in trains the language model only (its family refuses
+    method.train_vision)."""
     grid = wf.Grid("ltopd_qwen3_5_4b", wf.load_yaml(wf.CONF_DIR / "experiment" / "ltopd_qwen3_5_4b.yaml")["grid"])
-    for model in ("qwen3_5_9b", "glm46v_9b"):
-        (run,) = [r for r in grid.train_runs if r.model == model and r.method == "lt_opd"]
-        assert wf.train_args(grid, run)[-2:] == ["distributed.strategy=fsdp", "memory.activation_checkpointing=true"]
+    for run in grid.train_runs:
+        assert {"distributed.strategy=fsdp", "memory.activation_checkpointing=true"} <= set(wf.train_args(grid, run))
     (run,) = [r for r in grid.train_runs if r.model == "llava_onevision_qwen2_7b"]
     assert wf.train_args(grid, run)[-1] == "method.train_vision=false"
     assert all(

@@ -51,11 +51,14 @@ def test_real_preset_runs_the_preflight_first(tmp_path: Path, experiment: str) -
     plan = dry_run(tmp_path, "--config", f"experiment={experiment}")
     listed = jobs(plan)
     report = f"results/{experiment}/preflight.json"
-    assert listed[0][0] == "preflight" and [rule for rule, _ in listed].count("preflight") == 1
+    # the plan first (sparsectx.plan: nothing queued when a job cannot fit), then the preflight, which waits for it
+    assert [rule for rule, _ in listed[:2]] == ["plan", "preflight"]
+    assert [rule for rule, _ in listed].count("preflight") == 1
+    assert re.search(rf"input: [^\n]*results/{experiment}/plan\.md", listed[1][1])
     gpu_jobs = [text for rule, text in listed if rule in GPU_RULES]
     assert gpu_jobs and all(re.search(rf"input: [^\n]*{re.escape(report)}", text) for text in gpu_jobs)
     grid = wf.load_grid(experiment)
-    command = listed[0][1]
+    command = listed[1][1]
     assert f"'models=[{','.join(grid.names('model'))}]'" in command
     assert f"'bench=[{','.join(grid.names('bench'))}]'" in command
     assert f"'train_files=[{','.join(grid.train_files())}]'" in command and f"out={report}" in command
@@ -66,7 +69,8 @@ def test_model_paths_reach_the_preflight_and_every_job_of_that_model(tmp_path: P
     paths.write_text(yaml.safe_dump({"model_paths": {"qwen2_5_vl_7b": "/models/Qwen2.5-VL-7B-Instruct"}}))
     plan = dry_run(tmp_path, "--config", "experiment=scopd_qwen2_5_vl_7b", "--configfile", str(paths))
     listed = jobs(plan)
-    assert "qwen2_5_vl_7b:" in listed[0][1] and "/models/Qwen2.5-VL-7B-Instruct" in listed[0][1]
+    preflight = dict(listed)["preflight"]
+    assert "qwen2_5_vl_7b:" in preflight and "/models/Qwen2.5-VL-7B-Instruct" in preflight
     for rule, text in listed:
         if rule in GPU_RULES:
             on_7b = "model=qwen2_5_vl_7b " in text
@@ -77,3 +81,19 @@ def test_tiny_study_has_no_preflight(tmp_path: Path) -> None:
     plan = dry_run(tmp_path, "--config", "experiment=tiny")
     assert "preflight" not in plan
     assert wf.load_grid("tiny").preflight_inputs() == []
+
+
+def test_each_gpu_job_asks_slurm_for_its_planned_time_limit(tmp_path: Path) -> None:
+    # the runtime each job requests is the plan's limit of that job (sparsectx.plan), not the flat grid runtime
+    from sparsectx.plan import planned_runtimes
+
+    listed = jobs(dry_run(tmp_path, "--config", "experiment=ltopd_qwen3_5_4b"))
+    limits = planned_runtimes(wf.load_grid("ltopd_qwen3_5_4b"))
+    checked = set()
+    for rule, text in listed:
+        if rule in GPU_RULES:
+            output = re.search(r"output: ([^\s,]+)", text).group(1)
+            assert f"runtime={limits[output]}," in text, (rule, output)
+            checked.add(rule)
+    assert checked == {"train", "evaluate_base", "evaluate_trained", "efficiency"}
+    assert len({limits[o] for o in limits}) > 3  # the limits differ by job, not one flat value

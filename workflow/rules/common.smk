@@ -15,7 +15,8 @@ if Path(workflow.basedir).resolve() != wf.REPO_DIR:
 CONFIG = wf.resolve_config(config)
 wf.validate_config(CONFIG)  # workflow/schemas/config.schema.yaml; each error names its dotted key
 REHEARSAL = wf.rehearsal_of(CONFIG)  # rehearsal: true (conf/rehearsal.yaml); None for the real study
-GRID = wf.Grid(CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"], CONFIG.get("model_paths"), REHEARSAL)
+GRID_ARGS = (CONFIG["experiment"], CONFIG["grid"], CONFIG["hydra_overrides"], CONFIG.get("model_paths"))
+GRID = wf.Grid(*GRID_ARGS, REHEARSAL)
 wf.check_tables_seeds(GRID)
 _unknown = GRID.unknown_conf_names()
 if _unknown:
@@ -24,7 +25,13 @@ wf.check_sweep_values(GRID)  # each sweep point's composed training config sets 
 DATA = GRID.data_files()
 RES = GRID.resources
 PREFLIGHT = GRID.preflight_inputs()  # every train and evaluation job's first input ([] on built data)
-
+# A study on the user's inputs starts with its plan (workflow/rules/plan.smk) and asks SLURM for the plan's time
+# limit of each job (sparsectx.plan.dag); a rehearsal plans the real grid it stands in for.
+PLAN_GRID = GRID if REHEARSAL is None else wf.Grid(*GRID_ARGS)
+if GRID.preflight:
+    from sparsectx.plan.dag import planned_resources as rule_resources
+else:  # the tiny studies: the grid's flat runtime (their plan has no figures; importing it costs seconds)
+    from sparsectx.workflow import flat_resources as rule_resources
 
 wildcard_constraints:
     experiment=re.escape(GRID.experiment),

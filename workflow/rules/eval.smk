@@ -22,7 +22,7 @@ rule evaluate_trained:
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:
-        **RES["evaluate"],
+        **rule_resources(GRID, PLAN_GRID, "evaluate", GRID.eval_outputs(wf.RESULT_PATTERN)),
     shell:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 
@@ -63,7 +63,7 @@ rule passk:
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), mode="passk"),
     threads: RES["passk"]["cpus_per_task"]
     resources:
-        **RES["passk"],
+        **rule_resources(GRID, PLAN_GRID, "passk", [wf.PASSK_PATTERN]),
     shell:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 
@@ -85,7 +85,7 @@ rule efficiency:
         args=lambda w: wf.efficiency_args(GRID, GRID.efficiency_run(w.model, w.method, w.pruner)),
     threads: RES["efficiency"]["cpus_per_task"]
     resources:
-        **RES["efficiency"],
+        **rule_resources(GRID, PLAN_GRID, "efficiency", [wf.EFFICIENCY_PATTERN]),
     shell:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 

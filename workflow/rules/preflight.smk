@@ -14,6 +14,8 @@ if GRID.preflight:
     rule preflight:
         """Checks every scheduled model's checkpoint folder, benchmark file and the training file
         (python src/preflight.py); writes its JSON report only when every input passed."""
+        input:
+            plan=GRID.plan_output(),
         output:
             wf.PREFLIGHT_PATTERN,
         log:

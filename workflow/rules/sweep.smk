@@ -20,7 +20,7 @@ rule evaluate_base:
         args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
     threads: RES["evaluate"]["cpus_per_task"]
     resources:
-        **RES["evaluate"],
+        **rule_resources(GRID, PLAN_GRID, "evaluate", GRID.eval_outputs(wf.RESULT_PATTERN)),
     shell:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 

@@ -27,7 +27,7 @@ rule make_tables:
         "benchmarks/tables/{experiment}.tsv"
     params:
         cli=wf.entry_point("make_tables.py"),
-        args=wf.tables_args(GRID),
+        args=wf.tables_args(GRID, workflow.configfiles),
     threads: RES["tables"]["cpus_per_task"]
     resources:
         **RES["tables"],

@@ -24,7 +24,7 @@ rule train:
         args=lambda w: wf.train_args(GRID, wf.run_of(w)),
     threads: RES["train"]["cpus_per_task"]
     resources:
-        **RES["train"],
+        **rule_resources(GRID, PLAN_GRID, "train", [wf.CHECKPOINT_PATTERN]),
     shell:
         "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 

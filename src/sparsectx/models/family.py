@@ -80,6 +80,11 @@ class FamilySpec:
         return self.image_processors[base]
 
 
+TINY_DECODER_LAYERS = 4
+"""Decoder layers of a tiny instance with no layer pattern of its own to keep: FastV and DART prune before layer
+K = 2 (conf/pruner/fastv.yaml, dart.yaml) and need layers after it, as EPIC's layer schedules do."""
+
+
 def scaled_sections(sections: Sequence[int], pairs: int) -> list[int]:
     """Returns M-RoPE ``sections`` rescaled to sum to ``pairs`` (the rotary frequency pairs of a shrunk head), each
     in its published proportion, rounded by largest remainder so the sum is exact (the decoder splits its rotary

@@ -30,7 +30,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 )
 
 from sparsectx.models.adapter import LLMInputs
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import TINY_DECODER_LAYERS, FamilySpec
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.positions import flat_positions
 from sparsectx.models.video_input import video_refusal
@@ -221,7 +221,11 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     ``vision_aspect_ratio``, ``vision_feature_layer`` and ``vision_feature_select_strategy`` stay as published."""
     config = copy.deepcopy(published)
     config["text_config"].update(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=TINY_DECODER_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
     )
     config["vision_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
     return config

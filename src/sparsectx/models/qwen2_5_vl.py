@@ -10,7 +10,7 @@ from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.vision_utils import get_vision_window_index
 
-from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections
+from sparsectx.models.family import TINY_DECODER_LAYERS, FamilySpec, periodic_miniature, scaled_sections
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
@@ -67,7 +67,11 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     config = copy.deepcopy(published)
     text = config.get("text_config", config)
     text.update(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=TINY_DECODER_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
     )
     rope = text.get("rope_parameters") or text["rope_scaling"]
     rope["mrope_section"] = scaled_sections(rope["mrope_section"], 64 // 4 // 2)

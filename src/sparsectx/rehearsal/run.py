@@ -1,6 +1,6 @@
 """One rehearsal of a real preset: its working directory prepared, the pipeline run there, a summary written.
 
-``rehearsal/<experiment>/`` gets a tiny random-weight checkpoint per scheduled model (``models/<name>/``), a
+``rehearsal/<experiment>/`` gets a tiny random-weight checkpoint per scheduled model (``models/<name>-<digest>/``), a
 miniature real-layout file per benchmark and the training file at the path the preset's train jobs read
 (``data/``), and a Snakemake config naming them (``rehearsal.yaml``). The pipeline then runs every job of the
 preset there (``snakemake --directory``), with ``LMUData`` pointing at that ``data/`` so no benchmark file of the
@@ -10,10 +10,13 @@ tables and figures rendered and the declared refusals (the cells the grid footno
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,20 +40,37 @@ def workdir_of(experiment: str) -> Path:
     return REHEARSAL_ROOT / experiment
 
 
+def tiny_checkpoint(model: str, models_dir: Path, seed: int) -> Path:
+    """Returns ``models_dir/<model>-<digest>/``, the tiny instance of ``model`` named by its files' digest.
+
+    A checkpoint that the code now builds differently lands in a new folder: its jobs' ``model.path`` changes,
+    so Snakemake reruns them, and no job keeps results of a stale instance.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=f".{model}-", dir=models_dir))
+    try:
+        write_tiny_checkpoint(model, staging, seed)
+        digest = hashlib.sha256()
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            digest.update(path.relative_to(staging).as_posix().encode() + b"\0" + path.read_bytes())
+        folder = models_dir / f"{model}-{digest.hexdigest()[:10]}"
+        if not folder.is_dir():
+            staging.rename(folder)
+        return folder
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def prepare(grid: Grid, workdir: Path) -> dict[str, str]:
     """Returns model -> tiny checkpoint folder after writing the rehearsal's inputs into ``workdir``.
 
-    Each scheduled model gets a tiny instance of its published class (kept when already written: the same
-    seed gives the same bytes), each scheduled benchmark its miniature file(s) under ``data/``, and each
-    training file the preset names its miniature counterpart at that path.
+    Each scheduled model gets a tiny instance of its published class (``tiny_checkpoint``), each scheduled
+    benchmark its miniature file(s) under ``data/``, and each training file the preset names its miniature
+    counterpart at that path (files whose bytes are unchanged are left as they are).
     """
     seed = load_rehearsal().seed
-    paths = {}
-    for model in grid.names("model"):
-        folder = workdir / "models" / model
-        if not (folder / "config.json").is_file():
-            write_tiny_checkpoint(model, folder, seed)
-        paths[model] = str(folder)
+    models_dir = workdir / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    paths = {model: str(tiny_checkpoint(model, models_dir, seed)) for model in grid.names("model")}
     write_benchmarks(grid.names("bench"), workdir / "data")
     for path in grid.train_files():
         write_training_file(workdir / path)
@@ -100,14 +120,29 @@ def refusals(grid: Grid) -> list[dict[str, Any]]:
     return [{"block": block, "reason": reason, "cells": n} for (block, reason), n in sorted(counts.items())]
 
 
-def rehearse(experiment: str, cores: int = 2, targets: list[str] | None = None) -> int:
-    """Returns the pipeline's exit status after rehearsing ``experiment`` in ``rehearsal/<experiment>/``."""
-    workdir = workdir_of(experiment)
+def rehearse(
+    experiment: str,
+    cores: int = 2,
+    targets: list[str] | None = None,
+    workdir: Path | None = None,
+    grid_file: Path | None = None,
+) -> int:
+    """Returns the pipeline's exit status after rehearsing ``experiment`` in ``workdir`` (default
+    ``rehearsal/<experiment>/``).
+
+    ``grid_file`` is a YAML with a ``grid:`` mapping whose keys replace the preset's (what Snakemake's
+    ``--configfile`` does): a reduced rehearsal, e.g. the test suite's one job of each rule and block shape.
+    """
+    workdir = (workdir_of(experiment) if workdir is None else workdir).resolve()
+    if workdir == REPO_DIR:
+        raise ValueError(f"workdir={workdir} is the checkout: a rehearsal never writes into its results/")
     workdir.mkdir(parents=True, exist_ok=True)
-    grid = load_grid(experiment)
+    replacements = {} if grid_file is None else (yaml.safe_load(grid_file.read_text()) or {}).get("grid") or {}
+    grid = load_grid(experiment, replacements)
     started = time.monotonic()
     config_file = workdir / "rehearsal.yaml"
-    atomic_write_text(config_file, yaml.safe_dump(snakemake_config(grid, prepare(grid, workdir))))
+    config = {**snakemake_config(grid, prepare(grid, workdir)), **({"grid": replacements} if replacements else {})}
+    atomic_write_text(config_file, yaml.safe_dump(config))
     prepared = time.monotonic() - started
     command = pipeline_command(workdir, config_file, cores, targets or ["all_tables"])
     print("sparsectx.rehearsal:", " ".join(command), flush=True)
@@ -122,6 +157,7 @@ def rehearse(experiment: str, cores: int = 2, targets: list[str] | None = None) 
         "rendered": rendered(workdir, grid),
         "refusals": refusals(grid),
         "cores": cores,
+        "grid_file": None if grid_file is None else str(grid_file),
         "git": git_commit(REPO_DIR),
     }
     atomic_write_json(workdir / "rehearsal.json", summary)

@@ -35,6 +35,10 @@ SCORE_TOLERANCE = 1e-6
 """Relative tolerance of the additive path's checks against the scorer (floating-point summation order)."""
 
 
+TOO_FEW = ("error", "no_interval")
+"""What ``bootstrap.too_few`` may say (``BootstrapConfig.too_few``)."""
+
+
 @dataclass
 class BootstrapConfig:
     """``bootstrap:`` of ``conf/make_tables.yaml``: how many resamples, their seed and the coverage."""
@@ -47,8 +51,13 @@ class BootstrapConfig:
     stream derived from (seed, b) and (seed, m), so a table's intervals do not depend on which cells exist."""
     level: float
     """Coverage of the percentile intervals, in (0, 1)."""
+    too_few: str = "error"
+    """A benchmark with fewer distinct resamples than ``resamples``: ``error`` stops the tables naming it;
+    ``no_interval`` gives its cells no interval, each saying why (a pilot on a few items, the rehearsal)."""
 
     def __post_init__(self) -> None:
+        if self.too_few not in TOO_FEW:
+            raise ValueError(f"bootstrap.too_few={self.too_few!r} must be one of {list(TOO_FEW)}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"bootstrap.seed={self.seed!r} must be an int")
         if not 0.0 < self.level < 1.0:
@@ -116,17 +125,24 @@ def distinct_resamples(lay: Layout, cap: int) -> int:
     return total
 
 
-def check_enough(lay: Layout, resamples: int, bench: str) -> None:
-    """Returns None when ``bench`` admits at least ``resamples`` distinct resamples; else raises naming the key."""
+def check_enough(lay: Layout, resamples: int, bench: str, too_few: str = "error") -> str | None:
+    """Returns None when ``bench`` admits at least ``resamples`` distinct resamples; else, with ``too_few`` set to
+    ``no_interval``, why it gets no interval, and with ``error`` raises naming the key."""
     distinct = distinct_resamples(lay, resamples)
-    if distinct < resamples:
-        sizes = [len(s) for s in lay.strata]
-        raise ValueError(
-            f"bootstrap.resamples={resamples}: benchmark {bench!r} has too few items for it ({len(lay.ids)} "
-            f"items in {len(lay.units)} resampling units, strata of {sizes} units) and admits only {distinct} "
-            f"distinct resamples; lower bootstrap.resamples to at most {distinct} or evaluate more items "
-            "(docs/tables.md, 'too few items')"
-        )
+    if distinct >= resamples:
+        return None
+    sizes = [len(s) for s in lay.strata]
+    why = (
+        f"bootstrap.resamples={resamples}: benchmark {bench!r} has too few items for it ({len(lay.ids)} "
+        f"items in {len(lay.units)} resampling units, strata of {sizes} units) and admits only {distinct} "
+        "distinct resamples"
+    )
+    if too_few == "no_interval":
+        return why
+    raise ValueError(
+        f"{why}; lower bootstrap.resamples to at most {distinct}, evaluate more items, or set "
+        "bootstrap.too_few=no_interval (docs/tables.md, 'too few items')"
+    )
 
 
 def counts_from_indices(lay: Layout, draws: Sequence[np.ndarray]) -> np.ndarray:

@@ -24,6 +24,7 @@ from sparsectx.io import atomic_write_bytes, read_jsonl
 from sparsectx.paths import budget_tag, predictions_path, result_path
 from sparsectx.report.collect import cell_leaf, method_label, ordered_cells, read_json
 from sparsectx.report.items import Benches, result_bench
+from sparsectx.report.render import csv_cell
 from sparsectx.workflow import BASE, Cell, Grid
 from sparsectx.workflow.report_specs import ReportSpec
 
@@ -109,13 +110,15 @@ def examples_page(
                     if got is None:
                         why = by_id if isinstance(by_id, str) else "the item is not in its predictions"
                         lines.append(f"| {' | '.join(head)} | — | | {_cell(why)} |")
-                        writer.writerow([model, bench, sid, item.question, item.answer, *head, "", "", why])
+                        row = [model, bench, sid, item.question, item.answer, *head, "", "", why]
+                        writer.writerow([csv_cell(v) for v in row])
                         continue
                     mark = "✓" if got["correct"] else "✗"
                     answer, response = got.get("answer") or "", _short(got.get("output") or "")
                     lines.append(f"| {' | '.join(head)} | {_cell(answer)} | {mark} | {_cell(response)} |")
-                    writer.writerow([model, bench, sid, item.question, item.answer, *head, answer, got["correct"],
-                                     got.get("output") or ""])  # fmt: skip
+                    row = [model, bench, sid, item.question, item.answer, *head, answer, got["correct"],
+                           got.get("output") or ""]  # fmt: skip
+                    writer.writerow([csv_cell(v) for v in row])
     return ExamplesPage("\n".join(lines) + "\n", out.getvalue(), tuple(written))
 
 

@@ -130,6 +130,14 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_cell(value: object) -> object:
+    """Returns ``value`` with its carriage returns as line feeds when it is text: ``csv.writer`` with the
+    ``"\n"`` line terminator quotes a cell holding ``"\n"`` but not one holding a bare ``"\r"``, which every
+    CSV reader then takes for the end of the row (a model's response, a benchmark question with Windows
+    line ends)."""
+    return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
+
+
 def to_csv(table: Table) -> str:
     """Returns the table as CSV, one line per row, with ``best``/``second`` columns and missing-cell notes.
 

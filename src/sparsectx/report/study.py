@@ -83,6 +83,9 @@ class TablesConfig:
     null = the grid's one seed. Seed ``s`` other than ``grid.seed`` reads ``<results_root>/seed<s>/``
     (``sparsectx.report.seeds``)."""
     blocks: list[str] | None
+    grid_files: list[str]
+    """YAML files whose ``grid:`` keys replace the preset's, whole, in order: the ``--configfile`` files that gave
+    the DAG a reduced grid (the Snakefile passes them), so the tables are those of the grid the jobs ran."""
     """Names of the grid's blocks to render (``tables`` entries, ``passk``, ``efficiency``); null = all. A
     partial study renders the blocks whose runs finished; the seed and emptiness checks see only those."""
 
@@ -107,10 +110,13 @@ def load_tables_config(cfg: DictConfig) -> TablesConfig:
 
 
 def load_study_grid(tc: TablesConfig) -> wf.Grid:
-    """Returns the checked grid of the config (the preset's, with any Hydra overrides of ``grid.*``)."""
+    """Returns the checked grid of the config (the preset's, with any Hydra overrides of ``grid.*``, its keys
+    replaced by those of ``grid_files``)."""
     if not isinstance(tc.grid, dict):
         raise ValueError(f"grid must be a mapping (the preset's `grid:` block), got {type(tc.grid).__name__}")
     grid = dict(tc.grid)
+    for path in tc.grid_files:
+        grid.update((wf.load_yaml(Path(path)) or {}).get("grid") or {})
     wf.validate_config({"experiment": tc.experiment, "grid": grid, "hydra_overrides": {}})
     if tc.blocks is not None:
         wf.Grid(tc.experiment, grid)  # the whole preset is checked, then cut

@@ -63,14 +63,13 @@ def _records(paths: Sequence[Path], benches: Benches) -> list[ItemRecords] | str
     return found
 
 
-def cell_replicates(
-    grid: Grid, root: str | Path, entries: Mapping[Cell, Entry], boot: BootstrapConfig
-) -> Replicates:
+def cell_replicates(grid: Grid, root: str | Path, entries: Mapping[Cell, Entry], boot: BootstrapConfig) -> Replicates:
     """Returns the replicates of every scored cell of ``entries`` (or why it has none).
 
     Raises:
         ValueError: a benchmark has too few items for ``bootstrap.resamples`` (``bootstrap.check_enough``),
-            raised for the first such benchmark before any resample is drawn.
+            raised for the first such benchmark before any resample is drawn, unless ``bootstrap.too_few`` is
+            ``no_interval`` (its cells then hold the reason instead of replicates).
     """
     benches: Benches = {}
     per_cell: dict[Cell, list[ItemRecords] | str] = {}
@@ -82,15 +81,16 @@ def cell_replicates(
         if not isinstance(found, str) and cell.bench not in layouts:
             first = found[0]
             layouts[cell.bench] = (layout(first.scorer, first.items, first.headline), first.bench_sha256)
-    for bench, (lay, _) in layouts.items():
-        check_enough(lay, boot.resamples, bench)
+    too_few = {b: why for b, (lay, _) in layouts.items() if (why := check_enough(lay, boot.resamples, b, boot.too_few))}
     counts = {
-        b: draw_counts(lay, boot.resamples, stream(boot.seed, "items", b)) for b, (lay, _) in layouts.items()
+        b: draw_counts(lay, boot.resamples, stream(boot.seed, "items", b))
+        for b, (lay, _) in layouts.items()
+        if b not in too_few
     }
     out: Replicates = {}
     for cell, found in per_cell.items():
-        if isinstance(found, str):
-            out[cell] = found
+        if isinstance(found, str) or cell.bench in too_few:
+            out[cell] = found if isinstance(found, str) else too_few[cell.bench]
             continue
         lay, sha = layouts[cell.bench]
         if any(r.bench_sha256 != sha or (r.scorer, r.headline) != (lay.scorer, lay.headline) for r in found):
@@ -162,17 +162,13 @@ def block_spreads(
             else:
                 why = "the full-context score is 0 on some resample, so the retain ratio is undefined there"
                 unavailable.setdefault(why, []).append(f"{where}: {avg_label}")
-    deltas = _deltas(
-        rows, row_reps, avg_reps, entries, model, benches, labels, avg_label, level, grid.reference_pruner
-    )
+    deltas = _deltas(rows, row_reps, avg_reps, entries, model, benches, labels, avg_label, level, grid.reference_pruner)
     for key, (_, delta) in deltas.items():
         if key in spreads:
             spreads[key] = Spread(spreads[key].lo, spreads[key].hi, spreads[key].std, delta.shift)
     avg_intervals: dict[str, dict[float, tuple[float, float]]] = {}
     for (method, pruner, budget), ratios in avg_reps.items():
-        avg_intervals.setdefault(f"{method_label(method, labels)} / {pruner}", {})[budget] = interval(
-            ratios, level
-        )
+        avg_intervals.setdefault(f"{method_label(method, labels)} / {pruner}", {})[budget] = interval(ratios, level)
     return BlockSpreads(spreads, deltas, unavailable, avg_intervals)
 
 
@@ -190,9 +186,7 @@ def _avg_std(
     full = [entries[Cell(model, BASE, ref, 1.0, b)] for b in benches]
     if any(seed_std(c) is None for c in cells) or not all(isinstance(f, dict) for f in full):
         return None
-    per_seed = np.mean(
-        [100.0 * np.array(c["seed_scores"]) / f["score"] for c, f in zip(cells, full, strict=True)], 0
-    )  # type: ignore[index]
+    per_seed = np.mean([100.0 * np.array(c["seed_scores"]) / f["score"] for c, f in zip(cells, full, strict=True)], 0)  # type: ignore[index]
     return float(np.std(per_seed, ddof=1))
 
 

@@ -29,6 +29,7 @@ from sparsectx.workflow.cells import (
     EFFICIENCY_PATTERN,
     EVAL_METHOD_KEY,
     PASSK_PATTERN,
+    PLAN_PATTERN,
     PREFLIGHT_PATTERN,
     RESULT_PATTERN,
     SEED_CHECKPOINT_PATTERN,
@@ -70,7 +71,7 @@ from sparsectx.workflow.config import (
     resolve_config,
     validate_config,
 )
-from sparsectx.workflow.grid import Grid, check_tables_seeds, load_grid, missing_cells
+from sparsectx.workflow.grid import Grid, check_tables_seeds, flat_resources, load_grid, missing_cells
 from sparsectx.workflow.rehearsal import Rehearsal, load_rehearsal, rehearsal_of
 from sparsectx.workflow.sweeps import check_sweep_values
 
@@ -82,6 +83,7 @@ __all__ = [
     "EFFICIENCY_PATTERN",
     "EVAL_METHOD_KEY",
     "PASSK_PATTERN",
+    "PLAN_PATTERN",
     "PREFLIGHT_PATTERN",
     "REPO_DIR",
     "RESULT_PATTERN",
@@ -110,6 +112,7 @@ __all__ = [
     "efficiency_args",
     "entry_point",
     "evaluate_args",
+    "flat_resources",
     "load_grid",
     "load_rehearsal",
     "load_yaml",

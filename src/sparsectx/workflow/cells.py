@@ -28,6 +28,8 @@ TABLES_PATTERN = "results/{experiment}/tables"
 PREFLIGHT_PATTERN = "results/{experiment}/preflight.json"
 """The preflight's report (``src/preflight.py out=``), written only when every input passed: every train and
 evaluation job of an experiment on user-provided inputs depends on it (``Grid.preflight_inputs``)."""
+PLAN_PATTERN = "results/{experiment}/plan.md"
+"""The plan of a study on user-provided inputs (``sparsectx.plan``): the first job, before the preflight."""
 SEED_FOLDER = "seed{seed}"
 """Folder under ``results/`` and ``runs/`` of a training seed other than ``grid.seed`` (the layout
 ``sparsectx.report.seeds.seed_root`` reads: ``<results_root>/seed<s>/`` holds the usual tree)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sparsectx.paths import budget_tag
 from sparsectx.workflow.cells import BASE, EVAL_METHOD_KEY, Cell, EfficiencyRun, TrainRun
-from sparsectx.workflow.config import REPO_DIR
+from sparsectx.workflow.config import REPO_DIR, load_yaml
 from sparsectx.workflow.grid import Grid
 
 
@@ -174,11 +174,14 @@ def preflight_args(grid: Grid) -> list[str]:
     return args + [o for o in evaluation if o.startswith(PREFLIGHT_KEYS)]
 
 
-def tables_args(grid: Grid) -> list[str]:
-    """Returns the ``make_tables.py`` overrides: ``train_seeds=[...]`` when trained rows pool several seeds.
+def tables_args(grid: Grid, config_files: Iterable[str | Path] = ()) -> list[str]:
+    """Returns the ``make_tables.py`` overrides: ``train_seeds=[...]`` when trained rows pool several seeds, and
+    ``grid_files=[...]``, the ``config_files`` (Snakemake's ``--configfile``) that replace grid keys.
 
     With ``grid.train_seeds == [grid.seed]`` no ``train_seeds`` is passed (``make_tables.py``'s null: the grid's
     one seed), so a single-seed study's command and tables are what they were before the key existed.
     """
     seeds = [] if not grid.extra_seeds else [f"train_seeds=[{','.join(map(str, grid.train_seeds))}]"]
-    return [f"experiment={grid.experiment}", *seeds, *grid.overrides("tables"), *grid.final_overrides("tables")]
+    replacing = [str(Path(f).resolve()) for f in config_files if (load_yaml(Path(f)) or {}).get("grid")]
+    files = [f"grid_files=[{','.join(replacing)}]"] if replacing else []
+    return [f"experiment={grid.experiment}", *seeds, *files, *grid.overrides("tables"), *grid.final_overrides("tables")]

@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from sparsectx.workflow.cells import (
     BASE,
     CHECKPOINT_MARKER,
     LEAF_JOB_STEM,
+    PLAN_PATTERN,
     PREFLIGHT_PATTERN,
     SEED_FOLDER,
     STAGES,
@@ -84,6 +85,12 @@ def missing_cells(experiment: str | Grid) -> list[MissingCell]:
     """Returns every declared-but-unsupported cell of an experiment with its reason (the footnotes)."""
     grid = experiment if isinstance(experiment, Grid) else load_grid(experiment)
     return grid.missing_cells()
+
+
+def flat_resources(grid: Grid, plan_grid: Grid, stage: str, outputs: Sequence[str]) -> dict[str, Any]:
+    """Returns ``grid.resources[stage]`` as a rule's resources, its runtime the grid's flat one: the tiny studies,
+    which have no plan (``sparsectx.plan.dag.planned_resources`` has the same signature for real studies)."""
+    return dict(grid.resources[stage])
 
 
 def check_data(data: dict[str, Any]) -> dict[str, Any]:
@@ -421,6 +428,10 @@ class Grid:
         false: real checkpoints, VLMEvalKit's benchmark files, a training file). A grid whose data job writes
         its benchmarks (the tiny studies, on the shipped model) has nothing of the user's to check."""
         return not self.data["build"]
+
+    def plan_output(self) -> str:
+        """Returns the plan job's output (``results/<experiment>/plan.md``), the preflight's input."""
+        return PLAN_PATTERN.format(experiment=self.experiment)
 
     def preflight_output(self) -> str:
         """Returns the preflight job's output (its JSON report)."""
