@@ -27,13 +27,11 @@ from sparsectx.engine import DecodeEngine, pruned_prompts
 from sparsectx.generation import SamplingConfig
 from sparsectx.models.families import FAMILIES
 from sparsectx.models.loading import ModelConfig, load_model
-from sparsectx.models.published import published_folder
+from sparsectx.models.published import MODEL_CONF_DIR, model_hub_id, published_folder
 from sparsectx.preflight.checkpoint import check_checkpoint
 from sparsectx.prompting import PromptItem
 from sparsectx.rehearsal.checkpoints import (
-    MODEL_CONF_DIR,
     PUBLISHED_FILES,
-    model_hub_id,
     published_files,
     write_tiny_checkpoint,
 )

@@ -13,8 +13,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "assets" / "published"
 """The folder of published checkpoint files, one subfolder per checkpoint."""
+MODEL_CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "model"
+"""The model presets (``conf/model/<name>.yaml``); their ``path`` is the checkpoint's hub id."""
+
+
+def model_hub_id(model: str) -> str:
+    """Returns the hub id (``path``) of model preset ``conf/model/<model>.yaml``.
+
+    Raises:
+        FileNotFoundError: no such preset; names the presets there are.
+    """
+    preset = MODEL_CONF_DIR / f"{model}.yaml"
+    if not preset.is_file():
+        known = sorted(p.stem for p in MODEL_CONF_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"model={model!r}: no preset {preset}; model presets: {', '.join(known)}")
+    return str(yaml.safe_load(preset.read_text())["path"])
 
 
 def published_folder(hub_id: str) -> Path:

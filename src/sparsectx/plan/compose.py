@@ -11,18 +11,17 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hydra import compose
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sparsectx.workflow import BASE, Cell, Grid, efficiency_args, evaluate_args, train_args
 from sparsectx.workflow.cells import EfficiencyRun, TrainRun
-from sparsectx.workflow.config import CONF_DIR
-from sparsectx.workflow.sweeps import _hydra
+from sparsectx.workflow.sweeps import hydra_context
 
 
 @lru_cache(maxsize=4096)
 def composed(root: str, overrides: tuple[str, ...]) -> DictConfig:
     """Returns ``conf/<root>.yaml`` composed with ``overrides`` (cached per process; treat it as read-only)."""
-    with _hydra():
+    with hydra_context():
         return compose(root, overrides=list(overrides))
 
 
@@ -42,9 +41,3 @@ def eval_config(grid: Grid, model: str, mode: str, bench: str = "") -> DictConfi
 def efficiency_config(grid: Grid, run: EfficiencyRun) -> DictConfig:
     """Returns the composed ``mode=efficiency`` config of ``run``."""
     return composed("evaluate", tuple(efficiency_args(grid, run)))
-
-
-@lru_cache(maxsize=64)
-def hub_id(model: str) -> str:
-    """Returns the hub id (``path``) of ``conf/model/<model>.yaml``: the checkpoint whose published files count."""
-    return str(OmegaConf.load(CONF_DIR / "model" / f"{model}.yaml").path)

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig
 
 from sparsectx.eval.passk_cohort import source_cap
+from sparsectx.models.published import model_hub_id
 from sparsectx.paths import budget_tag
 from sparsectx.plan.architecture import Architecture, architecture
-from sparsectx.plan.compose import efficiency_config, eval_config, hub_id, train_config
+from sparsectx.plan.compose import efficiency_config, eval_config, train_config
 from sparsectx.plan.memory import EngineSizes, Estimate, evaluation_estimate, training_estimate
 from sparsectx.plan.shapes import TrainShape, eval_shape, train_shape
 from sparsectx.plan.timing import decode_tokens_per_s, efficiency_minutes, eval_minutes, train_minutes
@@ -62,7 +63,9 @@ def plan_jobs(grid: Grid, plan: DictConfig) -> list[Job]:
     """Returns every job of ``grid`` with its estimates, in DAG order; refusals are set, never raised."""
     engine_cfg = eval_config(grid, grid.names("model")[0], "greedy").engine
     engine = EngineSizes(tuple(engine_cfg.slot_buckets), engine_cfg.length_step)
-    archs = {m: architecture(hub_id(m)) for m in {*grid.names("model"), *plan.train_figures, plan.decode_reference}}
+    archs = {
+        m: architecture(model_hub_id(m)) for m in {*grid.names("model"), *plan.train_figures, plan.decode_reference}
+    }
     context = _Context(grid, plan, engine, archs, _first_blocks(grid))
     jobs = [*_local("preflight", grid, plan)] if grid.preflight else []
     jobs += list(_train_jobs(context))

@@ -21,16 +21,13 @@ from typing import Any
 
 import torch
 import transformers
-from omegaconf import OmegaConf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, PreTrainedTokenizerFast
 
 from sparsectx.models.families import FAMILIES
 from sparsectx.models.family import FamilySpec
-from sparsectx.models.published import published_folder
+from sparsectx.models.published import model_hub_id, published_folder
 
-MODEL_CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "model"
-"""The model presets (``conf/model/<name>.yaml``); their ``path`` is the checkpoint's hub id."""
 PUBLISHED_FILES = ("config.json", "preprocessor_config.json", "tokenizer_config.json")
 """The files a published checkpoint's folder must keep for a tiny instance to be written from it."""
 STAND_IN_KEYS = ("tokenizer_class", "added_tokens_decoder", "unk_token")
@@ -40,19 +37,6 @@ DECLARED_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token")
 TOKEN_ID_SUFFIXES = ("_token_id", "_token_index")
 """``config.json`` keys (top level and ``text_config``) whose values are token ids."""
 UNKNOWN = "<unk>"
-
-
-def model_hub_id(model: str) -> str:
-    """Returns the hub id (``path``) of model preset ``conf/model/<model>.yaml``.
-
-    Raises:
-        FileNotFoundError: no such preset; names the presets there are.
-    """
-    preset = MODEL_CONF_DIR / f"{model}.yaml"
-    if not preset.is_file():
-        known = sorted(p.stem for p in MODEL_CONF_DIR.glob("*.yaml"))
-        raise FileNotFoundError(f"model={model!r}: no preset {preset}; model presets: {', '.join(known)}")
-    return str(OmegaConf.load(preset).path)
 
 
 def published_files(folder: Path) -> Path:

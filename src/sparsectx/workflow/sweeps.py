@@ -23,7 +23,7 @@ from sparsectx.workflow.grid import Grid
 
 
 @contextmanager
-def _hydra() -> Iterator[None]:
+def hydra_context() -> Iterator[None]:
     """Hydra initialised on ``conf/`` for this block, or as it is when an entry point already initialised it."""
     if GlobalHydra.instance().is_initialized():
         yield
@@ -40,7 +40,7 @@ def check_sweep_values(grid: Grid) -> None:
     an unsupported point (no job trains it) is skipped.
     """
     composed: dict[TrainRun, DictConfig] = {}  # a run in several sweeps (the default point) is composed once
-    with _hydra():
+    with hydra_context():
         for sweep in grid.sweeps.values():
             for model in sweep.models:
                 for point in sweep.points:
