@@ -85,6 +85,21 @@ TINY_DECODER_LAYERS = 4
 K = 2 (conf/pruner/fastv.yaml, dart.yaml) and need layers after it, as EPIC's layer schedules do."""
 
 
+def tiny_decoder(
+    text: dict[str, Any], heads: int, kv_heads: int, layers: int = TINY_DECODER_LAYERS, **extra: Any
+) -> None:
+    """Shrinks a published ``text_config`` in place to a tiny instance's decoder: width 64, MLP 128, ``layers``
+    layers of ``heads`` query and ``kv_heads`` key/value heads, plus the family's own ``extra`` keys."""
+    text.update(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        **extra,
+    )
+
+
 def scaled_sections(sections: Sequence[int], pairs: int) -> list[int]:
     """Returns M-RoPE ``sections`` rescaled to sum to ``pairs`` (the rotary frequency pairs of a shrunk head), each
     in its published proportion, rounded by largest remainder so the sum is exact (the decoder splits its rotary

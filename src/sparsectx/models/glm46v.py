@@ -18,7 +18,7 @@ from torch import nn
 from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
-from sparsectx.models.family import TINY_DECODER_LAYERS, FamilySpec, scaled_sections
+from sparsectx.models.family import FamilySpec, scaled_sections, tiny_decoder
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
 
@@ -77,13 +77,7 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     vision tower of width 32. Patch, merge, temporal patch and ``image_size`` stay as published."""
     config = copy.deepcopy(published)
     text = config["text_config"]
-    text.update(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=TINY_DECODER_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
+    tiny_decoder(text, heads=2, kv_heads=1)
     rope = text["rope_parameters"]
     partial = rope.get("partial_rotary_factor", text.get("partial_rotary_factor"))
     rope["mrope_section"] = scaled_sections(rope["mrope_section"], int(64 // 2 * partial) // 2)

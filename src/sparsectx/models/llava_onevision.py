@@ -30,7 +30,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 )
 
 from sparsectx.models.adapter import LLMInputs
-from sparsectx.models.family import TINY_DECODER_LAYERS, FamilySpec
+from sparsectx.models.family import FamilySpec, tiny_decoder
 from sparsectx.models.in_llm import LayerSignals, layer_signals, run_with_drop
 from sparsectx.models.positions import flat_positions
 from sparsectx.models.video_input import video_refusal
@@ -220,13 +220,7 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     2-layer SigLIP of width 32. The view geometry (``image_size``, ``patch_size``), ``image_grid_pinpoints``,
     ``vision_aspect_ratio``, ``vision_feature_layer`` and ``vision_feature_select_strategy`` stay as published."""
     config = copy.deepcopy(published)
-    config["text_config"].update(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=TINY_DECODER_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    tiny_decoder(config["text_config"], heads=4, kv_heads=2)
     config["vision_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
     return config
 

@@ -10,8 +10,8 @@ from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.vision_utils import get_vision_window_index
 
-from sparsectx.models.family import TINY_DECODER_LAYERS, FamilySpec, periodic_miniature, scaled_sections
-from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections, tiny_decoder
+from sparsectx.models.qwen_common import QWEN_VL_SPECIAL_TOKENS, QwenVLAdapter, VisionLayout
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -41,17 +41,8 @@ LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deep
 
 NAME = "qwen2_5_vl"
 
-SPECIAL_TOKENS = {
-    151643: "<|endoftext|>",
-    151644: "<|im_start|>",
-    151645: "<|im_end|>",
-    151652: "<|vision_start|>",
-    151653: "<|vision_end|>",
-    151655: "<|image_pad|>",
-    151656: "<|video_pad|>",
-}
-"""The Qwen2-VL tokenizer's special tokens that Qwen2.5-VL's config.json ids and chat template name (its
-tokenizer_config.json added_tokens_decoder, ids 151643-151664; the vision ids as config.json declares them)."""
+SPECIAL_TOKENS = QWEN_VL_SPECIAL_TOKENS
+"""Qwen2.5-VL keeps the Qwen2-VL tokenizer (``qwen_common.QWEN_VL_SPECIAL_TOKENS``)."""
 
 
 def _adapter(model: nn.Module, signal_chunk: int) -> QwenVLAdapter:
@@ -66,13 +57,7 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     ``window_size`` stay as published."""
     config = copy.deepcopy(published)
     text = config.get("text_config", config)
-    text.update(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=TINY_DECODER_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    tiny_decoder(text, heads=4, kv_heads=2)
     rope = text.get("rope_parameters") or text["rope_scaling"]
     rope["mrope_section"] = scaled_sections(rope["mrope_section"], 64 // 4 // 2)
     vision = config["vision_config"]

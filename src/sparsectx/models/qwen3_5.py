@@ -27,7 +27,7 @@ from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.models.adapter import LLMInputs
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import FamilySpec, tiny_decoder
 from sparsectx.models.in_llm import LayerSignals
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
 
@@ -113,10 +113,8 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     period = types.index("full_attention") + 1 if types else text["full_attention_interval"]
     if types:
         text["layer_types"] = types[:period]
-    text.update(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=period, num_attention_heads=2, num_key_value_heads=1,
-        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-    )  # fmt: skip
+    linear = {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
+    tiny_decoder(text, heads=2, kv_heads=1, layers=period, linear_key_head_dim=16, linear_value_head_dim=16, **linear)
     config["vision_config"].update(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
     return config
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections
-from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections, tiny_decoder
+from sparsectx.models.qwen_common import QWEN_VL_SPECIAL_TOKENS, QwenVLAdapter, VisionLayout
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -30,17 +30,7 @@ LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deep
 
 NAME = "qwen3_vl"
 
-SPECIAL_TOKENS = {
-    151643: "<|endoftext|>",
-    151644: "<|im_start|>",
-    151645: "<|im_end|>",
-    151652: "<|vision_start|>",
-    151653: "<|vision_end|>",
-    151655: "<|image_pad|>",
-    151656: "<|video_pad|>",
-    151667: "<think>",
-    151668: "</think>",
-}
+SPECIAL_TOKENS = {**QWEN_VL_SPECIAL_TOKENS, 151667: "<think>", 151668: "</think>"}
 """The Qwen3 tokenizer's special tokens that Qwen3-VL's config.json ids and chat template name (Qwen2-VL's
 151643-151664, then ``<tool_response>`` pair and ``<think>`` pair at 151665-151668)."""
 
@@ -67,10 +57,7 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
         out_hidden_size=64,
     )
     text = config["text_config"]
-    text.update(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=len(taps) + 1, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32,
-    )  # fmt: skip
+    tiny_decoder(text, heads=4, kv_heads=2, layers=len(taps) + 1, head_dim=32)
     rope = text.get("rope_parameters") or text["rope_scaling"]
     rope["mrope_section"] = scaled_sections(rope["mrope_section"], 32 // 2)
     return config

@@ -21,6 +21,18 @@ from sparsectx.models.video_input import check_video_family
 from sparsectx.models.vision_signals import merge_signals, merger_sensitivity, several_block_signals
 from sparsectx.visual import ImageTokens, VisionSignals
 
+QWEN_VL_SPECIAL_TOKENS = {
+    151643: "<|endoftext|>",
+    151644: "<|im_start|>",
+    151645: "<|im_end|>",
+    151652: "<|vision_start|>",
+    151653: "<|vision_end|>",
+    151655: "<|image_pad|>",
+    151656: "<|video_pad|>",
+}
+"""The Qwen2-VL tokenizer's special tokens that Qwen2.5-VL's and Qwen3-VL's config.json ids and chat templates
+name (its tokenizer_config.json added_tokens_decoder, ids 151643-151664; the vision ids as config.json declares)."""
+
 
 @dataclass(frozen=True)
 class VisionLayout:
@@ -143,9 +155,7 @@ class QwenVLAdapter:
         if layout == "timestamps":
             return [replace(video, split_frames=True) for video in videos]
         if second_per_grid is None:
-            raise ValueError(
-                f"model family {self.family!r}: videos need second_per_grid_ts from the processor"
-            )
+            raise ValueError(f"model family {self.family!r}: videos need second_per_grid_ts from the processor")
         per_second = int(self.model.config.vision_config.tokens_per_second)
         steps = [per_second * int(seconds) for seconds in second_per_grid.tolist()]
         return [replace(video, temporal_step=step) for video, step in zip(videos, steps, strict=True)]
@@ -156,9 +166,7 @@ class QwenVLAdapter:
         ``images`` are the prompt's visual inputs in order, videos included (``ImageTokens.position_runs``).
         """
         runs = [run for image in images for run in image.position_runs()]
-        return rope_positions(
-            ids, self.image_token_id, [grid for grid, _ in runs], [step for _, step in runs]
-        )
+        return rope_positions(ids, self.image_token_id, [grid for grid, _ in runs], [step for _, step in runs])
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Returns the LLM input embeddings of ``ids``."""
@@ -206,9 +214,7 @@ def _join_frames(frames: list[ImageTokens], spatial: tuple[int, int], count: int
     """Returns one video's ``ImageTokens`` (grid (t, h, w), split into frame runs) from its t frames' own."""
     join = lambda name: torch.cat([getattr(f, name) for f in frames])  # noqa: E731
     optional = {
-        name: join(name)
-        for name in ("object_attention", "merger_sensitivity")
-        if getattr(frames[0], name) is not None
+        name: join(name) for name in ("object_attention", "merger_sensitivity") if getattr(frames[0], name) is not None
     }
     return ImageTokens(
         embeds=join("embeds"),
