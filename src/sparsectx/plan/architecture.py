@@ -184,8 +184,11 @@ def _projections(language: nn.Module) -> dict[str, tuple[int, int]]:
 
 def _linear_state(language: nn.Module, layer_types: list[str]) -> tuple[int, int]:
     """Returns (bytes of one sequence's linear-attention state over all such layers, one layer's mixer width)."""
-    linear = [layer.linear_attn for layer, kind in zip(language.layers, layer_types, strict=True)
-              if kind == "linear_attention"]  # fmt: skip
+    linear = [
+        layer.linear_attn
+        for layer, kind in zip(language.layers, layer_types, strict=True)
+        if kind == "linear_attention"
+    ]
     if not linear:
         return 0, 0
     mixer = linear[0]
@@ -197,6 +200,9 @@ def _linear_state(language: nn.Module, layer_types: list[str]) -> tuple[int, int
 
 def _vision_blocks(model: nn.Module) -> nn.ModuleList:
     """Returns the vision tower's block list (its longest ``ModuleList`` under a vision marker)."""
-    lists = [m for n, m in model.named_modules()
-             if isinstance(m, nn.ModuleList) and any(k in f".{n}." for k in VISION_MARKERS)]  # fmt: skip
+    lists = [
+        m
+        for n, m in model.named_modules()
+        if isinstance(m, nn.ModuleList) and any(k in f".{n}." for k in VISION_MARKERS)
+    ]
     return max(lists, key=len)

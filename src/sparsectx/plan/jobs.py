@@ -124,9 +124,19 @@ def _train_jobs(ctx: _Context) -> Iterator[Job]:
     gpus = grid.resources["train"]["gpu"]
     runs = [(run, None) for run in grid.train_runs] + [(r, s) for s in grid.extra_seeds for r in grid.seeded_runs]
     for run, seed in runs:
-        job = Job("train" if seed is None else "train_seed", (grid.checkpoint_marker(run, seed),), run.model,
-                  run.method, f"{run.pruner} {budget_tag(run.budget)}", "", gpus, max(1, gpus), 0.0,
-                  grid.resources["train"]["runtime"], owner[run])  # fmt: skip
+        job = Job(
+            "train" if seed is None else "train_seed",
+            (grid.checkpoint_marker(run, seed),),
+            run.model,
+            run.method,
+            f"{run.pruner} {budget_tag(run.budget)}",
+            "",
+            gpus,
+            max(1, gpus),
+            0.0,
+            grid.resources["train"]["runtime"],
+            owner[run],
+        )
         tc = load_train_config(train_config(grid, run, seed))
         try:
             shape = train_shape(tc, job.processes, plan.visual_tokens, plan.text_tokens)
@@ -150,7 +160,7 @@ SWITCHES = (
         "memory.teacher_offload=true",
         lambda s: not s.fsdp and s.lora_rank is None and s.teacher == "frozen" and not s.teacher_offload,
         {"teacher_offload": True},
-    ),  # fmt: skip
+    ),
     ("memory.optimizer_states=int8", lambda s: not s.int8_states, {"int8_states": True}),
     ("rollout_weights=live teacher_weights=live", lambda s: s.twin, {"twin": False}),
 )
@@ -199,8 +209,19 @@ def _eval_jobs(ctx: _Context) -> Iterator[Job]:
                 continue
             rule = "evaluate_base" if method == BASE else "evaluate_trained" + ("" if seed is None else "_seed")
             outputs = tuple(grid.leaf(c, seed=seed) for c in cells)
-            job = Job(rule, outputs, model, method, f"{pruner} {budget_tag(budget)}", bench or "all", resources["gpu"],
-                      max(1, resources["gpu"]), 0.0, resources["runtime"], ctx.blocks["table", cells[0]])  # fmt: skip
+            job = Job(
+                rule,
+                outputs,
+                model,
+                method,
+                f"{pruner} {budget_tag(budget)}",
+                bench or "all",
+                resources["gpu"],
+                max(1, resources["gpu"]),
+                0.0,
+                resources["runtime"],
+                ctx.blocks["table", cells[0]],
+            )
             _estimate_eval(ctx, job, "evaluate", [c.bench for c in cells], draws=1)
             yield job
 
@@ -246,9 +267,19 @@ def _passk_jobs(ctx: _Context) -> Iterator[Job]:
     grid = ctx.grid
     resources = grid.resources["passk"]
     for cell in grid.cells("passk"):
-        job = Job("passk", (grid.leaf(cell, "passk"),), cell.model, cell.method,
-                  f"{cell.pruner} {budget_tag(cell.budget)}", cell.bench, resources["gpu"], 1, 0.0,
-                  resources["runtime"], ctx.blocks["passk", cell])  # fmt: skip
+        job = Job(
+            "passk",
+            (grid.leaf(cell, "passk"),),
+            cell.model,
+            cell.method,
+            f"{cell.pruner} {budget_tag(cell.budget)}",
+            cell.bench,
+            resources["gpu"],
+            1,
+            0.0,
+            resources["runtime"],
+            ctx.blocks["passk", cell],
+        )
         draws = eval_config(grid, cell.model, "passk", cell.bench).passk.n
         _estimate_eval(ctx, job, "passk", [cell.bench], draws=draws)
         yield job
@@ -258,9 +289,19 @@ def _efficiency_jobs(ctx: _Context) -> Iterator[Job]:
     grid, plan = ctx.grid, ctx.plan
     resources = grid.resources["efficiency"]
     for run in grid.efficiency_runs:
-        job = Job("efficiency", (grid.leaf(run.cell, "efficiency"),), run.model, run.method,
-                  f"{run.pruner} {'/'.join(budget_tag(b) for b in run.budgets)}", run.bench, resources["gpu"], 1, 0.0,
-                  resources["runtime"], ctx.blocks["efficiency", run.cell])  # fmt: skip
+        job = Job(
+            "efficiency",
+            (grid.leaf(run.cell, "efficiency"),),
+            run.model,
+            run.method,
+            f"{run.pruner} {'/'.join(budget_tag(b) for b in run.budgets)}",
+            run.bench,
+            resources["gpu"],
+            1,
+            0.0,
+            resources["runtime"],
+            ctx.blocks["efficiency", run.cell],
+        )
         cfg = efficiency_config(grid, run)
         eff = cfg.efficiency
         items = plan.efficiency_items[eff.protocol] if eff.num_items is None else eff.num_items
@@ -270,6 +311,9 @@ def _efficiency_jobs(ctx: _Context) -> Iterator[Job]:
         job.minutes = timing.minutes
         job.notes += [timing.note] if timing.note else []
         shape = eval_shape(cfg, {"max_new_tokens": eff.decode_tokens}, 1, plan.visual_tokens, plan.text_tokens)
-        ctx.check_memory(job, evaluation_estimate(arch, dataclasses.replace(shape, slots=1), ctx.engine,
-                                                  plan.allocator_overhead_gb), [])  # fmt: skip
+        ctx.check_memory(
+            job,
+            evaluation_estimate(arch, dataclasses.replace(shape, slots=1), ctx.engine, plan.allocator_overhead_gb),
+            [],
+        )
         yield job

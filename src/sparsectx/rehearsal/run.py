@@ -85,10 +85,22 @@ def snakemake_config(grid: Grid, model_paths: dict[str, str]) -> dict[str, Any]:
 def pipeline_command(workdir: Path, config_file: Path, cores: int, targets: list[str]) -> list[str]:
     """Returns the pipeline call (``python -m sparsectx.pipeline``) running ``targets`` in ``workdir``."""
     return [
-        sys.executable, "-m", "sparsectx.pipeline", "--snakefile", str(REPO_DIR / "Snakefile"),
-        "--profile", str(REPO_DIR / "workflow" / "profiles" / "local"), "--directory", str(workdir),
-        "--cores", str(cores), "--keep-going", *targets, "--configfile", str(config_file),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sparsectx.pipeline",
+        "--snakefile",
+        str(REPO_DIR / "Snakefile"),
+        "--profile",
+        str(REPO_DIR / "workflow" / "profiles" / "local"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        str(cores),
+        "--keep-going",
+        *targets,
+        "--configfile",
+        str(config_file),
+    ]
 
 
 def rehearsal_env(workdir: Path) -> dict[str, str]:

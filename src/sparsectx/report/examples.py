@@ -116,8 +116,8 @@ def examples_page(
                     mark = "✓" if got["correct"] else "✗"
                     answer, response = got.get("answer") or "", _short(got.get("output") or "")
                     lines.append(f"| {' | '.join(head)} | {_cell(answer)} | {mark} | {_cell(response)} |")
-                    row = [model, bench, sid, item.question, item.answer, *head, answer, got["correct"],
-                           got.get("output") or ""]  # fmt: skip
+                    output = got.get("output") or ""
+                    row = [model, bench, sid, item.question, item.answer, *head, answer, got["correct"], output]
                     writer.writerow([csv_cell(v) for v in row])
     return ExamplesPage("\n".join(lines) + "\n", out.getvalue(), tuple(written))
 
