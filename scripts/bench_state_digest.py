@@ -56,7 +56,7 @@ def old_resume(state: Path) -> dict:
     """The resume before this change: the whole file hashed, then loaded."""
     meta = json.loads((state / ckpt.META_FILE).read_text())
     assert ckpt.file_sha256(state / ckpt.STATE_FILE) == meta["payload_sha256"]
-    return torch.load(state / ckpt.STATE_FILE, weights_only=False)
+    return torch.load(state / ckpt.STATE_FILE, weights_only=True)
 
 
 def new_resume(state: Path) -> dict:
@@ -87,19 +87,25 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench_digest_", dir=args.dir))
     try:
         old, new = root / "old" / "state", root / "new" / "state"
-        rows = [
-            ("save state", median_seconds(lambda: old_save(old, payload), args.repeats),
-             median_seconds(lambda: ckpt.save_state(new, payload, {"step": 1, "samples_seen": 8}), args.repeats)),
-            ("resume (verify + load)", median_seconds(lambda: old_resume(old), args.repeats),
-             median_seconds(lambda: new_resume(new), args.repeats)),
-        ]  # fmt: skip
         shards = fake_checkpoint(root, payload, shards=4)
         files = ckpt.weight_files(shards)
-        rows.append((
-            "verify 4-shard checkpoint",
-            median_seconds(lambda: {p.name: ckpt.file_sha256(p) for p in files}, args.repeats),
-            median_seconds(lambda: ckpt.verify_checkpoint(shards), args.repeats),
-        ))  # fmt: skip
+        rows = [
+            (
+                "save state",
+                median_seconds(lambda: old_save(old, payload), args.repeats),
+                median_seconds(lambda: ckpt.save_state(new, payload, {"step": 1, "samples_seen": 8}), args.repeats),
+            ),
+            (
+                "resume (verify + load)",
+                median_seconds(lambda: old_resume(old), args.repeats),
+                median_seconds(lambda: new_resume(new), args.repeats),
+            ),
+            (
+                "verify 4-shard checkpoint",
+                median_seconds(lambda: {p.name: ckpt.file_sha256(p) for p in files}, args.repeats),
+                median_seconds(lambda: ckpt.verify_checkpoint(shards), args.repeats),
+            ),
+        ]
         size = (new / ckpt.STATE_FILE).stat().st_size
         hashed = median_seconds(lambda: ckpt.file_sha256(new / ckpt.STATE_FILE), args.repeats)
         print(f"trainer.pt {size / 1e9:.2f} GB; sha256 of it alone (page cache) {hashed:.2f} s")

@@ -15,12 +15,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.trained import leaf_method
-from sparsectx.paths import budget_tag
+from sparsectx.paths import budget_tag, path_name
 
 # hydra.run.dir spells the budget as the results leaf does (0.1 -> "0.1", 1.0 -> "1").
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)  # names a non-numeric budget
 # The method folder of hydra.run.dir: a trained checkpoint's record names it (a conflicting method= raises).
 OmegaConf.register_new_resolver("leaf_method", leaf_method, replace=True)
+# Each name in hydra.run.dir passes path_name first: Hydra creates that folder before main() runs.
+OmegaConf.register_new_resolver("path_name", path_name, replace=True)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")

@@ -2,6 +2,10 @@
 
     python src/judge_answers.py result=<leaf>/<bench>.json judge=hf_local judge.model=<chat model dir>
     python src/judge_answers.py result=<leaf>/<bench>.json judge=openai judge.model=<id> judge.base_url=<url>
+    KEY=... python src/judge_answers.py ... judge=openai judge.base_url=https://<host>/v1 judge.api_key_env=KEY
+
+A served judge gets a key only from the variable ``judge.api_key_env`` names, only over https or to a loopback
+host; the result JSON records its config with credentials redacted (``sparsectx.eval.judge``).
 
 Writes ``<leaf>/<bench>.judge.jsonl`` and ``judged`` in the result JSON (``sparsectx.eval.judge``); the
 exact-matching ``score`` stays the headline. Tests call ``judge_result``.

@@ -18,11 +18,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from sparsectx.paths import budget_tag
+from sparsectx.paths import budget_tag, path_name
 
 log = logging.getLogger(__name__)
 # hydra.run.dir spells the budget as the run directory does; Hydra resolves it before main is called.
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
+# Each name in hydra.run.dir passes path_name first: Hydra creates that folder before main() runs.
+OmegaConf.register_new_resolver("path_name", path_name, replace=True)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
@@ -42,13 +44,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(128 + stopped.signum)
     except BaseException:
         hydra_cfg = HydraConfig.get()
-        remove_unfilled_run_dir(
-            Path(hydra_cfg.runtime.output_dir), Path(cfg.runs_root), f"{hydra_cfg.job.name}.log"
-        )
+        remove_unfilled_run_dir(Path(hydra_cfg.runtime.output_dir), Path(cfg.runs_root), f"{hydra_cfg.job.name}.log")
         raise
-    log.info(
-        "finished %d steps (%d samples); model at %s", result.steps, result.samples_seen, result.checkpoint
-    )
+    log.info("finished %d steps (%d samples); model at %s", result.steps, result.samples_seen, result.checkpoint)
 
 
 def remove_unfilled_run_dir(out: Path, root: Path, log_name: str) -> None:

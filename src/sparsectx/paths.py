@@ -1,10 +1,48 @@
 """Output paths as pure functions of the config: one results leaf per (experiment, model, method, pruner,
-budget, benchmark), one training directory per (experiment, model, method, pruner, budget)."""
+budget, benchmark), one training directory per (experiment, model, method, pruner, budget).
+
+Every name that becomes a path component is checked where it becomes one (``path_name``): a name from the
+config or from a file (a trained checkpoint's ``config.yaml``) cannot lead a write outside ``results_root``
+or ``runs_root``.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
+
+PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""What a name that becomes one folder or file name may spell: ASCII letters, digits and ``. _ + -``, starting
+with a letter or digit, so never a separator, ``.``, ``..``, a hidden or an absolute name."""
+PATH_NAME_MAX = 128
+"""The longest such name (a file system allows 255 bytes per component; the suffixes added need room)."""
+
+
+def path_name(value: object, key: str, source: str = "the config", fix: str | None = None) -> str:
+    """Returns ``value`` when it is safe as one component of an output path; raises ValueError otherwise.
+
+    Names (experiment, model, method, pruner, benchmark) become folders and files under ``results_root`` and
+    ``runs_root``: a separator, ``..`` or an absolute name would write outside them, so each is checked here.
+
+    Args:
+        value: the name.
+        key: the config key it is read as (``method.name``), named in the error.
+        source: where the value came from (the config, or a file such as a checkpoint's ``config.yaml``).
+        fix: what to do instead; by default, to set ``key`` to a plain name.
+
+    Raises:
+        ValueError: naming the key, the value, its source and the fix.
+    """
+    if isinstance(value, str) and len(value) <= PATH_NAME_MAX and PATH_NAME.fullmatch(value):
+        return value
+    plain = re.sub(r"[^A-Za-z0-9._+-]+", "_", str(value)).strip("._+-")[:PATH_NAME_MAX] or "name"
+    raise ValueError(
+        f"{key}={value!r} (from {source}) cannot name an output folder or file: names there are 1 to "
+        f"{PATH_NAME_MAX} ASCII letters, digits, '.', '_', '+' or '-', starting with a letter or digit (no '/', "
+        "'\\', '..' or leading dot, which could write outside results_root or runs_root); "
+        f"{fix or f'set {key} to such a name, e.g. {key}={plain}'}"
+    )
 
 
 def budget_tag(budget: float | str) -> str:
@@ -28,24 +66,40 @@ def budget_tag(budget: float | str) -> str:
     return f"{value:g}"
 
 
+def _cell_path(root: str | Path, experiment: str, model: str, method: str, pruner: str, budget: float) -> Path:
+    """Returns ``root/experiment/model/method/pruner/budget`` after checking each name (``path_name``)."""
+    names = {"experiment": experiment, "model.name": model, "method.name": method, "pruner.name": pruner}
+    return Path(root).joinpath(*(path_name(value, key) for key, value in names.items()), budget_tag(budget))
+
+
 def leaf_dir(root: str | Path, experiment: str, model: str, method: str, pruner: str, budget: float) -> Path:
-    """Returns ``root/experiment/model/method/pruner/budget`` (the directory of one evaluation leaf)."""
-    return Path(root) / experiment / model / method / pruner / budget_tag(budget)
+    """Returns ``root/experiment/model/method/pruner/budget`` (the directory of one evaluation leaf).
+
+    Raises:
+        ValueError: a name is not a plain path component (``path_name``).
+    """
+    return _cell_path(root, experiment, model, method, pruner, budget)
 
 
 def result_path(leaf: Path, bench: str) -> Path:
-    """Returns the results JSON of one benchmark in a leaf directory."""
-    return leaf / f"{bench}.json"
+    """Returns the results JSON of one benchmark in a leaf directory; a benchmark name that is not a plain path
+    component raises ValueError (``path_name``)."""
+    return leaf / f"{path_name(bench, 'benchmark name')}.json"
 
 
 def predictions_path(leaf: Path, bench: str) -> Path:
-    """Returns the predictions JSONL of one benchmark in a leaf directory."""
-    return leaf / f"{bench}.predictions.jsonl"
+    """Returns the predictions JSONL of one benchmark in a leaf directory; a benchmark name that is not a plain
+    path component raises ValueError (``path_name``)."""
+    return leaf / f"{path_name(bench, 'benchmark name')}.predictions.jsonl"
 
 
 def run_dir(root: str | Path, experiment: str, model: str, method: str, pruner: str, budget: float) -> Path:
-    """Returns the training directory: ``checkpoint/`` (final, loadable) and ``state/`` (resume) live in it."""
-    return Path(root) / experiment / model / method / pruner / budget_tag(budget)
+    """Returns the training directory: ``checkpoint/`` (final, loadable) and ``state/`` (resume) live in it.
+
+    Raises:
+        ValueError: a name is not a plain path component (``path_name``).
+    """
+    return _cell_path(root, experiment, model, method, pruner, budget)
 
 
 def step_log_path(run: str | Path) -> Path:

@@ -5,20 +5,34 @@ so train, evaluate and make_tables runs can be filtered alike (``sparsectx.repor
 ``job_type`` is one of ``JOB_TYPES`` and ``start_run`` adds ``experiment:<name>`` and ``job:<type>`` to the
 caller's cell tags (``cell_tags``: ``model:``, ``method:``, ``pruner:``, ``budget:``, ...).
 Table cells may be ``PIL.Image.Image``: the W&B tracker stores them as ``wandb.Image`` media.
+
+Nothing leaves the machine unless the config says so (``tracking_mode``): ``logger.mode=online`` uploads, and
+``WANDB_MODE`` in the environment may only lower the mode (to offline or disabled), never raise it; the config a
+run records in W&B is redacted (``sparsectx.redact``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from PIL import Image
 
+from sparsectx.redact import redact
+
+log = logging.getLogger(__name__)
+
 JOB_TYPES = ("train", "evaluate", "tables")
 """W&B job types: ``train.py``, ``evaluate.py`` (its mode is a ``mode:`` tag) and ``make_tables.py``."""
+MODES = ("disabled", "offline", "online")
+"""W&B modes from the one that keeps least to the one that sends most: nothing, files on this machine, uploads."""
+MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+"""W&B's older names of its modes, as ``WANDB_MODE`` may still give them."""
 
 
 @dataclass
@@ -32,7 +46,8 @@ class LoggerConfig:
     entity: str | None
     """W&B entity (team or user); None = the default of the logged-in account."""
     mode: str
-    """offline | online | disabled; the environment variable WANDB_MODE, when set, takes precedence."""
+    """offline | online | disabled. Only ``online`` uploads; ``WANDB_MODE`` in the environment may lower it (to
+    offline or disabled) but never raise it (``tracking_mode``)."""
     dir: str
     """Directory W&B puts its ``wandb/`` folder in: runs land in ``<dir>/wandb/offline-run-*`` (W&B always
     adds the ``wandb/`` level, so the default ``.`` gives the README's ``wandb sync wandb/offline-run-*``)."""
@@ -53,9 +68,7 @@ class LoggerConfig:
         if self.rollout_rows < 1:
             raise ValueError(f"logger.rollout_rows={self.rollout_rows} must be >= 1")
         if self.prediction_rows is not None and self.prediction_rows < 1:
-            raise ValueError(
-                f"logger.prediction_rows={self.prediction_rows} must be >= 1 or null (every item)"
-            )
+            raise ValueError(f"logger.prediction_rows={self.prediction_rows} must be >= 1 or null (every item)")
 
 
 class Tracker(Protocol):
@@ -153,6 +166,45 @@ def cell_tags(**parts: Any) -> list[str]:
     return [f"{key}:{value}" for key, value in parts.items() if value is not None]
 
 
+def uploads(cfg: LoggerConfig) -> str:
+    """Returns what an online run of ``cfg`` sends to W&B's server, for the log."""
+    checkpoints = ", the final checkpoint's weights" if cfg.log_checkpoints else ""
+    return (
+        "metrics, the run's config (credentials redacted), the rollouts and <bench>/predictions tables with their "
+        f"benchmark images, questions, references and model outputs, plots and result tables{checkpoints}"
+    )
+
+
+def tracking_mode(cfg: LoggerConfig, environ: Mapping[str, str]) -> str:
+    """Returns the W&B mode a run uses: ``cfg.mode``, or ``WANDB_MODE`` from ``environ`` when it sends less.
+
+    On a shared machine ``WANDB_MODE=online`` may be exported for another project; uploading this one's
+    benchmark images and model outputs takes ``logger.mode=online`` in its own config. A ``WANDB_MODE`` that
+    would send more (or that W&B does not know) is ignored with a warning naming it and what it would upload;
+    one that sends less (offline, disabled) is followed. An online run is announced with what it uploads.
+    """
+    mode, value = cfg.mode, environ.get("WANDB_MODE")
+    if value is not None:
+        wanted = MODE_ALIASES.get(value.strip().lower(), value.strip().lower())
+        if wanted not in MODES or MODES.index(wanted) > MODES.index(mode):
+            log.warning(
+                "WANDB_MODE=%s in the environment is ignored: logger.mode=%s is used, so W&B records no more than "
+                "the config asks for (an online run uploads %s). Set logger.mode=online to upload; WANDB_MODE can "
+                "only lower tracking (offline, disabled)",
+                value,
+                mode,
+                uploads(cfg),
+            )
+        elif wanted != mode:
+            log.info("WANDB_MODE=%s in the environment lowers logger.mode=%s", value, mode)
+            mode = wanted
+    if mode == "online":
+        log.warning(
+            "W&B is online (logger.mode=online): this run uploads %s to W&B project %s", uploads(cfg), cfg.project
+        )
+    return mode
+
+
 def start_run(
     cfg: LoggerConfig,
     name: str,
@@ -163,6 +215,8 @@ def start_run(
     resume_id: str | None = None,
 ) -> Tracker:
     """Returns a tracker for one run: grouped by experiment, tagged (method, pruner, budget ...), resumable by id.
+
+    Its mode is ``tracking_mode``'s; ``config`` is recorded redacted (``sparsectx.redact``).
 
     Raises:
         ValueError: ``job_type`` is not one of ``JOB_TYPES``.
@@ -177,13 +231,13 @@ def start_run(
     run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,
-        mode=os.environ.get("WANDB_MODE", cfg.mode),
+        mode=tracking_mode(cfg, os.environ),
         dir=cfg.dir,
         name=name,
         group=group,
         job_type=job_type,
         tags=list(dict.fromkeys([*cfg.tags, f"experiment:{group}", f"job:{job_type}", *tags])),
-        config=config,
+        config=redact(config),
         id=resume_id,
         resume="allow" if resume_id else None,
         settings=wandb.Settings(silent=True, console="off"),

@@ -193,7 +193,17 @@ def test_unreachable_endpoint_names_the_url_and_writes_nothing(tmp_path):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"backend": "gpt"}, "judge.backend='gpt'"), ({"backend": "openai"}, "needs judge.base_url")],
+    [
+        ({"backend": "gpt"}, "judge.backend='gpt'"),
+        ({"backend": "openai"}, "needs judge.base_url"),
+        ({"backend": "openai", "base_url": "file:///etc/v1"}, r"judge\.base_url='file:///etc/v1'.*http or https"),
+        ({"backend": "openai", "base_url": "127.0.0.1:8000/v1"}, r"judge\.base_url='127\.0\.0\.1:8000/v1'.*http"),
+        (
+            {"backend": "openai", "base_url": "https://u:p@h/v1", "api_key_env": "K"},
+            r"judge\.base_url='https://<redacted>@h/v1' carries credentials.*judge\.api_key_env=K",
+        ),
+        ({"backend": "openai", "base_url": "http://h/v1", "api_key_env": ""}, r"judge\.api_key_env=''"),
+    ],
 )
 def test_bad_judge_config_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

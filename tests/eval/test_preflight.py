@@ -120,7 +120,7 @@ def test_list_names_every_file_with_where_and_how(suite: Path) -> None:
     done = subprocess.run(cmd, cwd=suite, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "[MISSING] checkpoint qwen2_5_vl_7b" in out and "hf download Qwen/Qwen2.5-VL-7B-Instruct" in out
+    assert "[MISSING] checkpoint qwen2_5_vl_7b" in out and "hf download Qwen/Qwen2.5-VL-7B-Instruct --revision " in out
     assert "[MISSING] benchmark mme (MME): MME.tsv" in out and "build_dataset('MME')" in out
     assert "[MISSING] video folder mvbench" in out and "bench.mvbench.video.root" in out
     assert "[MISSING] training file data/llava_cot_10k.tsv" in out

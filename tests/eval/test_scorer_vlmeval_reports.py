@@ -171,7 +171,7 @@ def test_cvbench_averages_sources_as_its_authors_formula():
 def test_cvbench_refuses_unknown_or_absent_sources():
     spec = _spec("cvbench", "source")
     bad = [scored_item(_item(0, "q", OPTIONS, "A", "Count", {"source": "KITTI"}), spec, "A")]
-    with pytest.raises(ValueError, match=r"source \['KITTI'\] is not one of"):
+    with pytest.raises(ValueError, match=r"source 'KITTI', which is not one of"):
         score_items("cvbench", bad)
     two_d_only = [scored_item(_item(i, "q", OPTIONS, "A", "Count", {"source": s}), spec, "A")
                   for i, s in enumerate(["ADE20K", "COCO"])]  # fmt: skip

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -75,9 +76,7 @@ def test_prebuilt_data_never_stands_in_for_the_pipeline_data_job(tmp_path: Path)
     assert (tmp_path / f"data/tiny/{BENCH}.tsv").is_file()
     config = tmp_path / "reduced.yaml"
     config.write_text(yaml.safe_dump(REDUCED))
-    cmd = snakemake(
-        tmp_path, "--snakefile", str(ROOT / "Snakefile"), "--configfile", str(config), "-n", "-p", LEAF
-    )
+    cmd = snakemake(tmp_path, "--snakefile", str(ROOT / "Snakefile"), "--configfile", str(config), "-n", "-p", LEAF)
     dry = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "build_data.py" in dry.stdout, "the pipeline's data job was skipped for data built by hand"
@@ -124,6 +123,7 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     os.killpg(job.pid, signal.SIGKILL)  # the whole group, as a lost node or `kill -9` would
     job.wait()
     assert any(locks.glob("*.lock")), "the kill left no lock: nothing to test"
+    assert any(locks.glob("sparsectx-entry.*.json")), "the entry recorded no host beside the lock"
     again = subprocess.run(
         snakemake(tmp_path, "--snakefile", str(snakefile), "--config", "sleep=0", "--rerun-incomplete", entry=entry),
         capture_output=True, text=True, timeout=120,
@@ -133,6 +133,7 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     assert again.returncode == 0, output[-3000:]
     assert (tmp_path / "b.txt").is_file()
     assert "stale lock" in output and "--unlock" in output  # says what it did, and the command
+    assert not locks.exists() or not any(locks.iterdir())  # a run that ends removes its lock and record
 
 
 def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
@@ -147,15 +148,14 @@ def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while not pipeline.snakemake_processes(tmp_path.resolve()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        with pytest.raises(
-            RuntimeError, match=rf"locked by a running snakemake \(pid {holder.pid}: snakemake 60\)"
-        ):
+        with pytest.raises(RuntimeError, match=rf"locked by a running snakemake \(pid {holder.pid}: snakemake 60\)"):
             pipeline.clear_stale_lock(["--directory", str(tmp_path)], [PYTHON, "-m", "snakemake"])
     finally:
         holder.kill()
         holder.wait()
     assert (locks / "0.input.lock").is_file()
     (tmp_path / "Snakefile").write_text(SLEEPER)
+    record_entry_run(tmp_path)  # the lock was left by a killed run of the entry on this host
     args = [
         "--snakefile",
         str(tmp_path / "Snakefile"),
@@ -165,12 +165,36 @@ def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
         "sleep=0",
         "-n",
     ]
-    done = subprocess.run(
-        [PYTHON, "-m", "sparsectx.pipeline", *args], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([PYTHON, "-m", "sparsectx.pipeline", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]  # stale now: removed, then the run starts
     assert "removed the stale lock" in done.stderr
     assert not any(locks.glob("*.lock"))
+
+
+def dead_pid() -> int:
+    """Returns the pid of a process of this host that has exited."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+def record_entry_run(workdir: Path, host: str | None = None, pid: int | None = None) -> Path:
+    """Returns the record that ``make demo``'s entry leaves beside the lock of a killed run in ``workdir``: by
+    default a run of this host whose process has exited."""
+    owner = {
+        "purpose": "snakemake run",
+        "user": "alice",
+        "host": host or socket.gethostname(),
+        "pid": pid or dead_pid(),
+        "process_start": None,
+        "boot_id": None,
+        "command": "python -m snakemake all_tables",
+        "started": "2026-01-02T03:04:05+00:00",
+    }
+    path = workdir / ".snakemake" / "locks" / f"sparsectx-entry.{owner['host']}.{owner['pid']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(owner))
+    return path
 
 
 def started(pid: int, deadline_s: float = 10.0) -> None:
@@ -215,9 +239,69 @@ def test_a_live_snakemake_however_started_keeps_its_lock_and_a_dead_one_does_not
     finally:
         holder.kill()
         holder.wait()
+    record_entry_run(work)  # left by the killed run of the entry on this host
     message = pipeline.clear_stale_lock(args, [PYTHON, "-m", "snakemake"])  # dead now: the lock is stale
     assert message is not None and "removed the stale lock" in message
     assert not any(locks.glob("*.lock"))
+
+
+def test_a_lock_not_recorded_or_recorded_on_another_host_is_kept(tmp_path: Path) -> None:
+    from sparsectx import pipeline
+
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("")
+    (tmp_path / "Snakefile").write_text(SLEEPER)
+    args = ["--snakefile", str(tmp_path / "Snakefile"), "--directory", str(tmp_path), "--config", "sleep=0"]
+    snakemake = [PYTHON, "-m", "snakemake"]
+    with pytest.raises(RuntimeError, match=r"no record says which host took the lock.*kept.*--unlock"):
+        pipeline.clear_stale_lock(args, snakemake)  # a snakemake started without the entry, on any host
+    elsewhere = record_entry_run(tmp_path, host="login-2", pid=4242)
+    with pytest.raises(RuntimeError, match=r"on host login-2, pid 4242.*another host's processes cannot be seen"):
+        pipeline.clear_stale_lock(args, snakemake)
+    assert (locks / "0.input.lock").is_file() and elsewhere.is_file()
+    elsewhere.unlink()  # that run has ended after all: only this host's killed run remains
+    record_entry_run(tmp_path)
+    message = pipeline.clear_stale_lock(args, snakemake)
+    assert message is not None and "removed the stale lock" in message
+    assert not any(locks.glob("*"))
+
+
+def fake_process(proc: Path, pid: int, cmdline: str | None, cwd: Path | None) -> None:
+    """Writes ``proc/<pid>`` as Linux shows a process; None: that part cannot be read (as another user's)."""
+    entry = proc / str(pid)
+    entry.mkdir(parents=True)
+    if cmdline is None:
+        (entry / "cmdline").mkdir()  # reading it fails
+    else:
+        (entry / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+    if cwd is None:
+        (entry / "cwd").write_text("")  # not a link: reading it fails
+    else:
+        (entry / "cwd").symlink_to(cwd)
+
+
+def test_processes_that_cannot_be_inspected_keep_the_lock(tmp_path: Path) -> None:
+    from sparsectx import pipeline
+
+    work, proc = tmp_path / "work", tmp_path / "proc"
+    (work / ".snakemake" / "locks").mkdir(parents=True)
+    (work / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    record_entry_run(work)
+    fake_process(proc, 4242, "python -m snakemake all_tables", None)  # another user's: cwd unreadable
+    fake_process(proc, 4343, None, None)  # nothing readable (/proc mounted with hidepid)
+    fake_process(proc, 4444, "bash", None)  # readable enough: no snakemake
+    fake_process(proc, 4545, "snakemake all_tables", tmp_path)  # a snakemake working elsewhere
+    held = pipeline.snakemake_processes(work, proc)
+    assert held is not None and sorted(held) == [4242, 4343]
+    assert "working directory" in (held[4242].unseen or "") and "command line" in (held[4343].unseen or "")
+    unseen = (
+        r"could not be inspected.*pid 4242 \(python -m snakemake all_tables\): its working directory.*"
+        r"pid 4343 \(\?\): its command line.*--unlock"
+    )
+    with pytest.raises(RuntimeError, match=unseen):
+        pipeline.clear_stale_lock(["--directory", str(work)], [PYTHON, "-m", "snakemake"], proc)
+    assert (work / ".snakemake" / "locks" / "0.input.lock").is_file()
 
 
 def test_wrappers_of_this_entry_and_runs_elsewhere_do_not_hold_the_lock(tmp_path: Path) -> None:
@@ -243,9 +327,7 @@ def test_a_non_numeric_budget_names_the_key_the_value_and_the_fix(tmp_path: Path
     run = subprocess.run([PYTHON, str(ROOT / "src" / script), "budget=abc"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert run.returncode != 0
-    assert "budget='abc' is not a number" in run.stderr and "e.g. budget=0.1" in run.stderr, run.stderr[
-        -2000:
-    ]
+    assert "budget='abc' is not a number" in run.stderr and "e.g. budget=0.1" in run.stderr, run.stderr[-2000:]
 
 
 def test_budget_tag_keeps_the_path_spelling() -> None:
@@ -256,9 +338,7 @@ def test_budget_tag_keeps_the_path_spelling() -> None:
 
 
 @pytest.mark.parametrize("where", ["write", "fsync"])
-def test_a_full_disk_names_the_result_file_and_leaves_the_old_one(
-    tmp_path: Path, monkeypatch, where: str
-) -> None:
+def test_a_full_disk_names_the_result_file_and_leaves_the_old_one(tmp_path: Path, monkeypatch, where: str) -> None:
     path = tmp_path / "leaf" / "syn_count.json"
     io.atomic_write_json(path, {"score": 50.0})
     full_disk(monkeypatch, where, 10)
@@ -271,9 +351,7 @@ def test_a_full_disk_names_the_result_file_and_leaves_the_old_one(
 
 
 @pytest.mark.parametrize("where", ["write", "fsync"])
-def test_a_full_disk_during_an_append_keeps_only_whole_earlier_rows(
-    tmp_path: Path, monkeypatch, where: str
-) -> None:
+def test_a_full_disk_during_an_append_keeps_only_whole_earlier_rows(tmp_path: Path, monkeypatch, where: str) -> None:
     path = tmp_path / "syn_count.predictions.jsonl"
     io.append_jsonl(path, [{"id": 0}])
     before = path.read_bytes()

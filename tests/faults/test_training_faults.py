@@ -133,6 +133,33 @@ def test_damaged_checkpoint_weights_are_rewritten_on_rerun(tiny_env, tmp_path) -
     ckpt.verify_checkpoint(first.checkpoint)
 
 
+def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
+    """Returns {relative path: bytes} of every file of a checkpoint directory."""
+    return {str(p.relative_to(checkpoint)): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+
+
+def test_a_deleted_changed_or_added_checkpoint_file_is_rewritten_on_rerun(tiny_env, tmp_path) -> None:  # noqa: ANN001
+    # Snakemake deletes the train rule's declared output (checkpoint/config.json) before a --forcerun or a
+    # code-triggered rerun; the rerun must put back the whole checkpoint, not find the weights intact and exit
+    cfg = compose_train(base(tiny_env, tmp_path, "steps=1"))
+    checkpoint = loop.run(cfg).checkpoint
+    good = checkpoint_files(checkpoint)
+    assert "config.json" in good and "tokenizer_config.json" in good
+    changes = {
+        "config.json": lambda path: path.unlink(),  # what --forcerun does
+        "tokenizer_config.json": lambda path: path.write_text(path.read_text().replace("}", ', "x": 1}', 1)),
+        "chat_template.jinja": lambda path: path.write_text("{{ 'planted' }}"),
+        "special_tokens_map.json": lambda path: path.write_text('{"eos_token": "x"}'),  # added: the tokenizer reads it
+    }
+    for name, change in changes.items():
+        change(checkpoint / name)
+        with pytest.raises(ValueError, match=rf"{checkpoint / name}.*Rerun the training command"):
+            ckpt.verify_checkpoint(checkpoint)
+        loop.run(cfg)
+        assert checkpoint_files(checkpoint) == good, name
+        assert ckpt.verify_checkpoint(checkpoint)
+
+
 def test_damaged_checkpoint_is_refused_by_the_evaluator(tiny_env, tmp_path) -> None:  # noqa: ANN001
     cfg = compose_train(base(tiny_env, tmp_path, "steps=1"))
     first = loop.run(cfg)
@@ -167,9 +194,7 @@ def train_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def snapshot(run_dir: Path) -> dict[str, bytes]:
     """Returns {relative path: bytes} of every file of a run directory except logs."""
     return {
-        str(p.relative_to(run_dir)): p.read_bytes()
-        for p in run_dir.rglob("*")
-        if p.is_file() and p.suffix != ".log"
+        str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"
     }
 
 

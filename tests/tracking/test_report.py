@@ -136,3 +136,13 @@ def test_publishing_points_every_run_set_at_the_project(tmp_path: Path) -> None:
 def test_a_report_before_make_tables_names_the_command(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"python src/make_tables.py experiment=tiny"):
         run(compose_report(tmp_path))
+
+
+def test_wandb_mode_online_in_the_environment_does_not_publish_an_offline_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``WANDB_MODE=online`` exported for another project must not publish this study (``logger.mode`` is
+    offline): the definition is written locally, as with no variable set."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    folder = write_tables(tmp_path)
+    assert run(compose_report(tmp_path)) == folder / DEFINITION

@@ -1,4 +1,5 @@
-"""Typed schema of the ``data`` config group (``conf/data/*.yaml``), checked when the config is loaded.
+"""Typed schema of the ``data`` config group (``conf/data/*.yaml``) and of the media limits
+(``conf/data/media/limits.yaml``), checked when the config is loaded.
 
 Every field is required here: the YAML is the single source of values (no defaults in code).
 ``load_suite_config`` merges a composed ``DictConfig`` into this schema, so an unknown or missing key
@@ -8,8 +9,10 @@ is an error that names the key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from PIL import Image
 
 from sparsectx.checks import check_choice
 
@@ -57,9 +60,7 @@ class SceneConfig:
                 f"data.scene.large_size={list(self.large_size)}"
             )
         if len(self.colors) < 4 or len(self.shapes) < 4:
-            raise ValueError(
-                "data.scene.colors and data.scene.shapes need at least 4 entries each (MCQ has 4 options)"
-            )
+            raise ValueError("data.scene.colors and data.scene.shapes need at least 4 entries each (MCQ has 4 options)")
         if not 0.0 <= self.small_fraction <= 1.0:
             raise ValueError(f"data.scene.small_fraction={self.small_fraction} must lie in [0, 1]")
 
@@ -239,4 +240,53 @@ def load_suite_config(cfg: DictConfig) -> SuiteConfig:
     """Returns the ``data`` node as a checked ``SuiteConfig``; unknown, missing or mistyped keys raise."""
     schema = OmegaConf.structured(SuiteConfig)
     merged = OmegaConf.merge(schema, cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+@dataclass
+class MediaConfig:
+    """Limits on decoding images and videos from untrusted files (``conf/data/media/limits.yaml``)."""
+
+    image_formats: list[str]
+    """Pillow format names an image may have (``Image.open(formats=...)``); any other format never reaches its
+    decoder and its row is refused."""
+    max_image_pixels: int
+    """Most pixels (width x height, read from the header before decoding) of an image or a video frame."""
+    max_frame_pixels: int
+    """A video frame with more pixels is downscaled (aspect kept) while it decodes, before it is kept."""
+    video_formats: list[str]
+    """FFmpeg demuxers a video file may be read through (FFmpeg's ``format_whitelist``)."""
+    decode_budget_mib: float
+    """Decoded RGB bytes (MiB) the items of one engine call may hold at once; a call above it is split."""
+
+    def __post_init__(self) -> None:
+        Image.init()  # registers every plugin, so Image.OPEN lists every format Pillow opens
+        unknown = sorted(set(self.image_formats) - set(Image.OPEN))
+        if not self.image_formats or unknown:
+            raise ValueError(
+                f"image_formats={list(self.image_formats)} in {MEDIA_CONFIG}: {unknown or 'empty'}; name formats "
+                f"Pillow opens, from {sorted(Image.OPEN)}"
+            )
+        if not self.video_formats or any("," in name or not name.strip() for name in self.video_formats):
+            raise ValueError(
+                f"video_formats={list(self.video_formats)} in {MEDIA_CONFIG}: name one FFmpeg demuxer per entry "
+                "(`ffmpeg -demuxers` lists them), e.g. [mp4, matroska, avi]"
+            )
+        for key in ("max_image_pixels", "max_frame_pixels", "decode_budget_mib"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key}={getattr(self, key)} in {MEDIA_CONFIG} must be > 0")
+        if self.max_frame_pixels > self.max_image_pixels:
+            raise ValueError(
+                f"max_frame_pixels={self.max_frame_pixels} in {MEDIA_CONFIG} exceeds max_image_pixels="
+                f"{self.max_image_pixels}: a frame above the image cap is refused before it could be downscaled"
+            )
+
+
+MEDIA_CONFIG = Path(__file__).resolve().parents[3] / "conf" / "data" / "media" / "limits.yaml"
+"""The media limits every reader and decoder of images and video applies (``sparsectx.data.media``)."""
+
+
+def load_media_config() -> MediaConfig:
+    """Returns the checked media limits of ``MEDIA_CONFIG``; unknown, missing or mistyped keys raise naming the key."""
+    merged = OmegaConf.merge(OmegaConf.structured(MediaConfig), OmegaConf.load(MEDIA_CONFIG))
     return OmegaConf.to_object(merged)  # type: ignore[return-value]

@@ -24,13 +24,12 @@ never read again as a template.
 
 from __future__ import annotations
 
-import ast
 import re
 import string
 from dataclasses import dataclass, field, replace
 
 from sparsectx.checks import check_choice
-from sparsectx.data.tsv import Item, Skip
+from sparsectx.data.tsv import Item, Skip, literal_cell
 
 ANSWER_FORMS = ("as_is", "list", "letter")
 DROP_RULES = ("no_image",)
@@ -180,11 +179,9 @@ def _options(item: Item, layout: BenchLayout) -> tuple[dict[str, str], str]:
 
 
 def _list_cell(cell: str) -> dict[str, str] | None:
-    """Returns a Python-list cell's items lettered A, B, ... (a leading own letter dropped), or None."""
-    try:
-        values = ast.literal_eval(cell)
-    except (ValueError, SyntaxError):
-        return None
+    """Returns a Python-list cell's items lettered A, B, ... (a leading own letter dropped), or None (also for a
+    cell that is no literal, however crafted: ``tsv.literal_cell``)."""
+    values, _ = literal_cell(cell)
     if not isinstance(values, (list, tuple)):
         return None
     options = {}
@@ -241,13 +238,10 @@ LINES = ":lines"
 
 def _lines_fields(parts: list[str], extra: dict[str, str]) -> dict[str, str]:
     """Returns the ``{<column>:lines}`` fields ``parts`` name: each list cell's items joined by newlines ("" when
-    the cell is missing or not a Python list, so the part is left out)."""
+    the cell is missing or not a Python list, however crafted, so the part is left out)."""
     fields = {}
     for name in (name for part in parts for name in _FIELD.findall(part) if name.endswith(LINES)):
-        try:
-            values = ast.literal_eval(extra.get(name.removesuffix(LINES), ""))
-        except (ValueError, SyntaxError):
-            values = None
+        values, _ = literal_cell(extra.get(name.removesuffix(LINES), ""))
         fields[name] = "\n".join(map(str, values)) if isinstance(values, (list, tuple)) else ""
     return fields
 

@@ -79,14 +79,24 @@ class Scene:
 
     @staticmethod
     def from_json(text: str) -> Scene:
-        """Returns the scene serialised by ``to_json``."""
-        raw = json.loads(text)
-        label = raw["text"]
-        return Scene(
-            image_size=raw["image_size"],
-            objects=tuple(SceneObject(**obj) for obj in raw["objects"]),
-            text=None if label is None else TextLabel(**label),
-        )
+        """Returns the scene serialised by ``to_json``.
+
+        Raises:
+            ValueError: the text is not such a scene (not JSON, nested too deeply, or other keys), naming the cell.
+        """
+        try:
+            raw = json.loads(text)
+            label = raw["text"]
+            return Scene(
+                image_size=raw["image_size"],
+                objects=tuple(SceneObject(**obj) for obj in raw["objects"]),
+                text=None if label is None else TextLabel(**label),
+            )
+        except (ValueError, KeyError, TypeError, MemoryError, RecursionError) as error:
+            raise ValueError(
+                f"scene cell {text[:60]!r} is not a scene written by Scene.to_json ({type(error).__name__}: "
+                f"{str(error)[:120]}); rebuild the file with `python src/build_data.py`"
+            ) from error
 
 
 def plural(shape: str) -> str:

@@ -15,7 +15,10 @@ than option columns (VLMEvalKit's ``candidates`` lists) are the benchmark layout
 
 A bad row never stops the reader and is never dropped silently: ``read_rows`` returns the good items, a
 ``Skip(index, reason)`` for every row it could not use, and apart from those the rows a drop rule removes
-(rows VLMEvalKit itself drops, such as HallusionBench's text-only rows without an image).
+(rows VLMEvalKit itself drops, such as HallusionBench's text-only rows without an image). The files are
+untrusted: every image is decoded within the media limits (``sparsectx.data.media``: allowed formats, a pixel cap
+read from the header, a decode budget), and a list cell is read by ``literal_cell``, which nothing a cell holds
+makes raise.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import csv
 import hashlib
 import io
 import json
-import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -36,6 +38,14 @@ from typing import NamedTuple
 
 from PIL import Image
 
+from sparsectx.data.media import (
+    MediaError,
+    check_decoded_bytes,
+    check_decodes,
+    decode_image,
+    image_bytes_decoded,
+    open_image,
+)
 from sparsectx.data.render import pixel_hash
 from sparsectx.io import atomic_write_bytes
 
@@ -45,7 +55,6 @@ OUR_COLUMNS = ("family", "subset", "trace", "scene")
 FRAMES_COLUMN, VIDEO_COLUMN, FPS_COLUMN, CANDIDATES_COLUMN = "frames", "video", "fps", "candidates"
 VIDEO_COLUMNS = (FRAMES_COLUMN, VIDEO_COLUMN)
 """Either column makes a row a video row (``image`` may then be absent or empty)."""
-_MEMORY_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # VLMEvalKit writes a shared image as the index of the row that holds it: a cell of at most 64 characters
 # (ImageBaseDataset.__init__ reads every such cell as a reference).
 _MAX_REFERENCE_LENGTH = 64
@@ -89,33 +98,34 @@ class Item:
     more_images: tuple[bytes, ...] = ()
 
     def image(self) -> Image.Image:
-        """Returns the decoded image in RGB."""
-        with Image.open(io.BytesIO(self.image_bytes)) as image:
-            return image.convert("RGB")
+        """Returns the decoded image in RGB, within the media limits (``sparsectx.data.media``).
+
+        Raises:
+            MediaError: the image is refused by the media limits or does not decode (naming the row).
+        """
+        return decode_image(self.image_bytes, f"row {self.index} image")
 
     def thumbnail(self) -> Image.Image | None:
-        """Returns the row's image, or a video row's first embedded frame (None for a video-file row): the
-        picture a predictions table shows."""
+        """Returns the row's image, or a video row's first embedded frame (None for a video-file row), opened
+        within the media limits: the picture a predictions table shows."""
         data = self.image_bytes or (self.frames[0] if self.frames else b"")
-        return Image.open(io.BytesIO(data)) if data else None
+        return open_image(data, f"row {self.index} image") if data else None
 
     def images(self) -> list[Image.Image]:
-        """Returns every image of the row in order, decoded in RGB (one unless it is a multi-image row)."""
-        out = [self.image()]
-        for data in self.more_images:
-            with Image.open(io.BytesIO(data)) as image:
-                out.append(image.convert("RGB"))
-        return out
+        """Returns every image of the row in order, decoded in RGB (one unless it is a multi-image row).
+
+        Raises:
+            MediaError: an image is refused by the media limits or does not decode (naming the row and image).
+        """
+        more = [decode_image(data, f"row {self.index} image {n}") for n, data in enumerate(self.more_images, 1)]
+        return [self.image(), *more]
 
     def content_hash(self) -> str:
         """Returns sha256 of the image (or every frame's) pixels and the question: equal hashes mean the same
         test content."""
         if not self.frames:
             return content_hash(pixel_hash(self.image()), self.question)
-        frames = []
-        for data in self.frames:
-            with Image.open(io.BytesIO(data)) as frame:
-                frames.append(frame.convert("RGB"))
+        frames = [decode_image(data, f"row {self.index} frame {n}") for n, data in enumerate(self.frames)]
         return content_hash(frames_hash(frames), self.question)
 
 
@@ -140,8 +150,8 @@ def columns_for(items: list[Item]) -> list[str]:
     """Returns the header for ``items``: option columns only when some item has options."""
     options = list(OPTION_COLUMNS) if any(item.options for item in items) else []
     extra = sorted({key for item in items for key in item.extra})
-    video = [name for name, used in ((FRAMES_COLUMN, any(i.frames for i in items)),
-                                     (VIDEO_COLUMN, any(i.video for i in items))) if used]  # fmt: skip
+    used = {FRAMES_COLUMN: any(item.frames for item in items), VIDEO_COLUMN: any(item.video for item in items)}
+    video = [name for name in VIDEO_COLUMNS if used[name]]
     return ["index", "image", *video, "question", *options, "answer", "category", *OUR_COLUMNS, *extra]
 
 
@@ -180,18 +190,28 @@ def _image_cell(item: Item) -> str:
 
 
 def _decode_image(text: str) -> tuple[bytes | None, str]:
-    """Returns (image bytes, "") when ``text`` is base64 of a decodable image, else (None, why not)."""
+    """Returns (image bytes, "") when ``text`` is base64 of an image that decodes within the media limits (format,
+    pixels: ``sparsectx.data.media``), else (None, why not)."""
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as error:
         return None, f"image is not valid base64 ({error})"
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()  # a truncated or corrupt file fails here, not later in the model
-    except Exception as error:  # any decoder failure on untrusted bytes is a skipped row, never a crash
-        detail = _MEMORY_ADDRESS.sub("", str(error))  # PIL names its buffer object: keep messages reproducible
-        return None, f"image does not decode ({type(error).__name__}: {detail})"
+        check_decodes(data, "image")  # a truncated or corrupt file fails here, not later in the model
+    except MediaError as error:  # a refused or undecodable image is a skipped row, never a crash
+        return None, str(error)
     return data, ""
+
+
+def literal_cell(text: str) -> tuple[object, str]:
+    """Returns (the Python literal a cell holds, "") or (None, the error's name): VLMEvalKit writes lists into
+    cells as their ``repr`` and reads them back with ``eval``; ``ast.literal_eval`` reads them without running
+    code, and whatever a crafted cell makes it raise (``RecursionError`` on deep nesting, ``MemoryError``) is a
+    reason the caller reports, never a crash."""
+    try:
+        return ast.literal_eval(text), ""
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as error:
+        return None, type(error).__name__
 
 
 def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[str]]]:
@@ -204,9 +224,7 @@ def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[
         except StopIteration:
             return
         except csv.Error as error:
-            skips.append(
-                Skip(f"line {reader.line_num}", f"line {reader.line_num}: unparseable TSV ({error})")
-            )
+            skips.append(Skip(f"line {reader.line_num}", f"line {reader.line_num}: unparseable TSV ({error})"))
             continue
         span = f"line {first}" if reader.line_num == first else f"lines {first}-{reader.line_num}"
         if row:
@@ -216,10 +234,9 @@ def _rows(handle: io.TextIOBase, skips: list[Skip]) -> Iterable[tuple[str, list[
 def _decode_frames(text: str, what: str = "frame") -> tuple[tuple[bytes, ...] | None, str]:
     """Returns (image bytes, "") when ``text`` is a list (JSON or Python literal) of decodable base64 images,
     else (None, why not); ``what`` names an element in the reason (``frame``, ``image``)."""
-    try:
-        cells = ast.literal_eval(text)
-    except (ValueError, SyntaxError) as error:
-        return None, f"{what}s cell is not a list ({type(error).__name__})"
+    cells, error = literal_cell(text)
+    if error:
+        return None, f"{what}s cell is not a list ({error})"
     if not isinstance(cells, list) or not cells or not all(isinstance(c, str) for c in cells):
         return None, f"{what}s cell is not a non-empty list of base64 strings"
     decoded = []
@@ -272,8 +289,10 @@ def read_rows(path: Path, drop_no_image: bool) -> TsvRows:
     dropped by rule.
 
     A row is skipped (never fatal) when it cannot be parsed, has the wrong number of fields, an empty or
-    repeated index, an empty question or answer, an image that is not valid base64 or does not decode,
-    or a reference to a row whose image is missing. With ``drop_no_image`` an image row whose ``image`` cell
+    repeated index, an empty question or answer, an image that is not valid base64, does not decode or is
+    refused by the media limits (a format outside ``image_formats``, more than ``max_image_pixels``, images
+    alone above ``decode_budget_mib``), a list cell that is no list, or a reference to a row whose image is
+    missing. With ``drop_no_image`` an image row whose ``image`` cell
     is empty is dropped instead, as VLMEvalKit's ``ImageBaseDataset.__init__`` drops it (``skip_noimg``).
 
     Raises:
@@ -343,9 +362,7 @@ def _row_problem(cells: dict[str, str], seen: set[int | str]) -> str:
     return ""
 
 
-def _resolve_images(
-    parsed: list[tuple[str, dict[str, str]]], letters: list[str], skips: list[Skip]
-) -> list[Item]:
+def _resolve_images(parsed: list[tuple[str, dict[str, str]]], letters: list[str], skips: list[Skip]) -> list[Item]:
     images: dict[int | str, bytes] = {}
     references: list[tuple[str, dict[str, str]]] = []
     items: dict[int | str, Item] = {}
@@ -359,18 +376,15 @@ def _resolve_images(
             continue
         if text.startswith("["):  # VLMEvalKit's multi-image rows (MuirBench): a list of base64 images
             decoded, problem = _decode_frames(text, "image")
-            if decoded is None:
-                skips.append(Skip(str(index), f"{line}: {problem}"))
-                continue
-            images[index] = decoded[0]
-            items[index] = replace(_item(cells, index, decoded[0], letters), more_images=decoded[1:])
-            continue
-        data, problem = _decode_image(text)
-        if data is None:
+        else:
+            data, problem = _decode_image(text)
+            decoded = None if data is None else (data,)
+        problem = problem or _budget_problem(decoded or ())
+        if decoded is None or problem:
             skips.append(Skip(str(index), f"{line}: {problem}"))
             continue
-        images[index] = data
-        items[index] = _item(cells, index, data, letters)
+        images[index] = decoded[0]
+        items[index] = replace(_item(cells, index, decoded[0], letters), more_images=decoded[1:])
     for line, cells in references:
         index, target = parse_index(cells["index"]), parse_index(cells["image"])
         if target not in images:
@@ -379,6 +393,15 @@ def _resolve_images(
         items[index] = _item(cells, index, images[target], letters)
     order = [parse_index(cells["index"]) for _, cells in parsed]
     return [items[i] for i in order if i in items]
+
+
+def _budget_problem(images: tuple[bytes, ...]) -> str:
+    """Returns why a row's images cannot be decoded in any engine call (alone above ``decode_budget_mib``), or ""."""
+    try:
+        check_decoded_bytes(sum(image_bytes_decoded(data) for data in images), "row")
+    except MediaError as error:
+        return str(error)
+    return ""
 
 
 def _video_row(

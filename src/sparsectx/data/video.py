@@ -34,23 +34,42 @@ Decoding video files uses PyAV (``av`` on PyPI: manylinux wheels with FFmpeg ins
 torchvision), which the project depends on for this reason. Any failure (a file that does not decode, a clip
 its rule refuses, frames of different sizes) raises ``VideoError`` naming the file, which the benchmark reader
 turns into a counted ``Skip``.
+
+The files are untrusted, and decoding stays within the media limits (``sparsectx.data.media``,
+``conf/data/media/limits.yaml``): a row's clip must lie inside ``root`` (its cells may not climb out with ``..``
+or name an absolute path; symlinks the user placed under ``root`` are followed), a video file is opened only
+through the demuxers of ``video_formats`` (a playlist would name other files), its frames and a folder's frame
+files within ``max_image_pixels``, and every frame above ``max_frame_pixels`` is downscaled as it decodes
+(PyAV converts it straight to the smaller size), so a clip's sampled frames never accumulate at full size.
 """
 
 from __future__ import annotations
 
-import io
+import errno
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
+from sparsectx.data.media import (
+    SETTINGS,
+    MediaError,
+    check_decoded_bytes,
+    decode_image,
+    fit_frame,
+    fitted_size,
+    media_limits,
+    open_image,
+)
 from sparsectx.data.tsv import FPS_COLUMN, Item
 
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 """Files a frame folder's frames may have; other files in the folder are ignored."""
 
 
-class VideoError(ValueError):
+class VideoError(MediaError):
     """A video that cannot be used: the message names the file and the reason."""
 
 
@@ -185,11 +204,16 @@ def frame_plan(
 
 
 def _open_frame(path: Path) -> Image.Image:
+    """Returns a frame file decoded in RGB within the media limits, downscaled to ``max_frame_pixels``."""
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except Exception as error:  # any decoder failure on a user's file names the file
-        raise VideoError(f"{path}: frame does not decode ({type(error).__name__}: {error})") from error
+        return fit_frame(decode_image(path, f"{path}: frame"))
+    except MediaError as error:  # a refused or undecodable frame names the file
+        raise VideoError(str(error)) from error
+
+
+def _frame_files(folder: Path) -> list[Path]:
+    """Returns a frame folder's frame files (``FRAME_SUFFIXES``) sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
 
 
 def read_frame_folder(folder: Path, count: int, fps: float, window: Window | None = None, rule: str = STRICT) -> Video:
@@ -204,11 +228,33 @@ def read_frame_folder(folder: Path, count: int, fps: float, window: Window | Non
     """
     if not folder.is_dir():
         raise VideoError(f"{folder}: no frame folder there")
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
+    files = _frame_files(folder)
     first, length, indices = frame_plan(len(files), fps, count, rule, window, str(folder), folder=True)
     decoded = {i: _open_frame(files[i]) for i in sorted(set(indices))}
     frames = tuple(decoded[i] for i in indices)
     return Video(frames, tuple(i - first for i in indices), fps, length, str(folder))
+
+
+def _open_container(path: Path) -> Any:
+    """Returns ``path`` opened by PyAV through the demuxers of ``video_formats`` only (FFmpeg's
+    ``format_whitelist``, checked after probing and before the demuxer reads anything, so a playlist never opens
+    the files it names).
+
+    Raises:
+        VideoError: the file is in another container, or does not open.
+    """
+    import av  # the one module that needs FFmpeg; imported here so frame folders never load it
+
+    formats = media_limits().video_formats
+    try:
+        return av.open(str(path), container_options={"format_whitelist": ",".join(formats)})
+    except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
+        if getattr(error, "errno", None) == errno.EINVAL:
+            raise VideoError(
+                f"{path}: not a container of video_formats={list(formats)} ({SETTINGS}); FFmpeg refused it "
+                f"({type(error).__name__}); convert the clip to mp4, or add its demuxer there"
+            ) from error
+        raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
 
 
 def _stream_frames(path: Path) -> tuple[int, float]:
@@ -216,22 +262,36 @@ def _stream_frames(path: Path) -> tuple[int, float]:
     packets where the header has none), decoding nothing.
 
     Raises:
-        VideoError: the file does not open or has no video stream.
+        VideoError: the file does not open (or not in an allowed container), has no video stream, or its frames
+            are larger than ``max_image_pixels``.
     """
-    import av  # the one module that needs FFmpeg; imported here so frame folders never load it
-
-    try:
-        with av.open(str(path)) as container:
+    with _open_container(path) as container:
+        try:
             if not container.streams.video:
                 raise VideoError(f"{path}: no video stream")
             stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            if width * height > media_limits().max_image_pixels:
+                raise VideoError(
+                    f"{path}: frames are {width}x{height} = {width * height:,} pixels, above max_image_pixels="
+                    f"{media_limits().max_image_pixels} ({SETTINGS}); raise it to read such clips"
+                )
             rate = float(stream.average_rate or stream.guessed_rate or 0)
             total = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-    except VideoError:
-        raise
-    except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
-        raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
+        except VideoError:
+            raise
+        except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
+            raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
     return total, rate
+
+
+def _frame_image(frame: Any) -> Image.Image:
+    """Returns a decoded PyAV frame in RGB, converted straight to ``fitted_size`` (bicubic) when it is above
+    ``max_frame_pixels``: the full-resolution RGB frame is never made."""
+    width, height = fitted_size((frame.width, frame.height))
+    if (width, height) == (frame.width, frame.height):
+        return frame.to_image()
+    return frame.to_image(width=width, height=height, interpolation="BICUBIC")
 
 
 def read_video_file(path: Path, count: int, window: Window | None = None, rule: str = STRICT) -> Video:
@@ -242,23 +302,24 @@ def read_video_file(path: Path, count: int, window: Window | None = None, rule: 
     once. With a ``window`` the frames are sampled within it and the clip starts at its first frame.
 
     Raises:
-        VideoError: the file is missing, does not decode, has no video stream, its rule refuses it
-            (``frame_plan``), or it decodes to fewer frames than its count promised.
+        VideoError: the file is missing, does not decode, is refused by the media limits (``_stream_frames``),
+            has no video stream, its rule refuses it (``frame_plan``), or it decodes to fewer frames than its
+            count promised.
     """
-    import av
-
     if not path.is_file():
         raise VideoError(f"{path}: no video file there")
     total, rate = _stream_frames(path)
     first, length, indices = frame_plan(total, rate, count, rule, window, str(path))
     wanted, decoded = set(indices), {}
     try:
-        with av.open(str(path)) as container:
+        with _open_container(path) as container:
             for number, frame in enumerate(container.decode(container.streams.video[0])):
                 if number in wanted:
-                    decoded[number] = frame.to_image().convert("RGB")
+                    decoded[number] = _frame_image(frame)
                 if len(decoded) == len(wanted):
                     break
+    except VideoError:
+        raise
     except Exception as error:  # FFmpeg's errors on a corrupt or unsupported file name the file
         raise VideoError(f"{path}: video does not decode ({type(error).__name__}: {error})") from error
     if len(decoded) < len(wanted):
@@ -285,10 +346,9 @@ def embedded_video(encoded: tuple[bytes, ...], count: int, fps: float, source: s
     decoded = {}
     for number in sorted(set(indices)):
         try:
-            with Image.open(io.BytesIO(encoded[number])) as image:
-                decoded[number] = image.convert("RGB")
-        except Exception as error:  # a corrupt frame names its item and position
-            raise VideoError(f"{source}: frame {number} does not decode ({error})") from error
+            decoded[number] = fit_frame(decode_image(encoded[number], f"{source}: frame {number}"))
+        except MediaError as error:  # a refused or corrupt frame names its item and position
+            raise VideoError(str(error)) from error
     return Video(tuple(decoded[i] for i in indices), tuple(indices), fps, len(encoded), source)
 
 
@@ -322,7 +382,7 @@ def clip_frames(path: Path, folder_fps: float = 1.0) -> tuple[int, float]:
         VideoError: the video file cannot be opened or has no video stream.
     """
     if path.is_dir():
-        return sum(1 for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES), folder_fps
+        return len(_frame_files(path)), folder_fps
     if not path.is_file():
         return 0, folder_fps
     return _stream_frames(path)
@@ -344,12 +404,22 @@ def clip_path(item: Item, bench: VideoSource) -> Path:
     row's ``suffix_column`` cell where one is named, else ``bench.suffix`` (VLMEvalKit's ``osp.join(
     data_root, line['prefix'], line['video'] + line['suffix'])``).
 
+    The cells come from the file, so the joined path must stay inside ``root`` as written (``..`` and absolute
+    cells are resolved lexically; a symlink the user placed under ``root`` is theirs to follow).
+
     Raises:
-        VideoError: a named prefix or suffix column is missing from the file.
+        VideoError: a named prefix or suffix column is missing from the file, or the path leaves ``root``.
     """
     prefix = _cell(item, bench.prefix_column, bench) if bench.prefix_column else ""
     suffix = _cell(item, bench.suffix_column, bench) if bench.suffix_column else bench.suffix
-    return bench.root / prefix / f"{item.video}{suffix}"
+    path = bench.root / prefix / f"{item.video}{suffix}"
+    root = os.path.abspath(bench.root)
+    if os.path.commonpath([root, os.path.abspath(path)]) != root:
+        raise VideoError(
+            f"{bench.file} row {item.index}: clip {str(path)!r} lies outside the benchmark's video root {root} "
+            "(bench.*.video.root); a row may name only clips under it: fix the row's video/prefix cells"
+        )
+    return path
 
 
 TRUE_CELLS = ("true", "1", "yes")
@@ -383,10 +453,12 @@ def clip_problem(item: Item, bench: VideoSource) -> str:
     without decoding frames.
 
     The benchmark reader turns a reason into a counted ``Skip``: a missing or unreadable file, no clip cell,
-    or a clip its rule refuses (``frame_plan``). A frame that fails to decode later raises ``VideoError``
-    naming it.
+    a clip outside ``root`` or in a container outside ``video_formats``, frames (a folder's sampled frame files:
+    their headers) refused by the media limits, sampled frames beyond ``decode_budget_mib``, or a clip its rule
+    refuses (``frame_plan``). A frame that fails to decode later raises ``VideoError`` naming it.
     """
     try:
+        check_decoded_bytes(3 * bench.frames * media_limits().max_frame_pixels, f"{bench.file} row {item.index}")
         if item.frames:
             frame_plan(len(item.frames), 1.0, bench.frames, bench.sampling, None, "embedded frames")
         elif item.video:
@@ -394,12 +466,24 @@ def clip_problem(item: Item, bench: VideoSource) -> str:
             if not path.exists():
                 return f"{path}: no video file or frame folder there"
             total, fps = clip_frames(path, bench.folder_fps)
-            frame_plan(total, fps, bench.frames, bench.sampling, window, str(path), folder=path.is_dir())
+            picked = frame_plan(total, fps, bench.frames, bench.sampling, window, str(path), folder=path.is_dir())[2]
+            if path.is_dir():
+                _check_frame_headers(_frame_files(path), picked)
         else:
             return "a video benchmark row needs a 'frames' or 'video' cell"
-    except VideoError as error:
+    except MediaError as error:
         return str(error)
     return ""
+
+
+def _check_frame_headers(files: list[Path], picked: list[int]) -> None:
+    """Returns None when every picked frame file opens within the media limits (its header read, nothing decoded).
+
+    Raises:
+        MediaError: a frame file's format or size is refused, naming the file.
+    """
+    for index in sorted(set(picked)):
+        open_image(files[index], f"{files[index]}: frame").close()
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,19 @@ class DecodeEngine:
         self.compiled = cfg.compile_on(self.device)
         self._steps: OrderedDict[tuple[int, int, int], DecodeStep] = OrderedDict()
 
+    def overlong(self, prompts: Prompts, cap: int) -> list[int]:
+        """Returns the indices of the prompts that, with ``cap`` new tokens, need more cache positions than
+        ``engine.max_length`` (``cache_positions``): a call holding one is refused (``shape``), so a caller with
+        per-item results leaves them out and records why."""
+        return [i for i, length in enumerate(prompts.lengths) if cache_positions(length, cap) > self.cfg.max_length]
+
     def shape(self, slots: int, longest: int, cap: int) -> tuple[int, int]:
         """Returns the (slots, cache length) a call uses; on CUDA rounded up to buckets so graphs are reused.
 
         Raises:
             ValueError: the prompts plus ``cap`` need more positions than ``engine.max_length``.
         """
-        length = longest + cap + 1
+        length = cache_positions(longest, cap)
         if length > self.cfg.max_length:
             raise ValueError(
                 f"a {longest}-token prompt plus {cap} new tokens needs {length} cache positions, more than "
@@ -142,6 +148,12 @@ class DecodeEngine:
         prefilled = _synced(self.device)
         chosen = run.replay(reference.to(self.device))
         return prefilled - start, _synced(self.device) - prefilled, chosen
+
+
+def cache_positions(length: int, cap: int) -> int:
+    """Returns the cache positions one slot needs for a ``length``-token prompt and ``cap`` new tokens (one more:
+    the step writing past the cap)."""
+    return length + cap + 1
 
 
 def shared_rows(prompts: Prompts, taken: list[int]) -> tuple[list[int], list[int]]:

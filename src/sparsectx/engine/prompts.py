@@ -40,6 +40,16 @@ class Prompts:
         return index if self.shared is None else self.shared[index]
 
 
+def select_prompts(prompts: Prompts, indices: Sequence[int]) -> Prompts:
+    """Returns the prompts at ``indices``, in that order, as their own ``Prompts`` (contexts still built on
+    demand, by ``prompts.build``)."""
+    return Prompts(
+        [prompts.lengths[i] for i in indices],
+        lambda idx: prompts.build([indices[i] for i in idx]),
+        shared=None if prompts.shared is None else [prompts.shared[i] for i in indices],
+    )
+
+
 def context_length(sample: EncodedSample, selections: Sequence[Selection]) -> int:
     """Returns the length of ``sample``'s context when each image keeps its selection.
 

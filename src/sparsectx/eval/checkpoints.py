@@ -1,28 +1,21 @@
 """Which model an evaluation loads (the config's, a trained checkpoint, or random weights) and its provenance.
 
-A results leaf records where its weights came from (``load_eval_model``'s info: path, checkpoint, a cheap
-fingerprint of the directory, whether the weights were random), so a stale or retrained checkpoint is never
-trusted silently; cost measurements may run on random weights of the real architecture.
+A results leaf records where its weights came from (``load_eval_model``'s info: path, revision, the folder read,
+its identity — a hub snapshot's commit or a cheap fingerprint of the directory — and whether the weights were
+random), so a stale, retrained or upstream-updated checkpoint is never trusted silently; cost measurements may
+run on random weights of the real architecture.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from sparsectx.models import (
-    LoadedModel,
-    ModelConfig,
-    adapter_for,
-    load_model,
-    resolve_model_path,
-    route_vision_tower,
-)
-from sparsectx.models.loading import DTYPES, check_device
+from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, route_vision_tower
+from sparsectx.models.loading import DTYPES, check_device, resolve_checkpoint, snapshot_identity
 from sparsectx.models.processor import checkpoint_family, load_processor
 from sparsectx.models.templates import ChatTemplating
 from sparsectx.training.checkpoint import verify_checkpoint
@@ -35,19 +28,14 @@ def has_weights(directory: Path) -> bool:
     return any(next(directory.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
 
 
-def checkpoint_id(directory: Path) -> str:
-    """Returns a short fingerprint of a model directory: sha256 over its file names, sizes and first MiB.
+def weights_folder(model: ModelConfig, checkpoint: str | None) -> str:
+    """Returns the local folder an evaluation reads its weights from: ``checkpoint`` (a trained model
+    directory), else ``model.path`` at ``model.revision`` (``loading.resolve_checkpoint``).
 
-    Cheap on multi-GB checkpoints and different for any re-saved weights; a hub id is returned as is.
+    Raises:
+        FileNotFoundError: the folder or the hub snapshot is not at hand (naming the download command).
     """
-    if not directory.is_dir():
-        return str(directory)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(directory)}:{path.stat().st_size}:".encode())
-        with open(path, "rb") as handle:
-            digest.update(handle.read(1 << 20))
-    return digest.hexdigest()[:16]
+    return resolve_checkpoint(replace(model, path=checkpoint) if checkpoint is not None else model)
 
 
 def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tuple[LoadedModel, dict]:
@@ -59,13 +47,11 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
     architecture, since they do not depend on weight values. Its scores are meaningless, and flagged.
     """
     cfg = replace(model, path=checkpoint) if checkpoint is not None else model
-    source = resolve_model_path(cfg.path)
+    source = weights_folder(model, checkpoint)
     local = Path(source)
     check_device(cfg.device)
-    if local.is_dir():
-        verify_checkpoint(local)  # a trained checkpoint's weights against their recorded sha256
-    random_weights = local.is_dir() and not has_weights(local)
-    if random_weights:
+    verify_checkpoint(local)  # a trained checkpoint's weights against their recorded sha256
+    if not has_weights(local):
         torch.manual_seed(seed)
         config = AutoConfig.from_pretrained(source)
         with torch.device(cfg.device):
@@ -77,26 +63,35 @@ def load_eval_model(model: ModelConfig, checkpoint: str | None, seed: int) -> tu
         processor = load_processor(source, cfg.image_workers, cfg.max_visual_tokens, cfg.thinking, cfg.answer_prefix)
         loaded = LoadedModel(adapter=adapter_for(hf, cfg.signal_chunk), processor=processor)
     else:
-        loaded = load_model(cfg)
+        loaded = load_model(replace(cfg, path=source))  # the folder resolved above, not a second resolution
     return loaded, eval_model_info(model, checkpoint, loaded.processor)
 
 
 def eval_model_info(model: ModelConfig, checkpoint: str | None, processor: ChatTemplating | None = None) -> dict:
-    """Returns the provenance of the model an evaluation uses (name, path, checkpoint, fingerprint, random
-    weights, dtype, device, attention, family, the effective thinking setting, what the generation prompt
-    opens and the answer prefix pre-filled after it), from its files alone: a merge of data-parallel shards
-    records what the shards loaded without loading it again; ``processor`` is the loaded model's, else the
-    checkpoint's tokenizer and template are read."""
+    """Returns the provenance of the model an evaluation uses (name, path, revision, the folder read and its
+    identity, checkpoint, random weights, dtype, device, attention, family, the effective thinking setting, what
+    the generation prompt opens and the answer prefix pre-filled after it), from its files alone: a merge of
+    data-parallel shards records what the shards loaded without loading it again; ``processor`` is the loaded
+    model's, else the checkpoint's tokenizer and template are read."""
     cfg = replace(model, path=checkpoint) if checkpoint is not None else model
-    source = resolve_model_path(cfg.path)
+    source = weights_folder(model, checkpoint)
     local = Path(source)
     if processor is None:
         processor = load_processor(source, 1, cfg.max_visual_tokens, cfg.thinking, cfg.answer_prefix)
     return {
-        "thinking": processor.thinking, "generation_prefix": processor.generation_prefix,
+        "thinking": processor.thinking,
+        "generation_prefix": processor.generation_prefix,
         "answer_prefix": processor.answer_prefix,
-        "name": cfg.name, "path": cfg.path, "resolved_path": source, "checkpoint": checkpoint,
-        "checkpoint_id": checkpoint_id(local), "random_weights": local.is_dir() and not has_weights(local),
-        "dtype": cfg.dtype, "device": cfg.device, "attn_implementation": cfg.attn_implementation,
-        "vision_attention": cfg.vision_attention, "family": checkpoint_family(source),
-    }  # fmt: skip
+        "name": cfg.name,
+        "path": cfg.path,
+        "revision": cfg.revision,
+        "resolved_path": source,
+        "checkpoint": checkpoint,
+        "checkpoint_id": snapshot_identity(local),
+        "random_weights": not has_weights(local),
+        "dtype": cfg.dtype,
+        "device": cfg.device,
+        "attn_implementation": cfg.attn_implementation,
+        "vision_attention": cfg.vision_attention,
+        "family": checkpoint_family(source),
+    }

@@ -333,10 +333,12 @@ class EvalConfig:
     force: bool
     """Recompute finished benchmarks and discard their cached predictions."""
     max_failure_rate: float
-    """A benchmark whose share of generation errors plus empty extractions exceeds this fails the run."""
+    """A benchmark whose share of generation errors plus empty extractions exceeds this fails the run. A prompt
+    longer than the engine's cache (``engine.max_length``) is such an error row, with its reason."""
     max_skip_fraction: float
-    """A benchmark file whose share of unusable rows (``sparsectx.data.read_tsv``'s skips) exceeds this is
-    refused; below it the rest is scored, the skips are recorded in the result and footnoted in tables."""
+    """A benchmark file whose share of unusable rows (``sparsectx.data.read_tsv``'s skips, and rows the scorer
+    could not score whatever the answer: ``sparsectx.eval.protocol.unscorable_rows``) exceeds this is refused;
+    below it the rest is scored, the skips are recorded in the result and footnoted in tables."""
 
     def __post_init__(self) -> None:
         check_choice(self.mode, MODES, "mode")

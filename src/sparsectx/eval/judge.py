@@ -16,10 +16,19 @@ its answer, so its verdict cannot change. The benchmark is rescored with its own
 
 Both are written atomically once every judged item has its reply. Scorers whose rule always decides
 (exact match, OCR containment, VQA accuracy) have nothing to judge.
+
+A served judge's credentials go only where the user sends them (``openai_chat``): a key is sent only when
+``judge.api_key_env`` names its variable (no default: another tool's ``OPENAI_API_KEY`` is never picked up),
+credentials (that key, ``user:token@`` in ``base_url``, sent as HTTP Basic, or an ``?api_key=`` query parameter)
+travel only over https or to a loopback host (127.0.0.0/8, ::1, localhost) over http, a loopback request never
+goes through an http proxy of the environment, and a redirect is an error, never followed. What is recorded
+(the ``judged`` block's config, error messages) is redacted (``sparsectx.redact``).
 """
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
 import os
 import urllib.error
@@ -28,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from sparsectx.eval.config import BenchSpec, bench_spec_from
 from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
@@ -36,6 +46,7 @@ from sparsectx.eval.scorers import ScoredItem, match_choice, parse_yes_no, score
 from sparsectx.eval.scorers.mcq_reports import mmmu_question
 from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
+from sparsectx.redact import is_secret_name, redact, redact_text
 
 YES_NO = ("yes_no", "pope", "mme", "hallusionbench")
 CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq", "hrbench", "mmmu_vlmeval", "cvbench")
@@ -54,9 +65,12 @@ class JudgeConfig:
     model: str
     """hf: a model directory or hub id; openai: the served model id."""
     base_url: str | None = None
-    """openai: ``http://host:port/v1`` (``/chat/completions`` is appended)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """openai: the environment variable holding the key (sent when set)."""
+    """openai: ``http://host:port/v1`` (``/chat/completions`` is appended to its path). Credentials in it
+    (``user:token@``: sent as HTTP Basic; ``?api_key=``) are used but never recorded; with credentials it must
+    be https or a loopback host."""
+    api_key_env: str | None = None
+    """openai: the environment variable holding the key, sent as a Bearer token (None: no key is sent); it
+    must be set, and the key goes only over https or to a loopback host."""
     max_new_tokens: int = 16
     device: str = "cpu"
     timeout_s: int = 60
@@ -66,6 +80,8 @@ class JudgeConfig:
             raise ValueError(f"judge.backend={self.backend!r}: choose one of {BACKENDS}")
         if self.backend == "openai" and not self.base_url:
             raise ValueError("judge.backend=openai needs judge.base_url, e.g. http://127.0.0.1:8000/v1")
+        if self.backend == "openai":
+            check_endpoint(str(self.base_url), self.api_key_env)
         if self.max_new_tokens < 1:
             raise ValueError(f"judge.max_new_tokens={self.max_new_tokens} must be >= 1")
 
@@ -126,33 +142,156 @@ def hf_chat(cfg: JudgeConfig) -> Chat:
     @torch.no_grad()
     def ask(prompt: str) -> str:
         inputs = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt",
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
             return_dict=True,
-        ).to(cfg.device)  # fmt: skip
+        ).to(cfg.device)
         out = model.generate(**inputs, max_new_tokens=cfg.max_new_tokens, do_sample=False)
         return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
     return ask
 
 
+LOOPBACK_NAMES = ("localhost",)
+"""Host names taken as this machine without a lookup (addresses: ``ipaddress``'s loopback, 127.0.0.0/8 and ::1)."""
+
+
+def is_loopback(host: str | None) -> bool:
+    """Returns whether ``host`` (a URL's host name, no brackets) is this machine: ``localhost`` or a loopback
+    address. Other names are not looked up: what they resolve to can change between the check and the request."""
+    if host is None:
+        return False
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _credentials_in(url: SplitResult) -> list[str]:
+    """Returns what in ``url`` is a credential: its userinfo, its credential-like query parameters."""
+    found = ["user:token@ in it"] if "@" in url.netloc else []
+    names = [unquote(part.partition("=")[0]) for part in url.query.split("&") if "=" in part]
+    return found + [f"?{name}=" for name in names if is_secret_name(name)]
+
+
+def check_endpoint(base_url: str, api_key_env: str | None) -> None:
+    """Returns None if a served judge's ``base_url`` and key variable are safe to use; else raises naming them.
+
+    Credentials (a key named by ``api_key_env``, userinfo or a credential query parameter in the URL) may go
+    over https, or over http to a loopback host only: on any other http host they would cross the network in
+    clear text. Nothing is read from the environment and nothing is sent.
+
+    Raises:
+        ValueError: not an http(s) URL; ``api_key_env`` empty; both userinfo and ``api_key_env``; credentials
+            over plain http to a host that is not this machine.
+    """
+    shown = redact_text(base_url)
+    url = urlsplit(base_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(
+            f"judge.base_url={shown!r} must be an http or https URL with a host, e.g. http://127.0.0.1:8000/v1"
+        )
+    if api_key_env is not None and not api_key_env.strip():
+        raise ValueError(
+            f"judge.api_key_env={api_key_env!r} names no variable: set judge.api_key_env=null (no key is sent) or "
+            "the name of the environment variable holding the key"
+        )
+    in_url = _credentials_in(url)
+    if "@" in url.netloc and api_key_env is not None:
+        raise ValueError(
+            f"judge.base_url={shown!r} carries credentials (user:token@) and judge.api_key_env={api_key_env} "
+            "names a key: give one of them (the variable is safer: a URL lands in shell histories and job scripts)"
+        )
+    sent = in_url + ([f"the key in ${api_key_env}"] if api_key_env is not None else [])
+    if sent and url.scheme == "http" and not is_loopback(url.hostname):
+        raise ValueError(
+            f"judge.base_url={shown!r} is plain http to another machine, so its credentials ({', '.join(sent)}) "
+            "would cross the network unencrypted: use an https:// base_url, or reach the server through a "
+            "loopback address (127.0.0.1, ::1 or localhost, e.g. an SSH tunnel), or drop the credentials "
+            "(judge.api_key_env=null and none in the URL) if the server needs none"
+        )
+
+
+class _RefusedRedirect(urllib.request.HTTPRedirectHandler):
+    """Turns every redirect into an error: a redirected request would carry the judge's credentials along."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        """Raises ``RuntimeError`` naming the endpoint and where it redirects to; nothing is followed."""
+        fp.close()
+        raise RuntimeError(
+            f"the judge endpoint {redact_text(req.full_url)} answered {code} {msg}, a redirect to "
+            f"{redact_text(newurl)}; redirects are not followed (the judge's credentials would go along): set "
+            "judge.base_url to the address that answers"
+        )
+
+
+def chat_completions_url(base_url: str) -> str:
+    """Returns the ``/chat/completions`` URL under ``base_url`` (query kept, userinfo and fragment dropped)."""
+    url = urlsplit(base_url)
+    host = url.netloc.rpartition("@")[2]
+    return urlunsplit((url.scheme, host, f"{url.path.rstrip('/')}/chat/completions", url.query, ""))
+
+
+def authorization(cfg: JudgeConfig) -> str | None:
+    """Returns the ``Authorization`` header of ``cfg``'s requests: Bearer with the key of ``api_key_env``, Basic
+    with the URL's userinfo, or None (no credentials).
+
+    Raises:
+        ValueError: ``api_key_env`` names a variable that is not set.
+    """
+    if cfg.api_key_env is not None:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise ValueError(
+                f"judge.api_key_env={cfg.api_key_env} names the variable holding the judge's key, but "
+                f"{cfg.api_key_env} is not set: export it, or set judge.api_key_env=null if the server needs no key"
+            )
+        return f"Bearer {key}"
+    url = urlsplit(str(cfg.base_url))
+    if url.username is None:
+        return None
+    userinfo = f"{unquote(url.username)}:{unquote(url.password or '')}"
+    return "Basic " + base64.b64encode(userinfo.encode()).decode("ascii")
+
+
 def openai_chat(cfg: JudgeConfig) -> Chat:
-    """Returns a judge over an OpenAI-compatible ``/chat/completions`` endpoint (temperature 0)."""
-    url = f"{str(cfg.base_url).rstrip('/')}/chat/completions"
-    key = os.environ.get(cfg.api_key_env)
+    """Returns a judge over an OpenAI-compatible ``/chat/completions`` endpoint (temperature 0).
+
+    Its credentials go to ``cfg.base_url``'s host only (module docstring): no redirect is followed, and a
+    loopback endpoint is reached directly, never through the environment's http proxy.
+
+    Raises:
+        ValueError: ``cfg.api_key_env`` names a variable that is not set (before any request).
+    """
+    url = chat_completions_url(str(cfg.base_url))
+    shown = redact_text(url)
+    auth = authorization(cfg)
+    proxies = urllib.request.ProxyHandler({} if is_loopback(urlsplit(url).hostname) else None)
+    opener = urllib.request.build_opener(proxies, _RefusedRedirect)
 
     def ask(prompt: str) -> str:
         body = {
-            "model": cfg.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
+            "model": cfg.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0,
             "max_tokens": cfg.max_new_tokens,
-        }  # fmt: skip
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-        request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+        }
+        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        if auth is not None:  # an unredirected header: a redirect would not carry it either
+            request.add_unredirected_header("Authorization", auth)
         try:
-            with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
+            with opener.open(request, timeout=cfg.timeout_s) as response:
                 payload = json.loads(response.read())
             return str(payload["choices"][0]["message"]["content"])
         except (urllib.error.URLError, OSError, KeyError, IndexError, json.JSONDecodeError) as err:
-            raise RuntimeError(f"the judge endpoint {url} gave no reply ({err}); is the server up?") from err
+            raise RuntimeError(  # not chained: the cause's own text may hold the URL unredacted
+                f"the judge endpoint {shown} gave no reply ({redact_text(str(err))}); is the server up?"
+            ) from None
 
     return ask
 
@@ -190,15 +329,21 @@ def judge_result(cfg: JudgeAnswersConfig, chat: Chat | None = None) -> dict[str,
         prompt = judge_prompt(spec.scorer, item, questions[item.id], cfg.prompts)
         reply = ask(prompt)
         verdict = read_verdict(spec.scorer, reply, choices(spec.scorer, item))
-        records.append({"id": item.id, "answer": item.prediction, "prompt": prompt, "judge_output": reply,
-                        "judged": verdict})  # fmt: skip
+        records.append(
+            {"id": item.id, "answer": item.prediction, "prompt": prompt, "judge_output": reply, "judged": verdict}
+        )
         final.append(item if verdict is None else replace(item, prediction=verdict))
     report = score_items(spec.scorer, final, spec.headline)
     block = {
-        "backend": cfg.judge.backend, "model": cfg.judge.model, "config": asdict(cfg.judge),
-        "n_undecided": len(records), "n_decided_by_judge": sum(r["judged"] is not None for r in records),
-        "records": f"{spec.name}.judge.jsonl", "metrics": report.metrics, "score": report.metrics["score"],
-    }  # fmt: skip
+        "backend": cfg.judge.backend,
+        "model": cfg.judge.model,
+        "config": redact(asdict(cfg.judge)),
+        "n_undecided": len(records),
+        "n_decided_by_judge": sum(r["judged"] is not None for r in records),
+        "records": f"{spec.name}.judge.jsonl",
+        "metrics": report.metrics,
+        "score": report.metrics["score"],
+    }
     write_rows(result.parent / block["records"], records)
     write_json(result, {**payload, "judged": block})
     return block

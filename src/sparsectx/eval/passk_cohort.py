@@ -31,6 +31,7 @@ run answers correctly (``passk.full_context_leaf``), the first ``passk.max_items
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -62,10 +63,11 @@ _MARKER = re.compile(r"(?:^|(?<=[\s,;]))(?:\(([A-Z])\)|([A-Z])[.:)])(?=\s)")
 """An inline option's letter: ``(A)``, ``A.``, ``A:`` or ``A)`` at the start or after a space, comma or
 semicolon, followed by a space."""
 _HEADER = re.compile(
-    r"(?:options|choices|answer choices|select from the following(?: choices)?|choose from)\s*:?\s*$",
+    r"(?:options|choices|answer choices|select from the following(?: choices)?|choose from)\s*(?::\s*)?$",
     re.IGNORECASE,
 )
-"""The words that introduce an inline option list, cut off with it."""
+r"""The words that introduce an inline option list, cut off with it. Written ``\s*(?::\s*)?``, not ``\s*:?\s*``:
+two optional blank runs side by side make the matcher try every split of a long blank run (quadratic time)."""
 
 QUESTION_ONLY = PromptParts(
     parts=["{question}"],
@@ -91,12 +93,18 @@ def split_inline_options(question: str) -> tuple[str, dict[str, str]]:
     MMStar repeats its options as ``\\nOptions: A: x, B: y``; LogicVista keeps its options only there.
     """
     markers = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _MARKER.finditer(question)]
-    starts = [i for i, (_, _, letter) in enumerate(markers) if letter == "A"]
-    for first in reversed(starts):
-        chain = [markers[first]]
-        for marker in markers[first + 1 :]:
-            if ord(marker[2]) == ord(chain[-1][2]) + 1:
-                chain.append(marker)
+    at_letter: dict[str, list[int]] = {}  # letter -> its markers' positions in ``markers``, ascending
+    for i, (_, _, letter) in enumerate(markers):
+        at_letter.setdefault(letter, []).append(i)
+    for first in reversed(at_letter.get("A", [])):
+        chain, last = [markers[first]], first
+        while True:  # the next letter's first marker after the last one taken
+            following = at_letter.get(chr(ord(chain[-1][2]) + 1), [])
+            k = bisect_right(following, last)
+            if k == len(following):
+                break
+            last = following[k]
+            chain.append(markers[last])
         if len(chain) < 2:
             continue
         ends = [start for start, _, _ in chain[1:]] + [len(question)]

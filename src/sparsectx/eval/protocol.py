@@ -15,6 +15,7 @@ import hashlib
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -26,10 +27,11 @@ from sparsectx.context import keep_all
 from sparsectx.data import Item, Skip, derive_seed
 from sparsectx.data.config import PromptConfig
 from sparsectx.data.layout import PromptParts, apply_layout, render_question
+from sparsectx.data.media import MediaError
 from sparsectx.data.tsv import read_rows
 from sparsectx.data.video import VideoSource, clip_problem, row_video
 from sparsectx.encoding import EncodedSample, encode_samples
-from sparsectx.engine import EngineConfig, Prompts, engine_for, pruned_prompts
+from sparsectx.engine import EngineConfig, Prompts, cache_positions, engine_for, pruned_prompts, select_prompts
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
 from sparsectx.eval.scorers import (
@@ -48,11 +50,12 @@ from sparsectx.eval.scorers import (
     ocr_contains,
     parse_number,
     parse_yes_no,
+    score_items,
     vlmeval_accuracy,
     vlmeval_choice,
     vqa_soft_accuracy,
 )
-from sparsectx.generation import SamplingConfig
+from sparsectx.generation import Generation, SamplingConfig
 from sparsectx.models import (
     LoadedModel,
 )
@@ -103,6 +106,11 @@ def bench_files(spec: BenchSpec) -> list[Path]:
         f"(bench.{spec.name}.path={spec.path}). {how}; put the file(s) there, set $LMUData to VLMEvalKit's "
         f"data folder, or set bench.{spec.name}.path to the file (or the folder holding the files)."
     )
+
+
+def bench_where(spec: BenchSpec) -> str:
+    """Returns where the benchmark's rows come from, for messages: ``bench.<name>.path``, else its file names."""
+    return spec.path or ", ".join(spec.layout.files)
 
 
 def lmu_data_root() -> Path:
@@ -162,22 +170,68 @@ def no_options(spec: BenchSpec) -> str:
     )
 
 
+def field_column(name: str, spec: BenchSpec) -> str:
+    """Returns the file column ``scored_item`` fills the ``ScoredItem`` field ``name`` from (the cell to fix)."""
+    layout = spec.layout
+    return {
+        "id": "index",
+        "reference": layout.gold_column,
+        "answers": layout.gold_column,
+        "options": layout.options_column or "A-Z",
+        "category": "category",
+        "subset": spec.subset_field,
+        "group": "image_path" if spec.group_by == "image" else "index",
+    }[name]
+
+
+def unscorable_rows(items: list[Item], spec: BenchSpec) -> tuple[list[Item], list[Skip]]:
+    """Returns the items the benchmark's scorer can score whatever the model answers, and a ``Skip`` naming the
+    column and why for each other: a list gold cell with no answer (``gold_answers``), or a row the scorer
+    refuses (``Scorer.unscorable``). Such a row is never generated, nor fails the scorer after the generation."""
+    scored: dict[str, ScoredItem] = {}
+    skips = []
+    for item in items:
+        try:
+            scored[sample_id(item)] = scored_item(item, spec, None)
+        except ValueError as err:
+            skips.append(Skip(str(item.index), f"column {spec.layout.gold_column!r}: {err}"))
+    problems = SCORERS.get(spec.scorer).unscorable(list(scored.values()))
+    skips += [Skip(sid, f"column {field_column(name, spec)!r}: {why}") for sid, (name, why) in problems.items()]
+    return [item for item in items if sample_id(item) in scored and sample_id(item) not in problems], skips
+
+
+def check_scorable(items: list[Item], spec: BenchSpec) -> None:
+    """Returns None when the benchmark's scorer accepts ``items`` scored with no answers; else raises
+    ``ValueError`` naming the file: a fault of the rows as a whole (CV-Bench without any Omni3D row), found
+    before greedy evaluation generates anything rather than by the scorer after it."""
+    try:
+        score_items(spec.scorer, [scored_item(item, spec, None) for item in items], spec.headline)
+    except ValueError as err:
+        raise ValueError(
+            f"benchmark {spec.name!r}: scorer {spec.scorer!r} refuses the {len(items)} usable rows of "
+            f"{bench_where(spec)} as a whole, before any generation: {err}. Fix or complete the file"
+        ) from err
+
+
 def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> BenchRows:
     """Returns the usable items of a benchmark, a ``Skip`` for every row left out, and the dropped rows.
 
-    Skipped rows are logged as a warning naming the file and the first reasons: a score over fewer rows
-    than the file holds is not the benchmark's score, so it must never pass unseen. Rows the layout drops
-    (as VLMEvalKit drops them) are logged with their count and never count as skips.
+    Rows the reader cannot use, the scorer could not score (``unscorable_rows``) or whose clip is unusable are
+    skipped here, before any generation, and logged as a warning naming the file and the first reasons: a score
+    over fewer rows than the file holds is not the benchmark's score, so it must never pass unseen. Rows the
+    layout drops (as VLMEvalKit drops them) are logged with their count and never count as skips.
 
     Raises:
         FileNotFoundError: the file is missing (see ``bench_files``).
         ValueError: no row is usable, or more than ``max_skip_fraction`` of the rows are skipped.
     """
     items, skips, dropped = read_bench(spec)
-    path = spec.path or ", ".join(spec.layout.files)
+    path = bench_where(spec)
     if SCORERS.get(spec.scorer).needs_options:  # caught here, not by the scorer after hours of generation
         skips += [Skip(str(item.index), no_options(spec)) for item in items if not item.options]
         items = [item for item in items if item.options]
+    items, unscorable = unscorable_rows(items, spec)
+    skips += unscorable
     source = video_source(spec)
     if source is not None:
         problems = {item.index: clip_problem(item, source) for item in items}
@@ -284,14 +338,22 @@ def prompt_text(loaded: LoadedModel, item: PromptItem) -> str:
 def gold_answers(item: Item, spec: BenchSpec) -> tuple[str, tuple[str, ...]]:
     """Returns (reference, all accepted answers) of ``item`` under ``spec.layout.answer``: a ``list`` cell is
     read as VLMEvalKit's ``process_line`` reads it (a Python list, e.g. TextVQA's ten human answers; the
-    reference is the first), any other layout gives (the gold cell, ())."""
+    reference is the first; a cell that does not evaluate to a list is the one answer, as ``istype`` finds),
+    any other layout gives (the gold cell, ()).
+
+    Raises:
+        ValueError: the cell is an empty list: the row has no answer to score against.
+    """
     if spec.layout.answer != "list":
         return item.answer, ()
     try:
         parsed = ast.literal_eval(item.answer)
-    except (ValueError, SyntaxError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        # what literal_eval raises on crafted cells (deep nesting...); VLMEvalKit's istype: the cell is one answer
         parsed = item.answer
     answers = tuple(str(a) for a in parsed) if isinstance(parsed, (list, tuple)) else (str(parsed),)
+    if not answers:
+        raise ValueError(f"the list {item.answer!r} holds no answer; write the accepted answers in it")
     return answers[0], answers
 
 
@@ -469,42 +531,114 @@ def generate_rows(
 ) -> list[GenerationRow]:
     """Returns one row per item; the engine decodes ``batch_size`` at a time, refilling finished slots.
 
-    A runtime failure (e.g. out of memory) becomes ``status="error"`` rows for every item of the call:
-    recorded and counted, never scored as an answer.
+    A runtime failure (e.g. out of memory) becomes ``status="error"`` rows for every item of the call; an item
+    whose image or clip fails to decode only now (a clip truncated after a valid header, a damaged frame file)
+    and a prompt too long for the engine's cache (``engine.max_length``, known once its image is encoded) each
+    become an ``error`` row of their own naming why: recorded and counted, never scored as an answer.
     """
     video = video_source(spec)
     if video is not None:
         check_video_family(loaded.adapter.family, f"bench.{spec.name}.video")
     build = lambda item: prompt_item(item, spec.layout.prompt, prompt, with_image=True, video=video)  # noqa: E731
-    prompts = build_prompts(build, items, loaded.processor.image_workers)
+    built = build_prompts(lambda item: decoded_or_error(build, item), items, loaded.processor.image_workers)
+    undecoded = {i: why for i, why in enumerate(built) if isinstance(why, str)}
+    for i, why in undecoded.items():
+        log.warning("benchmark %r (%s), row %s: %s", spec.name, bench_where(spec), items[i].index, why)
+    decoded = [i for i in range(len(items)) if i not in undecoded]
+    rows = generate_decoded(
+        loaded,
+        [items[i] for i in decoded],
+        [built[i] for i in decoded],
+        spec,
+        pruner,
+        budget,
+        seed,
+        sampling,
+        engine,
+        batch_size,
+    )
+    by_index = dict(zip(decoded, rows, strict=True))
+    return [by_index[i] if i in by_index else error_row(items[i], "", 0, undecoded[i]) for i in range(len(items))]
+
+
+def decoded_or_error(build: Callable[[Item], PromptItem], item: Item) -> PromptItem | str:
+    """Returns ``build(item)``, or why it failed when its image or clip cannot be decoded (``MediaError``, or
+    Pillow's ``OSError`` for a truncated file): one bad row becomes an error row, not an aborted benchmark."""
+    try:
+        return build(item)
+    except (MediaError, OSError) as err:
+        return f"its media could not be decoded: {err}"
+
+
+def generate_decoded(
+    loaded: LoadedModel,
+    items: list[Item],
+    prompts: list[PromptItem],
+    spec: BenchSpec,
+    pruner: PrunerConfig,
+    budget: float,
+    seed: int,
+    sampling: SamplingConfig,
+    engine: EngineConfig,
+    batch_size: int,
+) -> list[GenerationRow]:
+    """Returns one row per item whose prompt (images decoded) is built: generated, or an ``error`` row."""
+    if not items:
+        return []
+    texts = [prompt_text(loaded, p) for p in prompts]
     try:
         samples = encode_in_batches(loaded, prompts, batch_size)
         engine_prompts, kept = eval_prompts(loaded.adapter, samples, pruner, budget, seed, spec.name)
-        tokenizer = loaded.processor.tokenizer
-        outs = engine_for(loaded.adapter, tokenizer, engine).generate(engine_prompts, sampling, None, slots=batch_size)
+        decoder = engine_for(loaded.adapter, loaded.processor.tokenizer, engine)
+        overlong = set(decoder.overlong(engine_prompts, sampling.max_new_tokens))
+        fitting = [i for i in range(len(items)) if i not in overlong]
+        outs = decoder.generate(select_prompts(engine_prompts, fitting), sampling, None, slots=batch_size)
     except RuntimeError as err:
-        return [
-            GenerationRow(sample_id(it), prompt_text(loaded, p), "", None, None, "error", False, 0, False, 0, repr(err))
-            for it, p in zip(items, prompts, strict=True)
-        ]
+        return [error_row(item, text, 0, repr(err)) for item, text in zip(items, texts, strict=True)]
+    generated = dict(zip(fitting, outs, strict=True))
     rows = []
-    for item, p, out, kept_visual in zip(items, prompts, outs, kept, strict=True):
-        response = loaded.processor.response(out.text)
-        ext = extract_answer(response)
-        correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
-        rows.append(
-            GenerationRow(
-                sample_id(item),
-                prompt_text(loaded, p),
-                response,
-                ext.lenient,
-                ext.strict,
-                ext.status,
-                correct,
-                kept_visual,
-                out.stopped,
-                int(out.token_ids.numel()),
-                "",
-            )  # fmt: skip
-        )
+    for i, (item, text) in enumerate(zip(items, texts, strict=True)):
+        if i in generated:
+            rows.append(judged_row(loaded, item, spec, text, generated[i], kept[i]))
+            continue
+        why = too_long(engine_prompts.lengths[i], sampling.max_new_tokens, engine.max_length, spec.name)
+        log.warning("benchmark %r (%s), row %s: %s", spec.name, bench_where(spec), item.index, why)
+        rows.append(error_row(item, text, kept[i], why))
     return rows
+
+
+def too_long(length: int, cap: int, max_length: int, bench: str) -> str:
+    """Returns why a ``length``-token prompt is not generated: with ``cap`` new tokens it needs more cache
+    positions than ``engine.max_length``, and the settings that would let it fit."""
+    return (
+        f"prompt of {length} tokens plus {cap} new tokens needs {cache_positions(length, cap)} cache positions, "
+        f"more than engine.max_length={max_length}: not generated; raise engine.max_length or lower "
+        f"bench.{bench}.max_new_tokens to generate it"
+    )
+
+
+def error_row(item: Item, prompt: str, kept_visual: int, error: str) -> GenerationRow:
+    """Returns the row of an item that was not generated: ``status="error"``, no output, ``error`` saying why."""
+    return GenerationRow(sample_id(item), prompt, "", None, None, "error", False, kept_visual, False, 0, error)
+
+
+def judged_row(
+    loaded: LoadedModel, item: Item, spec: BenchSpec, prompt: str, out: Generation, kept_visual: int
+) -> GenerationRow:
+    """Returns the row of one generated item: its response, the extracted answer and whether it is right."""
+    response = loaded.processor.response(out.text)
+    ext = extract_answer(response)
+    correct = is_correct(spec.scorer, scored_item(item, spec, ext.lenient))
+    return GenerationRow(
+        sample_id(item),
+        prompt,
+        response,
+        ext.lenient,
+        ext.strict,
+        ext.status,
+        correct,
+        kept_visual,
+        out.stopped,
+        int(out.token_ids.numel()),
+        "",
+    )

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from sparsectx.io import atomic_write_text, git_commit, read_jsonl
+from sparsectx.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ NOT_IN_KEY = (
     "force", "logger", "results_root", "bench", "passk", "efficiency", "grid", "max_skip_fraction",
 )  # fmt: skip
 """Config keys that never change a benchmark's numbers (or are re-added per benchmark / mode)."""
+MODEL_NOT_IN_KEY = ("revision", "local_files_only")
+"""``model`` keys left out of the run key: where the checkpoint is read from, not what it is; the key's
+``weights`` entry is the identity of the snapshot actually read (``loading.snapshot_identity``)."""
 INPUT_KEYS = ("bench_sha256", "weights", "cohort_sha256")
 """Run-key entries that fingerprint input content (not config): recorded as ``provenance.inputs``."""
 
@@ -37,10 +41,11 @@ INPUT_KEYS = ("bench_sha256", "weights", "cohort_sha256")
 def run_key(resolved: dict[str, Any], bench: str) -> dict[str, Any]:
     """Returns the part of the resolved config that defines one benchmark's result.
 
-    Everything except ``NOT_IN_KEY``; plus that benchmark's own spec (so a suite run and a single-bench run
-    share results), plus the ``passk`` or ``efficiency`` block when that mode runs.
+    Everything except ``NOT_IN_KEY`` and ``MODEL_NOT_IN_KEY``; plus that benchmark's own spec (so a suite run
+    and a single-bench run share results), plus the ``passk`` or ``efficiency`` block when that mode runs.
     """
     key = {name: value for name, value in resolved.items() if name not in NOT_IN_KEY}
+    key["model"] = {name: value for name, value in resolved["model"].items() if name not in MODEL_NOT_IN_KEY}
     if resolved["mode"] == "efficiency":
         del key["budget"]  # efficiency measures its own budget list
     key["bench"] = resolved["bench"][bench]
@@ -81,10 +86,10 @@ def hardware(device: str) -> dict[str, Any]:
 
 def provenance(resolved: dict[str, Any], key: dict[str, Any], device: str) -> dict[str, Any]:
     """Returns the provenance block of every output: config and run-key hash, input digests, git, packages,
-    hardware."""
+    hardware. The config is recorded redacted (``sparsectx.redact``); the hash is of the run key as given."""
     return {
         "schema_version": SCHEMA_VERSION,
-        "config": resolved,
+        "config": redact(resolved),
         "config_hash": config_hash(key),
         "inputs": {name: key[name] for name in INPUT_KEYS if name in key},
         "git": git_commit(Path(__file__).resolve().parent),

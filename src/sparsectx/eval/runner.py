@@ -10,6 +10,8 @@ model.name, method, pruner.name, budget)``; with ``checkpoint=`` set, its traini
 whose output holds the same run-key hash (config, benchmark file content, weights) is skipped unless
 ``force=true``; an interrupted benchmark resumes from its predictions file. Greedy evaluation splits over
 processes with ``shard`` (``sparsectx.eval.sharding``): a shard writes its part, a merge scores the parts.
+Each benchmark's outputs are written under a lock file (``output_lock``): a second evaluation of the same
+outputs is refused at once, naming the job that holds them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,16 +30,19 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from sparsectx.data import Item, Skip
-from sparsectx.eval.checkpoints import checkpoint_id, eval_model_info, load_eval_model
+from sparsectx.data.media import decode_chunks
+from sparsectx.eval.checkpoints import eval_model_info, load_eval_model, weights_folder
 from sparsectx.eval.config import BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.extract import EXTRACTOR_VERSION
 from sparsectx.eval.protocol import (
     bench_digest,
     bench_files,
+    check_scorable,
     generate_rows,
     load_bench_items,
     sample_id,
     scored_item,
+    video_source,
 )
 from sparsectx.eval.results import (
     BenchResult,
@@ -53,8 +60,10 @@ from sparsectx.eval.sharding import Shard, barrier, merge_parts, part_path, pin_
 from sparsectx.eval.trained import leaf_method
 from sparsectx.generation import SamplingConfig
 from sparsectx.io import append_jsonl, read_jsonl
-from sparsectx.models import LoadedModel, resolve_model_path
-from sparsectx.paths import budget_tag, leaf_dir, predictions_path, result_path
+from sparsectx.locks import exclusive
+from sparsectx.models import LoadedModel
+from sparsectx.models.loading import snapshot_identity
+from sparsectx.paths import budget_tag, leaf_dir, path_name, predictions_path, result_path
 from sparsectx.protocol.runlog import PROTOCOL_STAGES, run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.tracking import Tracker, cell_tags, start_run
@@ -111,11 +120,11 @@ class EvalJob:
 
         The key holds the content of every input, not only its path: the benchmark file's sha256
         (``protocol.bench_digest``), so a file fixed or rebuilt in place is evaluated again, and the weights'
-        fingerprint (``checkpoints.checkpoint_id``), so a checkpoint retrained in place is too.
+        identity (``loading.snapshot_identity``: a hub snapshot's commit, else a fingerprint of the folder), so
+        a checkpoint retrained in place or a hub id updated upstream is too.
         """
         if self._weights is None:
-            path = self.cfg.checkpoint if self.cfg.checkpoint is not None else self.cfg.model.path
-            self._weights = checkpoint_id(Path(resolve_model_path(path)))
+            self._weights = snapshot_identity(weights_folder(self.cfg.model, self.cfg.checkpoint))
         if bench not in self._digests:
             self._digests[bench] = bench_digest(self.cfg.bench[bench])
         key = {
@@ -147,9 +156,10 @@ def run(cfg: DictConfig) -> list[Path]:
     if method != eval_cfg.method_name:  # method= left out: the checkpoint's record names it
         eval_cfg.method = resolved["method"] = {"name": method}
     for spec in eval_cfg.bench.values():  # fail before loading anything when an input is missing
+        path_name(spec.name, f"bench.{spec.name}.name")  # it names the benchmark's output files
         if eval_cfg.mode != "efficiency" or spec.name == eval_cfg.efficiency.bench:
             bench_files(spec)
-    weights = eval_cfg.checkpoint if eval_cfg.checkpoint is not None else eval_cfg.model.path
+    weights = weights_folder(eval_cfg.model, eval_cfg.checkpoint)  # a hub id: its pinned snapshot, or an error
     eval_cfg.pruner.check_model(weights)  # an in-LLM K against the LLM's depth, from config.json alone
     if not shard.one_process:  # more shards than a benchmark's engine calls: refused before any work
         for spec in eval_cfg.bench.values():
@@ -160,9 +170,10 @@ def run(cfg: DictConfig) -> list[Path]:
     job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg), shard)
     try:
         if eval_cfg.mode == "efficiency":
-            return [run_efficiency(job)]
+            with output_lock(job, None):
+                return [run_efficiency(job)]
         step = evaluate_benchmark if eval_cfg.mode == "greedy" else run_passk
-        outs = [step(job, spec) for spec in eval_cfg.bench.values()]
+        outs = [held(job, spec, step) for spec in eval_cfg.bench.values()]
         pool = write_pool(job, outs) if eval_cfg.mode == "passk" else None
         if pool is not None:
             outs.append(pool)
@@ -177,7 +188,37 @@ def _merge_after_barrier(job: EvalJob, parts: list[Path]) -> list[Path]:
     if job.shard.index != 0:
         return parts
     job.shard = replace(job.shard, merge=True)
-    return [evaluate_benchmark(job, spec) for spec in job.cfg.bench.values()]
+    return [held(job, spec, evaluate_benchmark) for spec in job.cfg.bench.values()]
+
+
+def output_lock(job: EvalJob, bench: str | None) -> AbstractContextManager[None]:
+    """Returns the lock (``sparsectx.locks.exclusive``) of the files this process writes for ``bench`` (None:
+    the efficiency file), so that a second evaluation of them is refused at once instead of interleaving rows.
+
+    One lock per benchmark and mode, not per leaf: the pipeline scores a leaf's benchmarks as parallel jobs.
+    ``<leaf>/<bench>.lock`` guards the predictions and result (a one-process run, or the merge of shards),
+    ``<bench>.shard-<i>-of-<n>.lock`` one shard's part, ``<bench>.passk.lock`` the Pass@K draws and summary,
+    and ``efficiency.lock`` beside ``efficiency.json`` that file.
+    """
+    from sparsectx.eval.efficiency import efficiency_path
+
+    cfg, shard = job.cfg, job.shard
+    if bench is None:
+        out = efficiency_path(cfg.results_root, cfg.experiment, cfg.model.name, cfg.method_name, cfg.pruner.name)
+        return exclusive(out.with_suffix(".lock"), "evaluation", f"{out}")
+    if cfg.mode == "passk":
+        name = f"{bench}.passk"
+    elif shard.merge or shard.one_process:
+        name = bench
+    else:
+        name = f"{bench}.shard-{shard.index}-of-{shard.count}"
+    return exclusive(job.leaf / f"{name}.lock", "evaluation", f"the {cfg.mode} outputs of {bench} in {job.leaf}")
+
+
+def held(job: EvalJob, spec: BenchSpec, step: Callable[[EvalJob, BenchSpec], Path]) -> Path:
+    """Returns ``step(job, spec)`` (one benchmark's evaluation) run under its ``output_lock``."""
+    with output_lock(job, spec.name):
+        return step(job, spec)
 
 
 def leaf_of(cfg: EvalConfig) -> Path:
@@ -205,6 +246,7 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
         return out
     started = time.perf_counter()
     items, skipped, dropped = load_bench_items(spec, job.cfg.max_skip_fraction)
+    check_scorable(items, spec)  # a file the scorer refuses as a whole fails now, not after the generation
     shard = job.shard
     if shard.merge:
         ids = [sample_id(item) for item in items]
@@ -239,8 +281,7 @@ def _generate(
     sampling = cfg.decoding.sampling(spec.max_new_tokens)
     log.info("%s: %d items (%d resumed) -> %s", spec.name, len(items), resumed, path)
     with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
-        for start in range(0, len(todo), cfg.queue_size):
-            chunk = todo[start : start + cfg.queue_size]
+        for chunk in decode_chunks(todo, cfg.queue_size, video_source(spec)):  # within media.decode_budget_mib
             rows = generate_rows(
                 loaded, chunk, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed, sampling, cfg.engine,
                 cfg.batch_size,

@@ -3,7 +3,9 @@
 ``python src/train.py`` writes ``<run_dir>/checkpoint/sparsectx_training.json`` (config hash, steps, git)
 and ``<run_dir>/config.yaml`` (the resolved training config: ``method.name``, ``pruner.name``, ``budget``,
 ``seed``). Evaluating such a checkpoint without ``method=`` takes the method from that record; evaluating
-it with a conflicting ``method=`` is an error; a trained checkpoint is never written under ``base``.
+it with a conflicting ``method=`` is an error; a trained checkpoint is never written under ``base``. The names the
+record gives (method, pruner, experiment, model) are checked as path components (``sparsectx.paths.path_name``):
+a checkpoint is a file from elsewhere, and its ``config.yaml`` must not lead a write outside the results tree.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sparsectx.paths import path_name
+
 BASE = "base"
 """``method.name`` of the untrained model (``conf/evaluate.yaml``'s default)."""
 CHECKPOINT_INFO = "sparsectx_training.json"
 """The record ``sparsectx.training.checkpoint.save_checkpoint`` writes into every trained checkpoint."""
 RUN_CONFIG = "config.yaml"
 """The resolved training config, beside ``checkpoint/`` in the run directory."""
+RECORD_NAMES = {"method": "method.name", "pruner": "pruner.name", "experiment": "experiment", "model": "model.name"}
+"""The record's names that become output path components, by the training config key they are read from."""
 
 
 def training_record(checkpoint: str | Path | None) -> dict[str, Any] | None:
@@ -27,6 +33,9 @@ def training_record(checkpoint: str | Path | None) -> dict[str, Any] | None:
     ``sparsectx_training.json``: a hub or pretrained model directory).
 
     ``method`` etc. are None when the run directory's ``config.yaml`` is absent (a checkpoint copied away).
+
+    Raises:
+        ValueError: a record file is not a mapping, or a name it gives is not a plain path component.
     """
     if checkpoint is None:
         return None
@@ -34,31 +43,65 @@ def training_record(checkpoint: str | Path | None) -> dict[str, Any] | None:
     info_path = directory / CHECKPOINT_INFO
     if not info_path.is_file():
         return None
-    info = OmegaConf.to_container(OmegaConf.load(info_path))  # JSON is YAML
-    record: dict[str, Any] = {key: info.get(key) for key in ("config_hash", "steps", "samples_seen")}  # type: ignore[union-attr]
+    info = _mapping(info_path)
+    record: dict[str, Any] = {key: info.get(key) for key in ("config_hash", "steps", "samples_seen")}
     config_path = directory.parent / RUN_CONFIG
-    train: dict[str, Any] = {}
-    if config_path.is_file():
-        train = OmegaConf.to_container(OmegaConf.load(config_path))  # type: ignore[assignment]
+    train = _mapping(config_path) if config_path.is_file() else {}
     record.update(
-        method=(train.get("method") or {}).get("name"),
-        pruner=(train.get("pruner") or {}).get("name"),
+        method=_section_name(train, "method", config_path),
+        pruner=_section_name(train, "pruner", config_path),
         budget=train.get("budget"),
         seed=train.get("seed"),
         experiment=train.get("experiment"),
-        model=(train.get("model") or {}).get("name"),
+        model=_section_name(train, "model", config_path),
         run_config=str(config_path) if train else None,
     )
+    untrusted = (
+        f"{config_path} is not the config train.py wrote for this checkpoint: evaluate only checkpoints you "
+        "trust; restore that file from the run that trained it, or delete it and pass method=<the method "
+        "that trained it>"
+    )
+    for field, key in RECORD_NAMES.items():
+        if record[field] is not None:
+            path_name(record[field], key, str(config_path), untrusted)
     return record
+
+
+def _mapping(path: Path) -> dict[str, Any]:
+    """Returns the YAML (or JSON) mapping in ``path``; raises ValueError naming the file when it holds another
+    kind of value."""
+    content = OmegaConf.to_container(OmegaConf.load(path))  # JSON is YAML
+    if not isinstance(content, dict):
+        raise ValueError(
+            f"{path} holds a {type(content).__name__}, not the mapping a trained checkpoint's record is; "
+            "rerun the training that wrote it, or evaluate another checkpoint"
+        )
+    return content
+
+
+def _section_name(train: dict[str, Any], section: str, config_path: Path) -> Any:
+    """Returns ``train[section]["name"]`` (None when the section is absent); raises ValueError naming the file
+    when the section is not a mapping."""
+    block = train.get(section)
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ValueError(f"{config_path}: {section}={block!r} is not a mapping with a 'name' (as train.py writes it)")
+    return block.get("name")
 
 
 def leaf_method(method: str, checkpoint: str | Path | None) -> str:
     """Returns the method component of the results leaf: the checkpoint's trained method, else ``method``.
 
+    It is also the ``leaf_method`` resolver of ``hydra.run.dir`` (``conf/evaluate.yaml``), which Hydra resolves
+    before any config check, so a name that is no plain path component fails here.
+
     Raises:
-        ValueError: ``method=`` names another method than the checkpoint's record, or a trained checkpoint's
-            run directory has no ``config.yaml`` and no ``method=`` says which method trained it.
+        ValueError: ``method=`` names another method than the checkpoint's record, a trained checkpoint's
+            run directory has no ``config.yaml`` and no ``method=`` says which method trained it, or a method
+            name (the config's or the record's) is not a plain path component.
     """
+    path_name(method, "method.name")
     record = training_record(checkpoint)
     if record is None:
         return method

@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 from PIL import Image
 
+from sparsectx.data.media import decode_image
 from sparsectx.eval.harness import DEFAULT_MAX_NEW_TOKENS, HarnessModel, text_item
 
 
 def _png(image: Any) -> bytes:
-    """Returns PNG bytes of a task visual (a PIL image, or a path); PNG keeps the pixels exact."""
+    """Returns PNG bytes of a task visual (a PIL image, or a path decoded within the media limits:
+    ``sparsectx.data.media``); PNG keeps the pixels exact."""
     if not isinstance(image, Image.Image):
-        image = Image.open(image)
+        image = decode_image(Path(image), f"task visual {image}")
     buffer = io.BytesIO()
     image.convert("RGB").save(buffer, format="PNG")
     return buffer.getvalue()

@@ -1,7 +1,15 @@
-"""Load a VLM and its processor from a local directory, the shipped assets, or a hub id."""
+"""Load a VLM and its processor from a local directory, the shipped assets, or a hub id.
+
+A hub id is read from the local Hugging Face cache at its pinned commit (``model.revision``; network only with
+``model.local_files_only=false``): every file, weights and processor alike, comes from that one snapshot
+folder, and ``snapshot_identity`` names what was read, so run keys change when the snapshot does.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +24,19 @@ from sparsectx.models.processor import ImageTextProcessor, checkpoint_spec, load
 from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.models.vision_mlp import align_vision_mlps
 
+log = logging.getLogger(__name__)
+
 PACKAGE_PREFIX = "package:"
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VISION_ATTENTION = ("grouped", "hf")
 TILE_BUDGETS = ("pooled",)
+HUB_COMMIT = re.compile(r"[0-9a-f]{40}")
+"""A Hugging Face Hub commit: what ``model.revision`` pins and what a cache's ``snapshots/<commit>/`` names."""
+FINGERPRINT_BYTES = 1 << 20
+"""Bytes of each file a local folder's fingerprint reads (``snapshot_identity``): a safetensors file's header,
+which lists every tensor, and the start of its data."""
 
 
 @dataclass
@@ -76,6 +91,14 @@ class ModelConfig:
     (``longest_edge`` = tokens * (patch * merge)^2, times the temporal patch size for GLM): null = the
     checkpoint's own bound. SCOPD caps 1,280 in training and 4,096 in evaluation (its appendix;
     conf/model/scale/{train,evaluate}/qwen2_5_vl_7b.yaml). Refused on tiled families (LLaVA-OneVision)."""
+    revision: str | None = None
+    """The Hub commit (40 lowercase hex digits) a hub-id ``path`` is read at: weights, config and processor
+    files all come from the cache's ``snapshots/<revision>/``. null = unpinned: the snapshot the cache's
+    ``refs/main`` names, with a warning (the run keys still record the snapshot read). A local folder or a
+    ``package:`` checkpoint ignores it."""
+    local_files_only: bool = True
+    """Read a hub id from the local Hugging Face cache only (``HF_HUB_CACHE``), never the network: a missing
+    snapshot is an error naming the download command. false lets ``huggingface_hub`` download the snapshot."""
 
     def __post_init__(self) -> None:
         check_choice(self.dtype, sorted(DTYPES), "model.dtype")
@@ -95,6 +118,13 @@ class ModelConfig:
             )
         if self.image_workers < 1:
             raise ValueError(f"model.image_workers={self.image_workers} must be a positive integer (1 = no threads)")
+        if self.revision is not None and not HUB_COMMIT.fullmatch(str(self.revision)):
+            raise ValueError(
+                f"model.revision={self.revision!r} is not a commit: pin the 40 lowercase hex digits of the "
+                f"checkpoint's Hub commit (its 'Files and versions' history, or the snapshots/<commit> folder "
+                f"`hf download {self.path}` fills), or set model.revision=null to read whatever the cache's "
+                "refs/main names (unpinned)"
+            )
 
 
 @dataclass
@@ -141,14 +171,18 @@ def check_device(device: str) -> None:
         )
 
 
-def resolve_model_path(path: str) -> str:
-    """Returns a local directory or hub id for ``path``; raises if a local-looking path is missing."""
-    if path.startswith(PACKAGE_PREFIX):
-        local = ASSETS_DIR / path[len(PACKAGE_PREFIX) :]
-    elif path.startswith(("/", ".", "~")) or Path(path).exists():
-        local = Path(path).expanduser()
-    else:
-        return path
+def resolve_model_path(path: str, revision: str | None = None, local_files_only: bool = True) -> str:
+    """Returns the local folder of ``path``: a shipped checkpoint (``package:<dir>``), a local folder, or the
+    Hugging Face cache's snapshot of a hub id at ``revision`` (``hub_snapshot``).
+
+    Raises:
+        FileNotFoundError: a local-looking path holds no ``config.json``, or a hub id's snapshot is not at hand,
+            naming the setting or the download command.
+    """
+    if is_hub_id(path):
+        return hub_snapshot(path, revision, local_files_only)
+    shipped = path.startswith(PACKAGE_PREFIX)
+    local = ASSETS_DIR / path.removeprefix(PACKAGE_PREFIX) if shipped else Path(path).expanduser()
     if not (local / "config.json").is_file():
         raise FileNotFoundError(
             f"model.path={path!r}: no checkpoint at {local} (expected a directory with config.json). "
@@ -156,6 +190,101 @@ def resolve_model_path(path: str) -> str:
             "or rebuild the shipped tiny model with `python src/pretrain_tiny.py`."
         )
     return str(local)
+
+
+def is_hub_id(path: str) -> bool:
+    """Returns whether ``model.path`` names a hub id: neither ``package:<dir>`` nor a local-looking or existing
+    path."""
+    return not path.startswith((PACKAGE_PREFIX, "/", ".", "~")) and not Path(path).exists()
+
+
+def hub_snapshot(repo_id: str, revision: str | None, local_files_only: bool) -> str:
+    """Returns the cache folder (``<HF_HUB_CACHE>/models--Org--Name/snapshots/<commit>``) of hub id ``repo_id``
+    at ``revision`` (None: the commit ``refs/main`` names), downloading it only when ``local_files_only`` is
+    false.
+
+    Raises:
+        FileNotFoundError: the snapshot is not in the cache (or could not be downloaded), naming the cache, the
+            download command with the pinned revision and the settings that change where it is read from.
+    """
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return snapshot_download(repo_id, revision=revision, local_files_only=local_files_only)
+    except (OSError, HFValidationError) as err:  # not cached, incomplete, offline, unknown repo or revision
+        pin = f" --revision {revision}" if revision else ""
+        at = f"at model.revision={revision}" if revision else "at refs/main (model.revision=null: unpinned)"
+        where = (
+            f"is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and model.local_files_only=true "
+            "reads nothing else"
+            if local_files_only
+            else "could not be downloaded"
+        )
+        raise FileNotFoundError(
+            f"model.path={repo_id!r} {at} {where} ({type(err).__name__}). Download it where "
+            f"the Hub is reachable with `hf download {repo_id}{pin}` (huggingface-cli download on older "
+            "huggingface_hub) into that cache (HF_HUB_CACHE), or set model.local_files_only=false to let this "
+            "run download it, or set model.path=/local/dir (a checkpoint folder with config.json); if "
+            f"{repo_id!r} was meant as a local folder, no folder is there."
+        ) from err
+
+
+_WARNED_UNPINNED: set[str] = set()
+"""The unpinned snapshot folders already warned about in this process (one warning per folder)."""
+
+
+def resolve_checkpoint(cfg: ModelConfig) -> str:
+    """Returns the local folder of ``cfg``'s checkpoint: ``model.path`` at ``model.revision``, read as
+    ``model.local_files_only`` says (``resolve_model_path``).
+
+    A hub id without a revision is read at the commit the cache's ``refs/main`` names, with a warning: an
+    upstream update moves it, and the run keys record the snapshot read (``snapshot_identity``).
+    """
+    source = resolve_model_path(cfg.path, cfg.revision, cfg.local_files_only)
+    if cfg.revision is None and is_hub_id(cfg.path) and source not in _WARNED_UNPINNED:
+        _WARNED_UNPINNED.add(source)
+        log.warning(
+            "model.path=%s is unpinned (model.revision=null): read at the snapshot the cache's refs/main names, "
+            "%s, which an upstream update moves; the run keys record it, so another snapshot is computed again, "
+            "never reused. Pin it with model.revision=%s",
+            cfg.path,
+            snapshot_identity(source),
+            hub_commit(source),
+        )
+    return source
+
+
+def hub_commit(folder: str | Path) -> str | None:
+    """Returns the commit of a Hugging Face cache snapshot folder (``models--Org--Name/snapshots/<commit>``),
+    None for any other folder."""
+    folder = Path(folder)
+    snapshots = folder.parent
+    in_cache = snapshots.name == "snapshots" and snapshots.parent.name.startswith("models--")
+    return folder.name if in_cache and HUB_COMMIT.fullmatch(folder.name) else None
+
+
+def snapshot_identity(folder: str | Path) -> str:
+    """Returns what identifies the checkpoint in ``folder`` for run keys: ``Org/Name@<commit>`` for a Hugging
+    Face cache snapshot, else a fingerprint of its content.
+
+    The Hub commit names every file of the snapshot exactly and costs nothing to read. Any other folder gets
+    sha256 (first 16 hex digits) over each file's relative name, size and first MiB: cheap on multi-GB weights
+    and the same for a copy elsewhere. Small records enter it whole: a trained checkpoint's
+    ``sparsectx_training.json`` (every weight file's sha256, checked when it loads) and an ``hf download
+    --local-dir`` folder's ``.cache/`` (its commit and etags). Foreign weights re-saved in place with equal sizes
+    and an equal first MiB would go unseen.
+    """
+    folder = Path(folder)
+    commit = hub_commit(folder)
+    if commit is not None:
+        return f"{folder.parent.parent.name.removeprefix('models--').replace('--', '/', 1)}@{commit}"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder)}:{path.stat().st_size}:".encode())
+        with open(path, "rb") as handle:
+            digest.update(handle.read(FINGERPRINT_BYTES))
+    return digest.hexdigest()[:16]
 
 
 def adapter_for(model: PreTrainedModel, signal_chunk: int) -> VLMAdapter:
@@ -202,9 +331,10 @@ def route_vision_tower(model: PreTrainedModel, cfg: ModelConfig) -> None:
 
 
 def load_model(cfg: ModelConfig) -> LoadedModel:
-    """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes."""
+    """Returns the model (eval mode, on ``cfg.device``) and its processor, loaded through the Auto classes from
+    the one local folder ``resolve_checkpoint`` names (a hub id's pinned snapshot)."""
     check_device(cfg.device)
-    source = resolve_model_path(cfg.path)
+    source = resolve_checkpoint(cfg)
     try:
         spec = checkpoint_spec(source)
         check_family_options(cfg, spec.name)
@@ -214,8 +344,9 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
         )
     except OSError as err:
         raise OSError(
-            f"could not load model.path={cfg.path!r} ({err}). Without network access, download the checkpoint "
-            "elsewhere and set model.path=/local/dir (a directory with config.json and weights)."
+            f"could not load model.path={cfg.path!r} from {source} ({err}). The folder lacks a file the model "
+            "needs: download the checkpoint again, or set model.path=/local/dir (a directory with config.json "
+            "and weights)."
         ) from err
     model.to(cfg.device).eval()
     route_vision_tower(model, cfg)

@@ -28,9 +28,8 @@ from typing import Any
 
 import torch
 from PIL import Image
-from transformers import AutoConfig, AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, BatchFeature, PreTrainedTokenizerBase
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-from transformers.utils import cached_file
 
 from sparsectx.data.video import Video
 from sparsectx.models.families import FAMILIES
@@ -184,23 +183,16 @@ class ImageTextProcessor(ChatTemplating):
 
 
 def checkpoint_family(path: str | Path) -> str:
-    """Returns the ``model_type`` of the checkpoint at ``path`` ("" for a processor-only directory)."""
-    local = Path(path)
-    if local.is_dir():
-        config = local / "config.json"
-        return json.loads(config.read_text())["model_type"] if config.is_file() else ""
-    return AutoConfig.from_pretrained(str(path)).model_type
+    """Returns the ``model_type`` of the checkpoint folder at ``path`` ("" for a processor-only directory); a hub
+    id is resolved to its pinned snapshot folder first (``loading.resolve_checkpoint``)."""
+    config = Path(path) / "config.json"
+    return json.loads(config.read_text())["model_type"] if config.is_file() else ""
 
 
 def _read_json(path: str | Path, name: str) -> dict[str, Any] | None:
-    """Returns the parsed ``name`` of the checkpoint at ``path`` (a folder or a cached hub id), None if absent."""
-    local = Path(path)
-    if local.is_dir():
-        file = local / name
-    else:
-        found = cached_file(str(path), name, _raise_exceptions_for_missing_entries=False)
-        file = Path(found) if found else None
-    return json.loads(file.read_text()) if file is not None and file.is_file() else None
+    """Returns the parsed ``name`` of the checkpoint folder at ``path``, None if absent."""
+    file = Path(path) / name
+    return json.loads(file.read_text()) if file.is_file() else None
 
 
 def checkpoint_spec(path: str | Path) -> FamilySpec:

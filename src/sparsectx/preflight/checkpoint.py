@@ -18,20 +18,23 @@ PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-def checkpoint_folder(path: str) -> tuple[Path | None, str]:
+def checkpoint_folder(path: str, revision: str | None = None) -> tuple[Path | None, str]:
     """Returns (the local folder of ``model.path``, "") or (None, why not): ``package:<dir>`` is a shipped
-    checkpoint, a path is a folder, anything else a hub id found only in the HF cache (no download here)."""
+    checkpoint, a path is a folder, anything else a hub id found only in the HF cache at ``revision``
+    (``model.revision``; None: the commit ``refs/main`` names), as ``loading.hub_snapshot`` reads it (no
+    download here)."""
     if path.startswith(PACKAGE_PREFIX):
         return ASSETS_DIR / path[len(PACKAGE_PREFIX) :], ""
     local = Path(path).expanduser()
     if path.startswith(("/", ".", "~")) or local.exists():
         return local, ""
-    from huggingface_hub import snapshot_download
+    from sparsectx.models.loading import hub_snapshot
 
     try:
-        return Path(snapshot_download(path, local_files_only=True)), ""
-    except Exception as error:  # LocalEntryNotFoundError, a malformed id: either way nothing local
-        return None, f"a hub id, not in the local Hugging Face cache ({type(error).__name__})"
+        return Path(hub_snapshot(path, revision, local_files_only=True)), ""
+    except FileNotFoundError as error:  # not cached at that revision, incomplete, or a malformed id
+        at = f"at revision {revision}" if revision else "at refs/main (model.revision=null)"
+        return None, f"a hub id, not in the local Hugging Face cache {at} ({type(error.__cause__).__name__})"
 
 
 def check_checkpoint(name: str, model: Any, sample_size: Sequence[int] = (640, 480)) -> Checked:
@@ -42,13 +45,15 @@ def check_checkpoint(name: str, model: Any, sample_size: Sequence[int] = (640, 4
     ``config.json``, a family not served, no tokenizer).
     """
     checked = Checked("checkpoint", name, model.path)
-    folder, why = checkpoint_folder(model.path)
+    folder, why = checkpoint_folder(model.path, model.revision)
     key = f"model.path={model.path}"
     if folder is None:
+        pin = f" --revision {model.revision}" if model.revision else ""
         checked.add(
             model.path,
             f"{key} is {why}",
-            f"download it (hf download {model.path} --local-dir /models/{Path(model.path).name}) and set "
+            f"download it into the cache (hf download {model.path}{pin}), or into a folder (hf download "
+            f"{model.path}{pin} --local-dir /models/{Path(model.path).name}) and set "
             f"model.path=/models/{Path(model.path).name} (in the study: model_paths.{name}=<folder>)",
         )
         return checked

@@ -31,9 +31,10 @@ class Need:
         return [f"[{mark}] {self.kind} {self.name}", f"          goes: {self.where}", f"          get:  {self.how}"]
 
 
-def model_needs(name: str, path: str) -> Need:
-    """Returns the checkpoint folder model preset ``name`` reads from ``model.path``."""
-    folder, _ = checkpoint_folder(path)
+def model_needs(name: str, path: str, revision: str | None = None) -> Need:
+    """Returns the checkpoint folder model preset ``name`` reads from ``model.path`` (a hub id at the commit
+    ``model.revision`` pins: a pinned download writes no ``refs/main``, so the lookup must name the commit)."""
+    folder, _ = checkpoint_folder(path, revision)
     present = folder is not None and (folder / "config.json").is_file()
     if path.startswith(PACKAGE_PREFIX):
         return Need(
@@ -49,7 +50,11 @@ def model_needs(name: str, path: str) -> Need:
     else:
         where = f"{path} (model.path; in the study model_paths.{name}=<folder>)"
     hub = path if "/" in path and not path.startswith(("/", ".", "~")) else "<the published checkpoint's hub id>"
-    how = f"hf download {hub} --local-dir <folder> (config.json, tokenizer, processor files, chat template, weights)"
+    pin = f" --revision {revision}" if revision else ""
+    how = (
+        f"hf download {hub}{pin} (into the HF cache), or add --local-dir <folder> (config.json, tokenizer, "
+        "processor files, chat template, weights)"
+    )
     return Need("checkpoint", name, where, how, present)
 
 

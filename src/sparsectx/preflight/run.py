@@ -141,7 +141,7 @@ def run(cfg: DictConfig, compose: Compose, conf_dir: Path) -> int:
     load_preflight_config(cfg)  # a mistyped key fails before anything is read
     chosen = targets(cfg, compose)
     if cfg.list:
-        needs = [model_needs(name, model.path) for name, model in chosen.models]
+        needs = [model_needs(name, model.path, model.revision) for name, model in chosen.models]
         needs += [need for spec in chosen.benches.values() for need in bench_needs(spec)]
         needs += [need for path in chosen.train_files for need in train_needs(path, conf_dir)]
         for need in needs:

@@ -24,7 +24,7 @@ from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.pretrain.config import PretrainConfig
 from sparsectx.pretrain.patchify import patchify, patchify_clips
 from sparsectx.pretrain.stream import PretrainStream, VideoStream, collate
-from sparsectx.training.checkpoint import torch_save
+from sparsectx.training.checkpoint import load_plain, torch_save
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:
@@ -87,9 +87,14 @@ def video_stream(cfg: PretrainConfig, model) -> VideoStream | None:
         return None
     vision = model.config.vision_config
     return VideoStream(
-        cfg.video, cfg.train.videos_per_batch, cfg.train.batch_size, int(vision.tokens_per_second),
-        cfg.vision.temporal_patch_size, cfg.vision.spatial_merge_size, cfg.vision.patch_size,
-    )  # fmt: skip
+        cfg.video,
+        cfg.train.videos_per_batch,
+        cfg.train.batch_size,
+        int(vision.tokens_per_second),
+        cfg.vision.temporal_patch_size,
+        cfg.vision.spatial_merge_size,
+        cfg.vision.patch_size,
+    )
 
 
 def lr_at(step: int, cfg: PretrainConfig) -> float:
@@ -113,18 +118,14 @@ def visual_inputs(batch: dict, cfg: PretrainConfig, image_proc, device: str) -> 
         v.temporal_patch_size,
     )
     if batch["images"] is not None:
-        out["pixel_values"], out["image_grid_thw"] = patchify(
-            batch["images"].to(device, non_blocking=True), *norm
-        )
+        out["pixel_values"], out["image_grid_thw"] = patchify(batch["images"].to(device, non_blocking=True), *norm)
     if batch["clips"] is not None:
         clips = batch["clips"].to(device, non_blocking=True)
         out["pixel_values_videos"], out["video_grid_thw"] = patchify_clips(clips, *norm)
     return out
 
 
-def _loss(
-    model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, device: str
-) -> torch.Tensor:
+def _loss(model, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, device: str) -> torch.Tensor:
     ids = batch["input_ids"].to(device)
     with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.train.bf16):
         logits = model(
@@ -154,7 +155,7 @@ def run(raw: DictConfig, command: str = "python src/pretrain_tiny.py") -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     step, curve, seconds_before, earlier = 0, [], 0.0, None
     if (state_dir / "state.pt").exists():
-        state = torch.load(state_dir / "state.pt", map_location=cfg.device, weights_only=False)
+        state = load_state(state_dir / "state.pt", cfg.device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if "seconds" not in state:
@@ -168,9 +169,7 @@ def run(raw: DictConfig, command: str = "python src/pretrain_tiny.py") -> dict:
         init = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.init_from, dtype=torch.float32)
         model.load_state_dict(init.state_dict())
         earlier = earlier_stage(Path(cfg.init_from))
-    stream = PretrainStream(
-        cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg), video_stream(cfg, model)
-    )
+    stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg), video_stream(cfg, model))
     loader = make_loader(cfg, stream, tokenizer.pad_token_id, step)
     start, window = time.time(), []
 
@@ -218,9 +217,7 @@ def make_loader(cfg: PretrainConfig, stream: PretrainStream, pad_id: int, start_
     )
 
 
-def train_step(
-    model, optimizer, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, step: int
-) -> float:
+def train_step(model, optimizer, batch: dict[str, torch.Tensor], cfg: PretrainConfig, image_proc, step: int) -> float:
     """Runs one optimizer step at ``step``'s learning rate; returns the loss (not applied when non-finite)."""
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg)
@@ -255,6 +252,18 @@ def earlier_stage(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def load_state(path: Path, device: str) -> dict:
+    """Returns the resume state ``_save_state`` wrote, tensors on ``device``, read as plain data (no object in the
+    file is built or called: anyone who can write ``state_dir`` could otherwise run code as whoever resumes).
+
+    Raises:
+        DamagedFileError: ``path`` holds more than plain data (hostile, or written by an older version) or cannot
+            be read, naming it and the fix.
+    """
+    fix = f"delete {path} to start pretraining over, or restore it from a backup you trust"
+    return load_plain(path, device, fix)
+
+
 def _save_state(
     state_dir: Path, model, optimizer, step: int, curve: list, seconds: float, earlier: dict | None = None
 ) -> None:
@@ -263,11 +272,15 @@ def _save_state(
     A full disk raises ``OSError`` (errno ENOSPC) naming the file and the space the state needs; the
     half-written copy is removed and the previous ``state.pt`` stays whole, so a rerun resumes from it.
     """
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "curve": curve,
-             "seconds": seconds, "earlier_stage": earlier}  # fmt: skip
-    torch_save(
-        state_dir / "state.pt", state, "the previous state.pt, if any, is kept and a rerun resumes from it"
-    )
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "step": step,
+        "curve": curve,
+        "seconds": seconds,
+        "earlier_stage": earlier,
+    }
+    torch_save(state_dir / "state.pt", state, "the previous state.pt, if any, is kept and a rerun resumes from it")
 
 
 def save_release(

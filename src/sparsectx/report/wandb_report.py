@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.io import atomic_write_text
 from sparsectx.report.study import tables_dir
-from sparsectx.tracking import LoggerConfig
+from sparsectx.tracking import LoggerConfig, tracking_mode
 
 GREEDY = "Config('mode') == 'greedy'"
 """Run filter of greedy evaluations (``evaluate.py``'s default mode; Pass@K and efficiency runs differ)."""
@@ -244,7 +244,7 @@ def run(cfg: DictConfig) -> Path | str:
     rc = load_report_config(cfg)
     folder = tables_dir(rc.results_root, rc.experiment)
     logged = logged_outputs(folder)
-    if os.environ.get("WANDB_MODE", rc.logger.mode) == "online":
+    if tracking_mode(rc.logger, os.environ) == "online":  # WANDB_MODE may lower the mode, never raise it
         import wandb
 
         entity = rc.logger.entity or wandb.Api().default_entity

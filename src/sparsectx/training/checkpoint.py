@@ -12,18 +12,29 @@ Directories are written as ``.<name>.tmp`` and swapped in with two renames; if a
 previous complete directory is left as ``.<name>.old`` and ``recover_dir`` renames it back.
 
 Each directory is valid only as a whole: ``meta.json`` records the sha256 and size of ``trainer.pt`` and
-``sparsectx_training.json`` the sha256 of every weight file, checked before either is trusted. A state with
+``sparsectx_training.json`` the sha256 of every other file of the checkpoint (weights, config, tokenizer and
+processor files), checked before either is trusted. A state with
 a payload but no readable metadata, or one whose parts disagree, raises ``DamagedFileError`` naming the file
 and the fix; it is never restarted over or loaded.
 
+No code in state files: a digest catches damage, not an attacker, since whoever can write ``state/`` can write
+``trainer.pt`` and its digest both. So ``trainer.pt`` holds plain data only (tensors, numbers, strings, None and
+lists, tuples and dicts of them; numpy's RNG key as a tensor) and ``load_plain`` reads it with
+``torch.load(weights_only=True)``, which builds no other object and calls no function named in the file. A
+state holding anything else (hostile, or written by an older version that pickled numpy arrays) raises
+``DamagedFileError`` naming the file and the fix, and nothing of it is used. ``state/shards/`` is read as plain
+data too (``training.sharded_state.read_shards``), as is pretraining's ``state.pt``.
+
 What is verified when (no file is hashed twice for one use):
 - save: ``trainer.pt``'s sha256 is computed from its bytes as ``torch.save`` writes them (never read back);
-  a checkpoint's weight files are hashed once after ``save_pretrained`` wrote them, in parallel.
+  a checkpoint's files are hashed once after ``save_pretrained`` wrote them, in parallel.
 - resume, before the model loads (``read_meta``): ``meta.json`` readable, ``trainer.pt`` present, its size
   the recorded one (a truncated or foreign payload fails here, in milliseconds).
-- resume, loading (``load_state``): ``trainer.pt``'s full sha256, hashed on a thread while ``torch.load``
+- resume, loading (``load_state``): ``trainer.pt``'s full sha256, hashed on a thread while ``load_plain``
   reads the file; a mismatch raises before the payload is returned, so nothing of it is used.
-- rerun and evaluation (``verify_checkpoint``): every weight file's full sha256, in parallel.
+- rerun and evaluation (``verify_checkpoint``): every checkpoint file's full sha256, in parallel; a file
+  missing (Snakemake deletes the train rule's declared ``config.json`` before a rerun), changed or added is
+  damage, and a training rerun rewrites the whole directory from ``state/``.
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -112,6 +123,52 @@ def torch_save(path: Path, obj: Any, undone: str) -> Written:
     return atomic_write_stream(path, lambda stream: torch.save(obj, stream), undone, tensor_bytes(obj))
 
 
+def _allowed_classes() -> list[type]:
+    """Returns the classes beyond plain data that a resume state may hold: torchao's 8-bit AdamW moments
+    (``memory.optimizer_states=int8``, a run-defining key), once torchao's 8-bit optimizer is imported, as
+    building that run's optimizer does before its state loads (importing torchao only to read is slow)."""
+    eight_bit = sys.modules.get("torchao.optim.subclass_8bit")
+    return [] if eight_bit is None else [eight_bit.OptimState8bit]
+
+
+def load_plain(path: Path, location: torch.device | str, fix: str) -> Any:
+    """Returns what ``torch.save`` wrote to ``path``, tensors on ``location``, read as plain data only.
+
+    ``torch.load(weights_only=True)``: tensors, numbers, strings, None, lists, tuples and dicts (and
+    ``_allowed_classes``). A file naming any other function or class is refused before anything in it runs, so a
+    file written by someone else runs no code as whoever reads it.
+
+    Raises:
+        DamagedFileError: naming ``path``, what it holds besides plain data (it may be hostile, or written by an
+            older version) and ``fix``; or that it cannot be read.
+    """
+    try:
+        with torch.serialization.safe_globals(_allowed_classes()):
+            return torch.load(path, map_location=location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # from None: torch's own message advises weights_only=False, the very load refused here
+        raise DamagedFileError(
+            f"{path} is not plain data ({not_plain(path, err)}): it may be hostile (anyone who can write "
+            f"{path.parent} can write it) or written by an older version of sparsectx. Nothing in it was run; {fix}"
+        ) from None
+    except (OSError, RuntimeError, EOFError) as err:
+        raise DamagedFileError(f"{path} cannot be read ({err}); {fix}") from err
+
+
+def not_plain(source: Path | IO[bytes], err: pickle.UnpicklingError) -> str:
+    """Returns what a file ``torch.load(weights_only=True)`` refused holds besides plain data: the functions and
+    classes it names (read without running them), else the first sentence of torch's reason."""
+    if not isinstance(source, Path):
+        source.seek(0)  # the refused load left it anywhere
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(source)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
+        found = []
+    if found:
+        return f"it names {', '.join(sorted(found))}"
+    return str(err).rpartition("WeightsUnpickler error: ")[2].split(". ")[0].splitlines()[0]
+
+
 def read_json_file(path: Path, fix: str) -> dict[str, Any]:
     """Returns the JSON object in ``path``; raises ``DamagedFileError`` naming it and ``fix`` if unreadable."""
     try:
@@ -174,10 +231,17 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    """Returns this process's python, numpy, torch and (when present) CUDA RNG states."""
+    """Returns this process's python, numpy, torch and (when present) CUDA RNG states as plain data (tuples of
+    ints, tensors, numbers), which ``load_plain`` reads back: numpy's Mersenne Twister key is a tensor."""
+    numpy = np.random.get_state(legacy=False)
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "key": torch.from_numpy(numpy["state"]["key"].astype(np.int64)),
+            "pos": int(numpy["state"]["pos"]),
+            "has_gauss": int(numpy["has_gauss"]),
+            "gauss": float(numpy["gauss"]),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -186,7 +250,11 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Returns None after restoring an ``rng_state`` dict."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    saved = state["numpy"]
+    mt19937 = {"key": saved["key"].cpu().numpy().astype(np.uint32), "pos": saved["pos"]}
+    np.random.set_state(
+        {"bit_generator": "MT19937", "state": mt19937, "has_gauss": saved["has_gauss"], "gauss": saved["gauss"]}
+    )
     torch.set_rng_state(state["torch"].cpu())
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])  # load_state mapped them to the device
@@ -223,9 +291,7 @@ def save_state(state_dir: Path, payload: dict[str, Any], meta: dict[str, Any], t
     tmp = fresh_tmp(state_dir) if tmp is None else tmp
     with discarded_on_error(tmp):
         written = torch_save(tmp / STATE_FILE, canonical(payload), f"{state_dir} keeps the last state")
-        atomic_write_json(
-            tmp / META_FILE, {**meta, "payload_sha256": written.sha256, "payload_bytes": written.size}
-        )
+        atomic_write_json(tmp / META_FILE, {**meta, "payload_sha256": written.sha256, "payload_bytes": written.size})
     replace_dir(tmp, state_dir)
 
 
@@ -276,11 +342,11 @@ def _check_payload_digest(path: Path, meta: dict[str, Any], digest: str) -> None
 
 
 def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> dict[str, Any]:
-    """Returns the ``trainer.pt`` payload with tensors on ``device`` (our own file, so full unpickling).
+    """Returns the ``trainer.pt`` payload with tensors on ``device``, read as plain data (``load_plain``).
 
-    The file's sha256 is computed on a thread while ``torch.load`` reads it. Raises ``DamagedFileError``
+    The file's sha256 is computed on a thread while ``load_plain`` reads it. Raises ``DamagedFileError``
     naming the file before returning anything when the digest, or the payload's step and samples seen,
-    differ from ``meta`` (the ``read_meta`` result), or the file cannot be read.
+    differ from ``meta`` (the ``read_meta`` result), or the file cannot be read or holds more than plain data.
     """
     path = state_dir / STATE_FILE
     # "cpu:0" (a multi-process CPU run's device) is no location torch.load can restore to; "cpu" is
@@ -288,11 +354,13 @@ def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> d
     with ThreadPoolExecutor(1, thread_name_prefix="sha256") as pool:
         digest = pool.submit(file_sha256, path)
         try:
-            payload = torch.load(path, map_location=location, weights_only=False)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+            payload = load_plain(path, location, _restart_fix(state_dir))
+        except DamagedFileError:
             _check_payload_digest(path, meta, digest.result())  # a damaged file is named as damaged
-            raise DamagedFileError(f"{path} cannot be read ({err}); {_restart_fix(state_dir)}") from err
+            raise
         _check_payload_digest(path, meta, digest.result())
+    if not isinstance(payload, dict):
+        raise DamagedFileError(f"{path} holds {type(payload).__name__}, not a dict; {_restart_fix(state_dir)}")
     for key in ("step", "samples_seen"):
         if payload.get(key) != meta.get(key):
             raise DamagedFileError(
@@ -340,6 +408,27 @@ def weight_files(checkpoint_dir: Path) -> list[Path]:
     return sorted(p for p in checkpoint_dir.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
 
 
+def checkpoint_files(checkpoint_dir: Path) -> list[str]:
+    """Returns the relative paths of every file of a model directory except ``sparsectx_training.json``, sorted.
+
+    Every one of them can change what loads (a tokenizer or chat-template file as much as the weights), so
+    each one's digest is recorded and checked.
+    """
+    return sorted(
+        p.relative_to(checkpoint_dir).as_posix()
+        for p in checkpoint_dir.rglob("*")
+        if p.is_file() and p.relative_to(checkpoint_dir).as_posix() != CHECKPOINT_INFO
+    )
+
+
+def tree_sha256(root: Path, names: list[str]) -> dict[str, str]:
+    """Returns {relative path: hex sha256} of the files ``names`` under ``root``, hashed on parallel threads."""
+    if not names:
+        return {}
+    with ThreadPoolExecutor(min(len(names), os.cpu_count() or 1)) as pool:
+        return dict(zip(names, pool.map(file_sha256, [root / name for name in names]), strict=True))
+
+
 def save_checkpoint(
     checkpoint_dir: Path, model: nn.Module, processor: ImageTextProcessor, info: dict[str, Any]
 ) -> None:
@@ -350,7 +439,7 @@ def save_checkpoint(
         model: the model to export (LoRA already merged).
         processor: the processor whose tokenizer and image-processor files go beside the weights.
         info: provenance written as ``sparsectx_training.json`` (config hash, steps, git commit); the sha256
-            of every weight file is added as ``weights_sha256`` ({file name: hex digest}).
+            of every other file of the directory is added as ``files_sha256`` ({relative path: hex digest}).
     """
     tmp = fresh_tmp(checkpoint_dir)
     kept = f"{checkpoint_dir} keeps its previous content, if any"
@@ -358,8 +447,8 @@ def save_checkpoint(
         model.save_pretrained(tmp)
         processor.tokenizer.save_pretrained(tmp)
         processor.image_processor.save_pretrained(tmp)
-        digests = files_sha256(weight_files(tmp))
-        atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "weights_sha256": digests})
+        digests = tree_sha256(tmp, checkpoint_files(tmp))
+        atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "files_sha256": digests})
     replace_dir(tmp, checkpoint_dir)
 
 
@@ -371,36 +460,50 @@ def _checkpoint_fix(checkpoint_dir: Path) -> str:
 
 
 def verify_checkpoint(checkpoint_dir: Path) -> bool:
-    """Returns True after checking a trained checkpoint's weight files against their recorded sha256.
+    """Returns True after checking every file of a trained checkpoint against its recorded sha256.
 
     Returns False for a model directory that is not one of our trained checkpoints (no
-    ``sparsectx_training.json``: a hub or pretrained model), or one written before digests were recorded.
-    Raises ``DamagedFileError`` naming the file and the fix when the info file is unreadable, or a weight file
-    is missing, extra or differs from its digest.
+    ``sparsectx_training.json``: a hub or pretrained model), or one written before every file's digest was
+    recorded (its weight files, if recorded, are still checked). Raises ``DamagedFileError`` naming the file
+    and the fix when the info file is unreadable, or a file is missing (as after Snakemake deleted the declared
+    ``config.json`` for a rerun), added or differs from its digest.
     """
     checkpoint_dir = Path(checkpoint_dir)
     info_path = checkpoint_dir / CHECKPOINT_INFO
     if not info_path.is_file():
         return False
-    digests = read_json_file(info_path, _checkpoint_fix(checkpoint_dir)).get("weights_sha256")
-    if digests is None:
-        log.warning("%s records no weight digests (written before them); weights not verified", info_path)
-        return False
-    present = {p.name for p in weight_files(checkpoint_dir)}
-    for name in sorted(set(digests) ^ present):
+    info = read_json_file(info_path, _checkpoint_fix(checkpoint_dir))
+    digests = info.get("files_sha256")
+    if digests is not None:
+        _check_digests(checkpoint_dir, info_path, digests, checkpoint_files(checkpoint_dir))
+        return True
+    weights = info.get("weights_sha256")
+    if weights is not None:  # written before every file's digest was recorded
+        _check_digests(checkpoint_dir, info_path, weights, [p.name for p in weight_files(checkpoint_dir)])
+    checked = "only its weight files are verified" if weights is not None else "its files are not verified"
+    log.warning(
+        "%s was written before every file's sha256 was recorded: %s; rerunning the training command rewrites "
+        "the checkpoint with them",
+        info_path,
+        checked,
+    )
+    return False
+
+
+def _check_digests(checkpoint_dir: Path, info_path: Path, digests: dict[str, str], present: list[str]) -> None:
+    """Raises ``DamagedFileError`` naming the first file of ``checkpoint_dir`` that is missing, not recorded in
+    ``digests`` or differs from its recorded sha256."""
+    for name in sorted(set(digests) ^ set(present)):
         state = "is missing" if name not in present else f"is not listed in {info_path}"
         raise DamagedFileError(
             f"{checkpoint_dir / name} {state} (its sha256 cannot be checked); {_checkpoint_fix(checkpoint_dir)}"
         )
-    found = files_sha256([checkpoint_dir / name for name in sorted(present)])
-    for name, got in found.items():
-        path = checkpoint_dir / name
+    for name, got in tree_sha256(checkpoint_dir, present).items():
         if got != digests[name]:
             raise DamagedFileError(
-                f"{path} does not match its sha256 in {info_path} ({got[:12]}... recorded "
+                f"{checkpoint_dir / name} does not match its sha256 in {info_path} ({got[:12]}... recorded "
                 f"{digests[name][:12]}...); {_checkpoint_fix(checkpoint_dir)}"
             )
-    return True
 
 
 def checkpoint_info(checkpoint_dir: Path) -> dict[str, Any] | None:

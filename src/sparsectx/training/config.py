@@ -19,6 +19,7 @@ from sparsectx.checks import check_choice
 from sparsectx.dotted import flatten
 from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
+from sparsectx.models.loading import resolve_model_path, snapshot_identity
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
 from sparsectx.training.method import MethodConfig
@@ -38,8 +39,9 @@ RUN_DEFINING_PREFIXES = (
     "memory.optimizer_states",
 )
 """Keys that define what a run trains: changing one and resuming the same run directory is an error. Every
-other
-key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns."""
+other key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns.
+``run_defining`` adds ``model.snapshot``, the identity of the checkpoint read (``model.revision`` and
+``model.local_files_only`` say where it is read from, so they are not run-defining themselves)."""
 
 
 COPY = re.compile(r"\$\{(\w+)\}")
@@ -47,6 +49,7 @@ COPY = re.compile(r"\$\{(\w+)\}")
 
 
 ROLLOUT_WEIGHTS = ("auto", "copy", "live")
+RUN_DIR_PERMISSIONS = ("private", "umask")
 """``auto``: ``copy`` for a LoRA student on CUDA, else ``live``; ``copy``: a plain twin of the student's current
 weights (``sparsectx.training.decode_copy``); ``live``: the student itself."""
 
@@ -144,8 +147,8 @@ class DistributedConfig:
         settings that need the whole model on every process, or that fsdp has not been run with."""
         if self.strategy != "fsdp":
             return
-        for key, holder, attr in (("engine.compile", engine, "compile"),
-                                  ("model.compile_blocks", model, "compile_blocks")):  # fmt: skip
+        compiled = (("engine.compile", engine, "compile"), ("model.compile_blocks", model, "compile_blocks"))
+        for key, holder, attr in compiled:
             if getattr(holder, attr) == "on":
                 raise ValueError(
                     f"{key}=on with distributed.strategy=fsdp: torch.compile of the sharded units has not been "
@@ -169,6 +172,10 @@ class TrainConfig:
     """The study grid of an experiment preset (``conf/experiment``); the Snakefile reads it, training does not."""
     runs_root: str
     """Root of every run directory."""
+    run_dir_permissions: str
+    """private | umask. ``private``: the run directory is made 0700 (only you can read it or write its resume
+    state) and a resume state in one that others can write is refused (``training.loop.guard_run_dir``);
+    ``umask``: it keeps the mode your umask gives, e.g. to share runs with your group."""
     seed: int
     """Root seed, an int (null is an error); every random stream derives from it (``sparsectx.data.derive_seed``)."""
     budget: float
@@ -238,11 +245,10 @@ class TrainConfig:
                 raise ValueError(f"{key}={getattr(self, key)} must be >= 1")
         if self.rollout_batch_size is not None:
             if self.rollout_batch_size < 1:
-                raise ValueError(
-                    f"rollout_batch_size={self.rollout_batch_size} must be >= 1, or null for the step"
-                )
+                raise ValueError(f"rollout_batch_size={self.rollout_batch_size} must be >= 1, or null for the step")
             self.engine.check_slots(self.rollout_batch_size, "rollout_batch_size")
         check_choice(self.rollout_weights, ROLLOUT_WEIGHTS, "rollout_weights")
+        check_choice(self.run_dir_permissions, RUN_DIR_PERMISSIONS, "run_dir_permissions")
         check_choice(self.teacher_weights, ROLLOUT_WEIGHTS, "teacher_weights")
         if isinstance(self.token_trace, bool) or self.token_trace < 0:
             raise ValueError(
@@ -334,9 +340,21 @@ def name_copied_keys(message: str, copies: dict[str, str], cfg: DictConfig) -> s
 
 
 def run_defining(resolved: dict[str, Any]) -> dict[str, Any]:
-    """Returns the flattened run-defining keys (``RUN_DEFINING_PREFIXES``) of a resolved config."""
-    return {
+    """Returns the flattened run-defining keys (``RUN_DEFINING_PREFIXES``) of a resolved config, plus
+    ``model.snapshot``: the identity of the checkpoint ``model.path`` names at ``model.revision``
+    (``loading.snapshot_identity``: a hub snapshot's commit, else a fingerprint of the folder), so the same
+    hub id updated upstream, or a folder whose weights changed, is another run rather than a resumable one.
+
+    Raises:
+        FileNotFoundError: the checkpoint is not at hand (a hub id: naming the download command).
+    """
+    defining = {
         key: value
         for key, value in flatten(resolved).items()
         if any(key == p or key.startswith(p if p.endswith(".") else p + ".") for p in RUN_DEFINING_PREFIXES)
     }
+    model = resolved.get("model")
+    if model is not None:  # a partial config (no model group) defines no snapshot
+        folder = resolve_model_path(model["path"], model["revision"], model["local_files_only"])
+        defining["model.snapshot"] = snapshot_identity(folder)
+    return defining

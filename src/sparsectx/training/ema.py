@@ -51,9 +51,7 @@ class ParameterEMA:
             decay: d in [0, 1], the weight on the old shadow (SCOPD: 0.9999).
         """
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay <= 1.0:
-            raise ValueError(
-                f"decay={decay!r} must lie in [0, 1]: the weight on the old average (SCOPD 0.9999)"
-            )
+            raise ValueError(f"decay={decay!r} must lie in [0, 1]: the weight on the old average (SCOPD 0.9999)")
         self._decay = float(decay)
         self._shadow: dict[str, torch.Tensor] = {}
         self._num_updates = 0
@@ -80,9 +78,7 @@ class ParameterEMA:
     def _check_names(self, params: Mapping[str, torch.Tensor]) -> None:
         if set(params) != set(self._shadow):
             missing, extra = sorted(set(self._shadow) - set(params)), sorted(set(params) - set(self._shadow))
-            raise KeyError(
-                f"EMA tensors changed since the first update: missing {missing}, unexpected {extra}"
-            )
+            raise KeyError(f"EMA tensors changed since the first update: missing {missing}, unexpected {extra}")
         for name, value in params.items():
             if value.shape != self._shadow[name].shape:
                 raise ValueError(
@@ -130,14 +126,15 @@ class ParameterEMA:
                     p.copy_(backup[name])
 
     def state_dict(self) -> dict[str, Any]:
-        """Returns {"decay", "num_updates", "shadow"} for the checkpoint (shadow tensors are not copied)."""
+        """Returns {"decay", "num_updates", "shadow"} for the checkpoint (shadow tensors are not copied): plain data
+        only (numbers and tensors), which is all a resume state may hold (``checkpoint.load_plain``)."""
         return {"decay": self._decay, "num_updates": self._num_updates, "shadow": dict(self._shadow)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Returns None; restores a ``state_dict``. A different decay is an error (it defines the run).
 
         Args:
-            state: the mapping ``state_dict`` returned, e.g. after ``torch.load``.
+            state: the mapping ``state_dict`` returned, e.g. read back as plain data by ``checkpoint.load_state``.
         """
         if float(state["decay"]) != self._decay:
             raise ValueError(

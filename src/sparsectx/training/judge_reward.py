@@ -7,7 +7,8 @@ answer-matching judge's input as the question, the reference answer and the mode
 
 - The judge is ``sparsectx.eval.judge``'s (``JudgeConfig``, ``hf_chat`` / ``openai_chat``; the params' ``judge``
   block composes from ``conf/judge/*.yaml``). It is built once per process and judge config (``judge_chat``), on
-  the first reward, never per rollout.
+  the first reward, never per rollout. A served judge's credentials are checked at config load (``judge.py``:
+  https or loopback only, the key's variable set) and recorded redacted (``config.yaml``, ``meta.json``, W&B).
 - The prompt is the ``prompt`` param (``conf/method/grpo_judge.yaml``), a template with the fields
   ``{question}`` (with its options, when it has some), ``{reference}`` (an option letter with its text) and
   ``{prediction}`` (the rollout's strict ``<answer>``, as the benchmarks extract it). Identical predictions of
@@ -32,7 +33,7 @@ from typing import Any
 
 from sparsectx.data import Item
 from sparsectx.eval.extract import extract_answer
-from sparsectx.eval.judge import Chat, JudgeConfig, hf_chat, openai_chat
+from sparsectx.eval.judge import Chat, JudgeConfig, authorization, hf_chat, openai_chat
 from sparsectx.eval.scorers import parse_yes_no
 from sparsectx.training.rewards import REWARD_CHECKS, REWARDS, has_format, is_answer_correct, scorable
 
@@ -87,9 +88,15 @@ def judge_fields(item: Item, prediction: str) -> dict[str, str]:
 
 
 def judged_rewards(
-    texts: Sequence[str], items: Sequence[Item], chat: Chat, *, correct_weight: float, format_weight: float,
-    prompt: str, on_unreadable: str,
-) -> list[float | None]:  # fmt: skip
+    texts: Sequence[str],
+    items: Sequence[Item],
+    chat: Chat,
+    *,
+    correct_weight: float,
+    format_weight: float,
+    prompt: str,
+    on_unreadable: str,
+) -> list[float | None]:
     """Returns ``correct_weight·judged + format_weight·format`` per rollout, ``chat`` judging; None if unscorable.
 
     Args:
@@ -149,9 +156,15 @@ def _count(replies: Iterable[str], fallbacks: int) -> None:
 
 @REWARDS.register("judge_format")
 def judge_format_reward(
-    texts: Sequence[str], items: Sequence[Item], *, correct_weight: float, format_weight: float,
-    judge: Mapping[str, Any], prompt: str, on_unreadable: str,
-) -> list[float | None]:  # fmt: skip
+    texts: Sequence[str],
+    items: Sequence[Item],
+    *,
+    correct_weight: float,
+    format_weight: float,
+    judge: Mapping[str, Any],
+    prompt: str,
+    on_unreadable: str,
+) -> list[float | None]:
     """Returns ``correct_weight·judged + format_weight·format`` per rollout; None for an unscorable item.
 
     Args:
@@ -164,21 +177,29 @@ def judge_format_reward(
         on_unreadable: ``rule`` or ``error`` (module docstring).
     """
     return judged_rewards(
-        texts, items, judge_chat(judge), correct_weight=correct_weight, format_weight=format_weight,
-        prompt=prompt, on_unreadable=on_unreadable,
-    )  # fmt: skip
+        texts,
+        items,
+        judge_chat(judge),
+        correct_weight=correct_weight,
+        format_weight=format_weight,
+        prompt=prompt,
+        on_unreadable=on_unreadable,
+    )
 
 
 def check_judge_params(params: Mapping[str, Any]) -> None:
     """Returns None if ``judge_format``'s params are usable; else raises naming the key (run at config load).
 
     Raises:
-        ValueError: a bad ``judge`` block, a prompt whose fields are not exactly ``PROMPT_FIELDS``, or an
-            unknown ``on_unreadable``.
+        ValueError: a bad ``judge`` block (also a served judge's credentials over plain http to another machine,
+            or an unset key variable), a prompt whose fields are not exactly ``PROMPT_FIELDS``, or an unknown
+            ``on_unreadable``.
     """
     key = "method.rl.reward.params"
     try:
-        JudgeConfig(**params["judge"])
+        judge = JudgeConfig(**params["judge"])  # a served judge's base_url and key variable are checked here
+        if judge.backend == "openai":
+            authorization(judge)  # the key's variable is set: the run does not stop at its first reward
     except TypeError as err:
         raise ValueError(f"{key}.judge: {err} (the keys of conf/judge/*.yaml)") from None
     except ValueError as err:

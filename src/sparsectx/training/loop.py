@@ -6,7 +6,9 @@ micro-batch the teacher pass (no_grad), the student pass (grad) and the loss (wi
 the teacher passes of all micro-batches come first, in one phase); sync, clip, update, EMA. Every
 ``save_every`` steps ``state/`` is written atomically; at the end ``checkpoint/`` holds the loadable model.
 Killing the run at any point and starting it again with the same config resumes from ``state/`` and reaches
-the same final weights (tested); changing a run-defining key is an error naming the key. Under
+the same final weights (tested); changing a run-defining key is an error naming the key. The main process holds
+the run directory with a lock file (``train.lock``, ``sparsectx.locks``) for the whole job, so a second trainer
+of the same run is refused at once, and keeps it private (0700) unless ``run_dir_permissions=umask``. Under
 ``method.rl.num_iterations`` = μ > 1 a step that reuses rollouts skips the prefix (``update.reused_step``) and
 consumes no samples; the kept rollouts travel in ``state/`` so a resume between reuse steps continues them.
 
@@ -22,8 +24,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import resource
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -39,11 +43,13 @@ from tqdm.auto import tqdm
 
 from sparsectx.data.synthetic import derive_seed
 from sparsectx.io import append_jsonl, atomic_write_text, read_jsonl
+from sparsectx.locks import exclusive
 from sparsectx.models import load_model
-from sparsectx.models.loading import check_device
-from sparsectx.paths import budget_tag, run_dir, step_log_path, token_trace_path
+from sparsectx.models.loading import check_device, resolve_checkpoint
+from sparsectx.paths import budget_tag, path_name, run_dir, step_log_path, token_trace_path
 from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
+from sparsectx.redact import redact
 from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
@@ -72,6 +78,8 @@ from sparsectx.training.update import (
 log = logging.getLogger(__name__)
 
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
+# Each name in hydra.run.dir passes path_name first: Hydra creates that folder before main() runs.
+OmegaConf.register_new_resolver("path_name", path_name, replace=True)
 
 
 @dataclass
@@ -98,7 +106,7 @@ def run(cfg: DictConfig) -> RunResult:
     """
     tc = load_train_config(cfg)
     require_training_file(tc.train_data)  # before anything is loaded or written
-    tc.pruner.check_model(tc.model.path)  # an in-LLM K against the LLM's depth, from config.json alone
+    tc.pruner.check_model(resolve_checkpoint(tc.model))  # an in-LLM K against the LLM's depth, from config.json alone
     check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     accelerator = Accelerator(cpu=tc.model.device == "cpu")
@@ -108,13 +116,59 @@ def run(cfg: DictConfig) -> RunResult:
     accum = tc.accumulation(accelerator.num_processes)
     out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
-    meta = read_resume_meta(accelerator, out, tc.steps)
-    if meta is not None:
-        check_strategy(meta, tc.distributed.strategy, accelerator.num_processes, out / "state")
-        for warning in ckpt.check_resume(meta, defining, resolved, out):
-            log.warning(warning)
-    with process_group(tc.distributed.strategy, accelerator.device):  # fsdp on one process: a one-rank group
-        return train_to_end(tc, accelerator, accum, out, meta, defining, resolved)
+    with held_run_dir(accelerator, out, tc.run_dir_permissions):
+        meta = read_resume_meta(accelerator, out, tc.steps)
+        if meta is not None:
+            check_strategy(meta, tc.distributed.strategy, accelerator.num_processes, out / "state")
+            # meta.json holds redacted copies (run_files.save): compare redacted copies on both sides
+            for warning in ckpt.check_resume(redact(meta), redact(defining), redact(resolved), out):
+                log.warning(warning)
+        with process_group(tc.distributed.strategy, accelerator.device):  # fsdp on one process: one rank
+            return train_to_end(tc, accelerator, accum, out, meta, defining, resolved)
+
+
+RUN_LOCK = "train.lock"
+"""The lock file a training job holds in its run directory (``sparsectx.locks``)."""
+
+
+@contextmanager
+def held_run_dir(accelerator: Accelerator, out: Path, permissions: str) -> Iterator[None]:
+    """Holds the run directory ``out`` for the block: made private (``guard_run_dir``) and locked by the main
+    process, so that a second trainer of the same run is refused at once (``sparsectx.locks.LockHeldError``)."""
+    if not accelerator.is_main_process:  # the other processes of this run write under the main one's lock
+        yield
+        return
+    out.mkdir(mode=0o700 if permissions == "private" else 0o777, parents=True, exist_ok=True)
+    with exclusive(out / RUN_LOCK, "training run", f"the run directory {out}"):
+        guard_run_dir(out, permissions)
+        yield
+
+
+def guard_run_dir(out: Path, permissions: str) -> None:
+    """Returns None; under ``run_dir_permissions=private`` the run directory ``out`` is made 0700 (``umask``:
+    left as the user's umask made it).
+
+    Hydra and Snakemake create it first, with the user's umask, so an existing directory is taken back to 0700.
+    A private run refuses a directory owned by another user, and a resume state (loaded into the run on resume)
+    in a directory that other users can write, since one of them could have written it.
+    """
+    if permissions == "umask":
+        return
+    found = out.stat()
+    if found.st_uid != os.getuid():
+        raise PermissionError(
+            f"{out} belongs to uid {found.st_uid}, not to you (uid {os.getuid()}): run_dir_permissions=private "
+            "trains only in your own run directory; use another runs_root, or set run_dir_permissions=umask"
+        )
+    if found.st_mode & 0o022 and (out / "state").exists():
+        raise PermissionError(
+            f"{out} is writable by other users (mode {stat.S_IMODE(found.st_mode):o}) and holds a resume state "
+            f"that one of them could have written (a resume loads it). Check {out / 'state'}, then "
+            f"`chmod 700 {out}` and rerun; or delete {out / 'state'} to start over; or set "
+            "run_dir_permissions=umask to share run directories with your group"
+        )
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        out.chmod(0o700)
 
 
 def train_to_end(
@@ -131,7 +185,7 @@ def train_to_end(
     data = TrainingSet.load(tc.train_data, tc.seed, tc.method.effective_batch_size)
     trainer = setup(tc, accelerator, accum, data, out, meta)
     if accelerator.is_main_process:
-        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(resolved))
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(redact(resolved)))  # credentials out
     tracker = open_tracker(tc, resolved, trainer)
     try:
         metrics = train(trainer, tracker, out, defining, resolved)

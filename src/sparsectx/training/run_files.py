@@ -16,6 +16,7 @@ from accelerate.utils import gather_object
 
 from sparsectx.io import git_commit
 from sparsectx.paths import budget_tag
+from sparsectx.redact import redact
 from sparsectx.tracking import Tracker
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.sharded_state import ema_scalars, export_sharded, load_shards, save_shards
@@ -77,7 +78,13 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
         if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
             payload["rollouts"] = rollouts
         meta = {key: payload[key] for key in ("step", "samples_seen", "wandb_id", "config_hash")}
-        meta.update(defining=defining, resolved=resolved, processes=trainer.accelerator.num_processes, **sharding)
+        # recorded redacted (credentials out); config_hash above is of the config as given, so it stays stable
+        meta.update(
+            defining=redact(defining),
+            resolved=redact(resolved),
+            processes=trainer.accelerator.num_processes,
+            **sharding,
+        )
         if rollouts is not None:  # checked before the model loads: they resume on this many processes only
             meta["rollouts_kept"] = True
         ckpt.save_state(out / "state", payload, meta, tmp)
@@ -97,7 +104,12 @@ def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict
 
 
 def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
-    """Returns whether ``checkpoint/`` already holds this run's final model with intact weight files."""
+    """Returns whether ``checkpoint/`` already holds this run's final model with every file intact.
+
+    A file missing (Snakemake deletes the train rule's declared ``config.json`` before it reruns the job),
+    changed or added, or a checkpoint that records no digest of some file, is not current: ``write_checkpoint``
+    then rewrites the whole directory from the final resume state.
+    """
     try:
         return ckpt.checkpoint_info(target) == info and ckpt.verify_checkpoint(target)
     except ckpt.DamagedFileError as err:

@@ -18,12 +18,10 @@ captured here would do the reverse to later rollouts.
 from __future__ import annotations
 
 import dataclasses
-import io
 from contextlib import ExitStack
 from typing import Any
 
 import torch
-from PIL import Image
 
 from sparsectx.context import keep_all
 from sparsectx.encoding import EncodedSample
@@ -74,7 +72,7 @@ def sample_rows(trainer: Trainer, step: int, budget: float, micro: list[MicroBat
         kept = sum(s.indices.numel() for s in mb.selections[i])
         total = sum(image.num_tokens for image in mb.encoded[i].images)
         rows.append([
-            step, mb.encoded[i].sample_id, Image.open(io.BytesIO(item.image_bytes)), item.question, text, full,
+            step, mb.encoded[i].sample_id, item.image(), item.question, text, full,
             item.answer, is_correct(text, item), is_correct(full, item), kept, total, budget,
         ])  # fmt: skip
     return rows

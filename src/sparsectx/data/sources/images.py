@@ -1,4 +1,5 @@
-"""The image bytes of drawn candidates, each checked to exist, decode and be large enough for the processor.
+"""The image bytes of drawn candidates, each checked to exist, decode within the media limits (format, pixels:
+``sparsectx.data.media``) and be large enough for the processor.
 
 Files are read as they are (JPEG stays JPEG): the TSV's base64 cell is the downloaded file, so the same
 download gives the same bytes. Parquet images are read per row group, one read for all drawn rows of it.
@@ -6,14 +7,12 @@ download gives the same bytes. Parquet images are read per row group, one read f
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
-
+from sparsectx.data.media import FormatNotAllowedError, MediaError, TooManyPixelsError, check_decodes
 from sparsectx.data.sources.records import Embedded
 
 
@@ -26,9 +25,7 @@ class Loaded:
     detail: str
 
 
-def load_images(
-    refs: list[Path | Embedded], image_field: str, min_side: int, max_ratio: float
-) -> list[Loaded]:
+def load_images(refs: list[Path | Embedded], image_field: str, min_side: int, max_ratio: float) -> list[Loaded]:
     """Returns one ``Loaded`` per reference, in order: checked bytes, or why the image cannot be used."""
     embedded = _embedded_bytes([ref for ref in refs if isinstance(ref, Embedded)], image_field)
     out = []
@@ -48,20 +45,21 @@ def load_images(
 
 
 def check_image(data: bytes, min_side: int, max_ratio: float) -> Loaded:
-    """Returns ``Loaded(data)`` when the bytes decode to an image at least ``min_side`` px on each side and
-    no more than ``max_ratio`` times longer than wide (or the reverse)."""
+    """Returns ``Loaded(data)`` when the bytes decode within the media limits to an image at least ``min_side`` px
+    on each side and no more than ``max_ratio`` times longer than wide (or the reverse); else the counted reason
+    (``image format not allowed``, ``image too large``, ``image does not decode``, ...)."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()  # a truncated file fails here, not in the training loop
-            size = image.size
-    except Exception as error:  # any decoder failure on downloaded bytes is a counted skip, never a crash
-        return Loaded(None, "image does not decode", f"{type(error).__name__}: {error}")
+        size = check_decodes(data, "image")  # a truncated file fails here, not in the training loop
+    except FormatNotAllowedError as error:
+        return Loaded(None, "image format not allowed", str(error))
+    except TooManyPixelsError as error:
+        return Loaded(None, "image too large", str(error))
+    except MediaError as error:  # any decoder failure on downloaded bytes is a counted skip, never a crash
+        return Loaded(None, "image does not decode", str(error))
     if min(size) < min_side:
         return Loaded(None, "image too small", f"{size[0]}x{size[1]} px, below min_image_side={min_side}")
     if max(size) / min(size) > max_ratio:
-        return Loaded(
-            None, "image too elongated", f"{size[0]}x{size[1]} px, beyond max_aspect_ratio={max_ratio}"
-        )
+        return Loaded(None, "image too elongated", f"{size[0]}x{size[1]} px, beyond max_aspect_ratio={max_ratio}")
     return Loaded(data, "", "")
 
 

@@ -68,25 +68,37 @@ def _object_row(path: Path, label: str, value: Any) -> RawRow:
     return RawRow(path, label, value, "")
 
 
+def _parse_json(text: bytes) -> tuple[Any, str]:
+    """Returns (the JSON value of ``text``, "") or (None, why it is not JSON): bytes that are not UTF-8, text that
+    does not parse, or JSON nested deeper than the decoder's recursion limit (a crafted line's ``RecursionError``)."""
+    try:
+        return json.loads(text.decode("utf-8")), ""
+    except UnicodeDecodeError as error:
+        return None, f"not UTF-8 text: byte {text[error.start]:#04x} at offset {error.start}"
+    except json.JSONDecodeError as error:
+        return None, str(error)
+    except (RecursionError, MemoryError) as error:
+        return None, f"nested too deeply ({type(error).__name__})"
+
+
 def _jsonl_rows(path: Path) -> Iterator[RawRow]:
-    with open(path, encoding="utf-8") as handle:
+    """Yields every non-blank line of a JSON-lines file; a line that does not parse is a problem row naming it."""
+    with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is that row's problem, not the file's
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                yield RawRow(path, f"line {number}", None, f"unparseable JSON ({error.msg})")
+            value, problem = _parse_json(line)
+            if problem:
+                yield RawRow(path, f"line {number}", None, f"unparseable JSON ({problem})")
                 continue
             yield _object_row(path, f"line {number}", value)
 
 
 def _json_rows(path: Path) -> Iterator[RawRow]:
     """Yields the elements of a JSON array file; a file that is not one array raises (nothing is usable)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error}); the whole file is unusable") from error
+    value, problem = _parse_json(path.read_bytes())
+    if problem:
+        raise ValueError(f"{path}: not valid JSON ({problem}); the whole file is unusable")
     if not isinstance(value, list):
         raise ValueError(f"{path}: a JSON source must be one array of rows, found {type(value).__name__}")
     for number, element in enumerate(value):

@@ -11,6 +11,12 @@ A scorer whose papers disagree on the headline (POPE: LT-OPD's macro accuracy ov
 pooled F1) registers its candidates (``Scorer.headlines``, keys of its metrics) and sets no ``"score"``
 itself: the benchmark config names one (``bench.<name>.headline``), and ``Scorer.__call__`` copies it
 to ``"score"``. There is no default among them: scoring without a named headline is an error.
+
+A scorer also declares what one row must hold to be scored at all, whatever the model answers: the fields it
+needs non-empty (``needs``), a rule per field that reads the cell as the scorer will (``rules``: a yes/no gold,
+a POPE subset, a HallusionBench index) and, for rows scored jointly, a rule over the rows (``group_rule``: MME's
+pairs). ``Scorer.unscorable`` applies them, so a row no answer could be scored on is found when the benchmark
+file is read, before any generation (``sparsectx.eval.protocol.load_bench_items``), not by the scorer after it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,13 @@ class ScoreFn(Protocol):
     def __call__(self, items: Sequence[ScoredItem]) -> dict[str, float]: ...
 
 
+RowRule = Callable[[ScoredItem], object]
+"""Reads one field of one row as its scorer reads it; raises ``ValueError`` saying why the row cannot be scored."""
+GroupRule = Callable[[Sequence[ScoredItem]], dict[str, str]]
+"""Returns item id -> why, for the rows that cannot be scored with the others of their group (an MME pair
+missing its second question)."""
+
+
 @dataclass(frozen=True)
 class Scorer:
     """A registered scorer: its registry key, its integer version and the pure scoring function."""
@@ -73,6 +86,12 @@ class Scorer:
     headlines: tuple[str, ...] = ()
     """The metrics (keys of ``fn``'s output) a benchmark config chooses its headline among; empty = ``fn``
     reports its one headline as ``score`` itself."""
+    needs: tuple[str, ...] = ()
+    """``ScoredItem`` fields every item must have non-empty (``check_items``)."""
+    rules: Mapping[str, RowRule] = field(default_factory=dict)
+    """``ScoredItem`` field -> the rule that reads it on one row (``RowRule``), in the order they are applied."""
+    group_rule: tuple[str, GroupRule] | None = None
+    """The field that joins rows scored together, and the rule over them (``GroupRule``); None = rows alone."""
 
     def check_headline(self, headline: str | None, key: str) -> None:
         """Returns None when ``headline`` suits this scorer: one of ``headlines``, or None for a scorer without
@@ -94,8 +113,31 @@ class Scorer:
         """Returns the metrics of ``items``, ``score`` being ``headline`` (which a scorer with ``headlines``
         needs, and one without refuses: ``check_headline``)."""
         self.check_headline(headline, "headline")
+        check_items(items, self.name, self.needs)
         metrics = self.fn(items)
         return metrics if headline is None else {"score": metrics[headline], **metrics}
+
+    def unscorable(self, items: Sequence[ScoredItem]) -> dict[str, tuple[str, str]]:
+        """Returns item id -> (``ScoredItem`` field, why) for every item this scorer cannot score whatever its
+        prediction: a field in ``needs`` empty, a cell a rule refuses, then a group ``group_rule`` refuses
+        among the other items. Known before generation, such rows are skipped instead of failing the scorer."""
+        problems: dict[str, tuple[str, str]] = {}
+        for item in items:
+            empty = [name for name in self.needs if not getattr(item, name)]
+            if empty:
+                problems[item.id] = (empty[0], f"is empty, and scorer {self.name!r} needs it")
+                continue
+            for name, rule in self.rules.items():
+                try:
+                    rule(item)
+                except ValueError as err:
+                    problems[item.id] = (name, str(err))
+                    break
+        if self.group_rule is not None:
+            name, rule = self.group_rule
+            rest = [item for item in items if item.id not in problems]
+            problems |= {item_id: (name, why) for item_id, why in rule(rest).items()}
+        return problems
 
 
 @dataclass(frozen=True)
@@ -111,18 +153,33 @@ SCORERS: Registry[Scorer] = Registry("scorer")
 
 
 def register_scorer(
-    name: str, version: int, needs_options: bool = False, headlines: tuple[str, ...] = ()
+    name: str,
+    version: int,
+    needs_options: bool = False,
+    headlines: tuple[str, ...] = (),
+    needs: tuple[str, ...] = (),
+    rules: Mapping[str, RowRule] | None = None,
+    group_rule: tuple[str, GroupRule] | None = None,
 ) -> Callable[[ScoreFn], ScoreFn]:
     """Returns a decorator that files ``fn`` in ``SCORERS`` under ``name`` with ``version`` (and whether every
     item it scores must have options, ``Scorer.needs_options``; the headlines a config chooses among,
-    ``Scorer.headlines``)."""
+    ``Scorer.headlines``; what one row must hold to be scored, ``Scorer.needs``, ``rules`` and ``group_rule``)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"scorer {name!r}: version={version!r} must be an int >= 1")
     if len(headlines) == 1 or "score" in headlines:
         raise ValueError(f"scorer {name!r}: headlines={headlines!r} must be () or several metric names, not 'score'")
 
     def add(fn: ScoreFn) -> ScoreFn:
-        scorer = Scorer(name=name, version=version, fn=fn, needs_options=needs_options, headlines=headlines)
+        scorer = Scorer(
+            name=name,
+            version=version,
+            fn=fn,
+            needs_options=needs_options,
+            headlines=headlines,
+            needs=needs,
+            rules=dict(rules or {}),
+            group_rule=group_rule,
+        )
         SCORERS.register(name)(scorer)
         return fn
 

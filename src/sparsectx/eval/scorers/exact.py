@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from sparsectx.eval.scorers.base import (
     ScoredItem,
-    check_items,
     count_missing,
     percent,
     register_scorer,
@@ -57,14 +56,13 @@ def parse_number(text: str | None) -> float | None:
     return found.pop() if len(found) == 1 else None
 
 
-@register_scorer("exact_match", VERSION_EXACT)
+@register_scorer("exact_match", VERSION_EXACT, needs=("reference",))
 def score_exact_match(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the percent of items whose normalised prediction equals a normalised gold answer.
 
     Reads ``reference`` and, if set, ``answers`` (more accepted answers). Keys: ``score``, ``n``,
     ``missing``.
     """
-    check_items(items, "exact_match", needs=("reference",))
     hits = sum(
         item.prediction is not None
         and normalize_short_answer(item.prediction)
@@ -78,21 +76,24 @@ def score_exact_match(items: Sequence[ScoredItem]) -> dict[str, float]:
     }
 
 
-@register_scorer("number_match", VERSION_NUMBER)
+def gold_number(item: ScoredItem) -> float:
+    """Returns the number of the item's reference; raises ``ValueError`` naming the item when it holds none."""
+    gold = parse_number(item.reference)
+    if gold is None:
+        raise ValueError(f"number_match: item {item.id!r} has reference {item.reference!r}, not one number")
+    return gold
+
+
+@register_scorer("number_match", VERSION_NUMBER, needs=("reference",), rules={"reference": gold_number})
 def score_number_match(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the percent of items whose prediction parses to the reference's number.
 
     Reads ``reference`` (must parse to one number). Keys: ``score``, ``n``, ``missing``,
     ``unparsed`` (an answer with no single number in it).
     """
-    check_items(items, "number_match", needs=("reference",))
     hits = unparsed = 0
     for item in items:
-        gold = parse_number(item.reference)
-        if gold is None:
-            raise ValueError(
-                f"number_match: item {item.id!r} has reference {item.reference!r}, not one number"
-            )
+        gold = gold_number(item)
         value = parse_number(item.prediction)
         unparsed += item.prediction is not None and value is None
         hits += value is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
@@ -122,7 +123,7 @@ def vlmeval_accuracy(prediction: str | None, golds: Sequence[str]) -> float:
     return sum(gold.strip().lower() == pred for gold in golds) / len(golds)
 
 
-@register_scorer("exact_match_vlmeval", VERSION_EXACT_VLMEVAL)
+@register_scorer("exact_match_vlmeval", VERSION_EXACT_VLMEVAL, needs=("reference",))
 def score_exact_match_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the GQA score in percent by VLMEvalKit's exact-match rule (``vlmeval_accuracy``).
 
@@ -133,7 +134,6 @@ def score_exact_match_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     has that column (ours do not carry it), and scores a missing prediction as the string ``"nan"``.
     RealWorldQA is multiple choice in VLMEvalKit (``mcq_vlmeval``), not this rule.
     """
-    check_items(items, "exact_match_vlmeval", needs=("reference",))
     hits = sum(vlmeval_accuracy(item.prediction, item.answers or (item.reference,)) for item in items)
     return {
         "score": 100.0 * hits / len(items),

@@ -20,16 +20,18 @@ Fields read: ``id`` (VLMEvalKit's ``index``), ``reference`` (yes/no), ``category
 ``category``; may be empty, then no per-category splits, as VLMEvalKit skips a missing column) and
 ``subset`` (VLMEvalKit's ``l2-category``; the benchmark config sets ``subset_field: l2-category``).
 
-Remaining differences from VLMEvalKit: an index with fewer than 6 ``_``-separated fields raises here,
-naming the item (VLMEvalKit fails with an ``IndexError``); split names are keys
+Remaining differences from VLMEvalKit: a row whose index has fewer than 6 ``_``-separated fields, or whose
+gold is not yes/no, is skipped when the file is read, naming the row (``Scorer.rules``; VLMEvalKit fails with
+an ``IndexError``); split names are keys
 ``<split>/aAcc`` etc. rather than rows of a table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, percent, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
 VERSION = 1
@@ -64,14 +66,18 @@ def _accuracies(rows: Sequence[tuple[ScoredItem, bool]]) -> dict[str, float]:
     }
 
 
-@register_scorer("hallusionbench", VERSION)
+@register_scorer(
+    "hallusionbench",
+    VERSION,
+    needs=("reference", "subset"),
+    rules={"reference": partial(gold_yes_no, scorer="hallusionbench"), "id": hallusion_ids},
+)
 def score_hallusionbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the mean of aAcc, fAcc and qAcc in percent (``score``), each overall and per split.
 
     Keys: ``score``, ``aAcc``, ``fAcc``, ``qAcc`` (overall), ``<category or l2-category>/<metric>``,
     ``n``, ``missing``, ``unparsed``.
     """
-    check_items(items, "hallusionbench", needs=("reference", "subset"))
     rows = [(it, parse_yes_no(it.prediction) == gold_yes_no(it, "hallusionbench")) for it in items]
     overall = _accuracies(rows)
     metrics: dict[str, float] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, check_items, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
 
 VERSION = 1
 
@@ -57,14 +57,13 @@ def is_logicvista_correct(item: ScoredItem) -> bool:
     return letter_set(item.prediction) == gold_letters(item)
 
 
-@register_scorer("logicvista", VERSION)
+@register_scorer("logicvista", VERSION, needs=("reference",), rules={"reference": gold_letters})
 def score_logicvista(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns LogicVista accuracy in percent (``score``, VLMEvalKit's ``Overall``).
 
     Reads ``reference`` (gold letters, ``", "``-joined). Keys: ``score``, ``n``, ``missing``, ``unread``
     (an extracted answer that names no letters).
     """
-    check_items(items, "logicvista", needs=("reference",))
     correct = [is_logicvista_correct(item) for item in items]
     unread = sum(item.prediction is not None and letter_set(item.prediction) is None for item in items)
     return accuracy_metrics(items, correct, "unread", unread)

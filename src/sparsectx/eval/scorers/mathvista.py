@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, check_items, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
 from sparsectx.eval.scorers.mcq import vlmeval_choice
 
 VERSION = 1
@@ -47,14 +47,13 @@ def is_mathvista_correct(item: ScoredItem) -> bool:
     return item.prediction.strip().lower() == item.reference.strip().lower()
 
 
-@register_scorer("mathvista", VERSION)
+@register_scorer("mathvista", VERSION, needs=("reference",))
 def score_mathvista(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MathVista accuracy in percent (``score``, VLMEvalKit's ``Overall``).
 
     Reads ``reference`` (the gold letter on a multiple-choice row, else the answer) and ``options``. Keys:
     ``score``, ``n``, ``missing``, ``unread`` (a multiple-choice answer in which no option can be read).
     """
-    check_items(items, "mathvista", needs=("reference",))
     correct = [is_mathvista_correct(item) for item in items]
     unread = sum(
         item.prediction is not None

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from sparsectx.eval.scorers.base import (
     ScoredItem,
     accuracy_metrics,
-    check_items,
     register_scorer,
     squash,
 )
@@ -94,7 +93,7 @@ def is_choice_correct(item: ScoredItem) -> bool:
     return match_choice(item.prediction, item.options) == item.reference.strip().upper()
 
 
-@register_scorer("mcq", VERSION, needs_options=True)
+@register_scorer("mcq", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent (``score``), per-category accuracy and miss counts.
 
@@ -102,7 +101,6 @@ def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``n``, ``missing`` (no extracted answer), ``unmatched`` (an answer naming no unique option),
     ``category/<name>``.
     """
-    check_items(items, "mcq", needs=("reference", "options"))
     correct = [is_choice_correct(item) for item in items]
     unmatched = sum(
         item.prediction is not None and match_choice(item.prediction, item.options) is None for item in items
@@ -180,7 +178,7 @@ def is_choice_correct_vlmeval(item: ScoredItem) -> bool:
     return vlmeval_choice(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mcq_vlmeval", VERSION_VLMEVAL, needs_options=True)
+@register_scorer("mcq_vlmeval", VERSION_VLMEVAL, needs_options=True, needs=("reference", "options"))
 def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent by VLMEvalKit's exact-matching rules (``vlmeval_choice``).
 
@@ -207,10 +205,8 @@ def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     * With ``VERBOSE`` set, VLMEvalKit refuses a lone ``A`` in a text of more than 3 tokens (a possible
       article); that is a logging mode, not the default, and is not followed.
     """
-    check_items(items, "mcq_vlmeval", needs=("reference", "options"))
     correct = [is_choice_correct_vlmeval(item) for item in items]
     unmatched = sum(
-        item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z")
-        for item in items
+        item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z") for item in items
     )
     return accuracy_metrics(items, correct, "unmatched", unmatched)

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import (
     ScoredItem,
     accuracy_metrics,
-    check_items,
     count_missing,
     per_key_accuracy,
     register_scorer,
@@ -58,7 +57,7 @@ def is_mmmu_correct(item: ScoredItem) -> bool:
     return vlmeval_choice(item.prediction, options) == gold
 
 
-@register_scorer("mmmu_vlmeval", 1)
+@register_scorer("mmmu_vlmeval", 1, needs=("reference",))
 def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MMMU accuracy in percent with open questions as ``MMMU_preproc`` reformulates them.
 
@@ -66,7 +65,6 @@ def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     question) and ``category``. Keys: ``score``, ``n``, ``missing``, ``unmatched``, ``open``,
     ``category/<name>``.
     """
-    check_items(items, "mmmu_vlmeval", needs=("reference",))
     correct = [is_mmmu_correct(item) for item in items]
     unmatched = sum(
         item.prediction is not None and vlmeval_choice(item.prediction, mmmu_question(item)[0]) in (None, "Z")
@@ -76,7 +74,7 @@ def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     return {**metrics, "open": float(sum("A" not in item.options for item in items))}
 
 
-@register_scorer("hrbench", 1, needs_options=True)
+@register_scorer("hrbench", 1, needs_options=True, needs=("reference", "options", "subset"))
 def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns HR-Bench's cycle-averaged accuracy in percent (``report_acc_hrbench``'s ``Average`` ``all``).
 
@@ -84,7 +82,6 @@ def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     Keys: ``score``, ``n``, ``missing``, ``cycle/<cycle>`` (a cycle's accuracy over all its rows),
     ``category/<name>`` (the Average over cycles), ``cycle/<cycle>/<category>``.
     """
-    check_items(items, "hrbench", needs=("reference", "options", "subset"))
     cycles: dict[str, list[tuple[str, bool]]] = {}
     for item in items:
         hit = vlmeval_choice(item.prediction, item.options) == item.reference.strip()
@@ -110,9 +107,27 @@ def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
 
 CVBENCH_SOURCES = {"2D": ("ADE20K", "COCO"), "3D": ("Omni3D",)}
 """CV-Bench's image sources per task type (its README's accuracy formula)."""
+CVBENCH_KNOWN = tuple(source for sources in CVBENCH_SOURCES.values() for source in sources)
 
 
-@register_scorer("cvbench", 1, needs_options=True)
+def cvbench_source(item: ScoredItem) -> str:
+    """Returns the item's image source; raises ``ValueError`` naming the item when it is not one of CV-Bench's."""
+    if item.subset not in CVBENCH_KNOWN:
+        raise ValueError(
+            f"cvbench: item {item.id!r} has source {item.subset!r}, which is not one of {sorted(CVBENCH_KNOWN)}; "
+            "the benchmark file's `source` column must name each row's image source (bench.cvbench.subset_field: "
+            "source)"
+        )
+    return item.subset
+
+
+@register_scorer(
+    "cvbench",
+    1,
+    needs_options=True,
+    needs=("reference", "options", "subset"),
+    rules={"subset": cvbench_source},
+)
 def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns CV-Bench accuracy in percent: the mean of 2D (mean of ADE20K and COCO) and 3D (Omni3D).
 
@@ -123,22 +138,15 @@ def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         ValueError: an item's source is not one of CV-Bench's three, or a source has no item (the formula
             would average over a part that is not there).
     """
-    check_items(items, "cvbench", needs=("reference", "options", "subset"))
-    known = {source for sources in CVBENCH_SOURCES.values() for source in sources}
-    unknown = sorted({item.subset for item in items} - known)
-    if unknown:
-        raise ValueError(
-            f"cvbench: source {unknown} is not one of {sorted(known)}; the benchmark file's `source` column "
-            "must name each row's image source (bench.cvbench.subset_field: source)"
-        )
+    for item in items:
+        cvbench_source(item)
     correct = [vlmeval_choice(item.prediction, item.options) == item.reference.strip() for item in items]
     by_source = per_key_accuracy(((it.subset, ok) for it, ok in zip(items, correct, strict=True)), "source")
-    absent = sorted(known - {key.split("/", 1)[1] for key in by_source})
+    absent = sorted(set(CVBENCH_KNOWN) - {key.split("/", 1)[1] for key in by_source})
     if absent:
         raise ValueError(f"cvbench: no item from source {absent}; CV-Bench's accuracy averages all three")
     parts = {
-        kind: sum(by_source[f"source/{s}"] for s in sources) / len(sources)
-        for kind, sources in CVBENCH_SOURCES.items()
+        kind: sum(by_source[f"source/{s}"] for s in sources) / len(sources) for kind, sources in CVBENCH_SOURCES.items()
     }
     metrics = accuracy_metrics(items, correct, "unmatched", 0)
     unmatched = sum(item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z")

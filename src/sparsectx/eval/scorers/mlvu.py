@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, check_items, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
 from sparsectx.eval.scorers.mvbench import can_infer
 
 VERSION = 1
@@ -41,7 +41,7 @@ def is_mlvu_correct(item: ScoredItem) -> bool:
     return can_infer(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mlvu", VERSION, needs_options=True)
+@register_scorer("mlvu", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mlvu(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MLVU multiple-choice accuracy in percent (hits / rows x 100: ``MLVU``'s ``M-Avg``).
 
@@ -49,7 +49,6 @@ def score_mlvu(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``n``, ``missing``, ``unmatched`` (a wrong answer in which ``can_infer`` reads no option either),
     ``category/<name>`` when categories are set.
     """
-    check_items(items, "mlvu", needs=("reference", "options"))
     correct = [is_mlvu_correct(item) for item in items]
     unmatched = sum(
         item.prediction is not None and not ok and can_infer(item.prediction, item.options) in (None, "Z")

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 from sparsectx.eval.scorers.base import (
     ScoredItem,
-    check_items,
     count_missing,
     per_key_accuracy,
     percent,
@@ -35,7 +34,29 @@ VERSION = 2
 """2: rotations read by VLMEvalKit's ``can_infer`` (was our ``match_choice``)."""
 
 
-@register_scorer("mmbench_circular", VERSION, needs_options=True)
+def mixed_categories(items: Sequence[ScoredItem]) -> dict[str, str]:
+    """Returns item id -> why, for every rotation of a question whose rotations name different categories
+    (a question's circular result counts in one category, so such a question cannot be scored)."""
+    categories: dict[str, set[str]] = {}
+    for item in items:
+        categories.setdefault(item.group, set()).add(item.category)
+    return {
+        item.id: (
+            f"mmbench_circular: question {item.group!r} has rotations in categories "
+            f"{sorted(categories[item.group])}; rotations must share one category"
+        )
+        for item in items
+        if len(categories[item.group]) > 1
+    }
+
+
+@register_scorer(
+    "mmbench_circular",
+    VERSION,
+    needs_options=True,
+    needs=("reference", "options", "group"),
+    group_rule=("category", mixed_categories),
+)
 def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns circular accuracy in percent (``score``) over questions, with per-rotation accuracy.
 
@@ -44,7 +65,9 @@ def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     (circular, percent of questions), ``rotation_acc`` (percent of single rotations correct),
     ``n`` (questions), ``n_items``, ``missing``, ``category/<name>`` (circular, per category).
     """
-    check_items(items, "mmbench_circular", needs=("reference", "options", "group"))
+    mixed = mixed_categories(items)
+    if mixed:
+        raise ValueError(next(iter(mixed.values())))
     passed: dict[str, bool] = {}
     category: dict[str, str] = {}
     hits = 0
@@ -52,11 +75,7 @@ def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
         ok = vlmeval_choice(item.prediction, item.options, strip=False) == item.reference.strip()
         hits += ok
         passed[item.group] = passed.get(item.group, True) and ok
-        if category.setdefault(item.group, item.category) != item.category:
-            raise ValueError(
-                f"mmbench_circular: question {item.group!r} has rotations in categories "
-                f"{category[item.group]!r} and {item.category!r}; rotations must share one category"
-            )
+        category[item.group] = item.category
     metrics = {
         "score": percent(sum(passed.values()), len(passed)),
         "rotation_acc": percent(hits, len(items)),

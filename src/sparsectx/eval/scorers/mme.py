@@ -16,16 +16,18 @@ sums its 10 categories (max 2000), reasoning (our ``cognition``; also reported a
 ``group`` carries the row's ``image_path`` (``sparsectx.eval.protocol.scored_item`` fills it from the
 TSV's ``image_path`` column, and from the image hash only for files without that column).
 
-Remaining differences from VLMEvalKit: a pair must have exactly 2 rows here (VLMEvalKit fails with an
-``IndexError`` on 1 and silently takes the first two for acc+ on 3 or more); a category absent from the
+Remaining differences from VLMEvalKit: a pair must have exactly 2 rows here, the rows of any other group are
+skipped when the file is read, naming their ``image_path`` (VLMEvalKit fails with an ``IndexError`` on 1 and
+silently takes the first two for acc+ on 3 or more); a category absent from the
 items adds 0 to its subtotal here, where ``MME_rating`` raises ``KeyError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, percent, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
 VERSION = 2
@@ -38,26 +40,55 @@ PERCEPTION = (
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
 
 
-def _pairs(items: Sequence[ScoredItem]) -> dict[tuple[str, str], list[ScoredItem]]:
+def mme_category(item: ScoredItem) -> str:
+    """Returns the item's category; raises ``ValueError`` naming the item when MME has no such category."""
+    if item.category not in PERCEPTION + COGNITION:
+        raise ValueError(
+            f"mme: item {item.id!r} has category {item.category!r}; expected one of {', '.join(PERCEPTION + COGNITION)}"
+        )
+    return item.category
+
+
+def _grouped(items: Sequence[ScoredItem]) -> dict[tuple[str, str], list[ScoredItem]]:
     """Returns the rows grouped by (category, image_path), VLMEvalKit's ``MME_rating`` key."""
     pairs: dict[tuple[str, str], list[ScoredItem]] = {}
     for item in items:
-        if item.category not in PERCEPTION + COGNITION:
-            raise ValueError(
-                f"mme: item {item.id!r} has category {item.category!r}; expected one of "
-                f"{', '.join(PERCEPTION + COGNITION)}"
-            )
         pairs.setdefault((item.category, item.group), []).append(item)
-    for (category, image), pair in pairs.items():
-        if len(pair) != 2:
-            raise ValueError(
-                f"mme: image_path {image!r} has {len(pair)} question(s) in category {category!r} "
-                f"(items {', '.join(it.id for it in pair)}); MME needs exactly 2 per image and category"
-            )
     return pairs
 
 
-@register_scorer("mme", VERSION)
+def unpaired(items: Sequence[ScoredItem]) -> dict[str, str]:
+    """Returns item id -> why, for every row whose (category, image_path) does not hold exactly 2 questions:
+    MME's acc+ needs both questions of a picture, so such a row cannot be scored (``MME_rating`` fails)."""
+    return {
+        item.id: (
+            f"mme: image_path {image!r} has {len(pair)} question(s) in category {category!r} "
+            f"(items {', '.join(it.id for it in pair)}); MME needs exactly 2 per image and category"
+        )
+        for (category, image), pair in _grouped(items).items()
+        if len(pair) != 2
+        for item in pair
+    }
+
+
+def _pairs(items: Sequence[ScoredItem]) -> dict[tuple[str, str], list[ScoredItem]]:
+    """Returns the rows grouped by (category, image_path); raises ``ValueError`` on a category MME does not
+    have or a group that is not a pair (``load_bench_items`` skips such rows before any generation)."""
+    for item in items:
+        mme_category(item)
+    problems = unpaired(items)
+    if problems:
+        raise ValueError(next(iter(problems.values())))
+    return _grouped(items)
+
+
+@register_scorer(
+    "mme",
+    VERSION,
+    needs=("reference", "category", "group"),
+    rules={"reference": partial(gold_yes_no, scorer="mme"), "category": mme_category},
+    group_rule=("group", unpaired),
+)
 def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the MME total (``score`` = perception + cognition) with every category's acc and acc+.
 
@@ -66,7 +97,6 @@ def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``<category>/acc_plus``, ``n``, ``missing``, ``unparsed``. Categories absent from ``items`` add 0
     to their subtotal and get no keys.
     """
-    check_items(items, "mme", needs=("reference", "category", "group"))
     metrics: dict[str, float] = {"perception": 0.0, "cognition": 0.0}
     questions: dict[str, list[bool]] = {}
     images: dict[str, list[bool]] = {}

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import (
     ScoredItem,
     accuracy_metrics,
-    check_items,
     per_key_accuracy,
     register_scorer,
 )
@@ -60,7 +59,7 @@ def is_mme_realworld_correct(item: ScoredItem) -> bool:
     return item.prediction is not None and mme_realworld_choice(item.prediction) == item.reference.strip()
 
 
-@register_scorer("mme_realworld", 1, needs_options=True)
+@register_scorer("mme_realworld", 1, needs_options=True, needs=("reference", "category"))
 def score_mme_realworld(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MME-RealWorld accuracy in percent (``get_dimension_rating``'s ``Overall`` x 100).
 
@@ -68,7 +67,6 @@ def score_mme_realworld(items: Sequence[ScoredItem]) -> dict[str, float]:
     (extraction misses), ``unmatched`` (answers the rule reads as nothing, VLMEvalKit's "failed to obtain the
     score"), ``category/<Task/Subtask>`` and ``task/<Task>``.
     """
-    check_items(items, "mme_realworld", needs=("reference", "category"))
     correct = [is_mme_realworld_correct(item) for item in items]
     unmatched = sum(item.prediction is not None and not mme_realworld_choice(item.prediction) for item in items)
     metrics = accuracy_metrics(items, correct, "unmatched", unmatched)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, check_items, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
 
 VERSION = 1
 
@@ -73,7 +73,7 @@ def is_mvbench_correct(item: ScoredItem) -> bool:
     return can_infer(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mvbench", VERSION, needs_options=True)
+@register_scorer("mvbench", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MVBench accuracy in percent (``get_dimension_rating``'s ``overall`` hits / rows x 100).
 
@@ -81,7 +81,6 @@ def score_mvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``n``, ``missing``, ``unmatched`` (a wrong answer in which ``can_infer`` reads no option either),
     ``category/<name>`` when categories are set.
     """
-    check_items(items, "mvbench", needs=("reference", "options"))
     correct = [is_mvbench_correct(item) for item in items]
     unmatched = sum(
         item.prediction is not None and not ok and can_infer(item.prediction, item.options) in (None, "Z")

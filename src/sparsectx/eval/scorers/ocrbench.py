@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, register_scorer
 
 VERSION = 2
 """2: VLMEvalKit's rules: only spaces (not all whitespace) removed for the math category, empty gold
@@ -66,7 +66,15 @@ def ocr_contains(prediction: str | None, answers: Sequence[str], category: str) 
     return any(form(answer) in pred for answer in answers)
 
 
-@register_scorer("ocrbench", VERSION)
+def ocr_golds(item: ScoredItem) -> tuple[str, ...]:
+    """Returns the item's accepted answers (``answers``, else ``reference``); raises ``ValueError`` naming the
+    item when it has neither."""
+    if not item.answers and not item.reference:
+        raise ValueError(f"ocrbench: item {item.id!r} has neither answers nor a reference")
+    return item.answers or (item.reference,)
+
+
+@register_scorer("ocrbench", VERSION, needs=("category",), rules={"answers": ocr_golds})
 def score_ocrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the OCRBench score out of 1000 (``score``) with VLMEvalKit's category and group sums.
 
@@ -75,14 +83,10 @@ def score_ocrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``final_score_norm`` (``final_score / 10``), ``n``, ``missing``, ``category/<name>`` (hits),
     ``group/<name>`` (hits summed per VLMEvalKit group).
     """
-    check_items(items, "ocrbench", needs=("category",))
     per_category: dict[str, float] = {}
     hits = 0
     for item in items:
-        golds = item.answers or (item.reference,)
-        if not item.answers and not item.reference:
-            raise ValueError(f"ocrbench: item {item.id!r} has neither answers nor a reference")
-        hit = ocr_contains(item.prediction, golds, item.category)
+        hit = ocr_contains(item.prediction, ocr_golds(item), item.category)
         hits += hit
         per_category[item.category] = per_category.get(item.category, 0.0) + hit
     groups = {name: sum(per_category.get(cat, 0.0) for cat in cats) for name, cats in GROUPS.items()}

@@ -27,17 +27,18 @@ whose reading equals the gold. Precision (recall) is 0 when nothing is predicted
 F1 is 0 when both are 0 (as in ``cal_f1_score``).
 
 Remaining differences from VLMEvalKit: a subset name other than adversarial/popular/random, or an empty
-one, raises here (VLMEvalKit rates any name, and drops a NaN category from the per-split table while
-keeping its row in Overall); we also report ``yes_ratio`` and the macro means of the subset accuracies
-(``macro_accuracy``) and F1s (``macro_f1``), which VLMEvalKit does not (its per-split ``acc`` column gives the
-former). A macro mean is over the subsets present (all three in POPE.tsv).
+one, makes its row a skip when the file is read, naming the row (VLMEvalKit rates any name, and drops a NaN
+category from the per-split table while keeping its row in Overall); we also report ``yes_ratio`` and the
+macro means of the subset accuracies (``macro_accuracy``) and F1s (``macro_f1``), which VLMEvalKit does not
+(its per-split ``acc`` column gives the former). A macro mean is over the subsets present (all three in POPE.tsv).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, register_scorer
 from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
 
 VERSION = 3
@@ -86,7 +87,13 @@ def pope_subsets(item: ScoredItem) -> list[str]:
     return names
 
 
-@register_scorer("pope", VERSION, headlines=HEADLINES)
+@register_scorer(
+    "pope",
+    VERSION,
+    headlines=HEADLINES,
+    needs=("reference", "subset"),
+    rules={"reference": partial(gold_yes_no, scorer="pope"), "subset": pope_subsets},
+)
 def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns POPE's metrics in percent: both headlines (``HEADLINES``; the registry record copies the
     config's choice to ``score``), and overall and per-subset acc/precision/recall/F1.
@@ -96,7 +103,6 @@ def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``macro_accuracy`` and ``macro_f1`` (means over the subsets of ``<subset>/acc`` and ``<subset>/f1``),
     ``n`` (questions), ``n_rows`` (exploded rows), ``missing``.
     """
-    check_items(items, "pope", needs=("reference", "subset"))
     rows: list[tuple[str, str, str | None]] = []  # (subset, gold, reading), one per (question, subset)
     for item in items:
         gold, reading = gold_yes_no(item, "pope"), parse_yes_no(item.prediction)

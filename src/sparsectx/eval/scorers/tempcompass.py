@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import (
     ScoredItem,
     accuracy_metrics,
-    check_items,
     per_key_accuracy,
     register_scorer,
 )
@@ -81,14 +80,19 @@ def _caption_matching(prediction: str, answer: str, candidates: list[str]) -> bo
     )
 
 
-def _cells(item: ScoredItem) -> tuple[str, list[str]]:
-    """Returns the row's (answer cell, candidates) as the file writes them; raises naming a bad item."""
+def task_type(item: ScoredItem) -> str:
+    """Returns the row's ``task_type``; raises ``ValueError`` naming the item when the rule has none for it."""
     if item.subset not in TASK_TYPES:
         raise ValueError(
             f"tempcompass_mcq: item {item.id!r} has task_type {item.subset!r}; expected one of {TASK_TYPES} "
             "(set the benchmark's subset_field: task_type)"
         )
-    if item.subset == "multi-choice":
+    return item.subset
+
+
+def _cells(item: ScoredItem) -> tuple[str, list[str]]:
+    """Returns the row's (answer cell, candidates) as the file writes them; raises naming a bad item."""
+    if task_type(item) == "multi-choice":
         candidates = [f"{letter}. {text}" for letter, text in item.options.items()]
     else:
         candidates = list(item.options.values())
@@ -116,7 +120,13 @@ def is_tempcompass_correct(item: ScoredItem) -> bool:
     return tempcompass_rating(item) is True
 
 
-@register_scorer("tempcompass_mcq", VERSION, needs_options=True)
+@register_scorer(
+    "tempcompass_mcq",
+    VERSION,
+    needs_options=True,
+    needs=("reference", "options", "subset"),
+    rules={"subset": task_type, "options": _cells},
+)
 def score_tempcompass_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns TempCompass multiple-choice accuracy in percent (hits / rows x 100 over both task types).
 
@@ -124,7 +134,6 @@ def score_tempcompass_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     ``n``, ``missing``, ``unmatched`` (answers the rule cannot read, VLMEvalKit's "fail"), ``task/<task_type>``,
     ``category/<name>`` when categories are set.
     """
-    check_items(items, "tempcompass_mcq", needs=("reference", "options", "subset"))
     ratings = [tempcompass_rating(item) for item in items]
     correct = [rating is True for rating in ratings]
     unmatched = sum(item.prediction is not None and r is None for item, r in zip(items, ratings, strict=True))

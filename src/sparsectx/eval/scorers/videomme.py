@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, check_items, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
 
 VERSION = 1
 
@@ -60,14 +60,13 @@ def is_videomme_correct(item: ScoredItem) -> bool:
     return item.prediction is not None and videomme_choice(item.prediction) == item.reference.strip()
 
 
-def _score(items: Sequence[ScoredItem], name: str) -> dict[str, float]:
-    check_items(items, name, needs=("reference",))
+def _score(items: Sequence[ScoredItem]) -> dict[str, float]:
     correct = [is_videomme_correct(item) for item in items]
     unmatched = sum(item.prediction is not None and not videomme_choice(item.prediction) for item in items)
     return accuracy_metrics(items, correct, "unmatched", unmatched)
 
 
-@register_scorer("videomme", VERSION, needs_options=True)
+@register_scorer("videomme", VERSION, needs_options=True, needs=("reference",))
 def score_videomme(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns Video-MME accuracy in percent (hits / rows x 100; VLMEvalKit's ``overall/overall`` x 100, which
     it rounds to three decimals).
@@ -75,13 +74,13 @@ def score_videomme(items: Sequence[ScoredItem]) -> dict[str, float]:
     Reads ``reference`` (gold letter). Keys: ``score``, ``n``, ``missing``, ``unmatched`` (answers the rule
     reads as nothing), ``category/<name>`` when categories are set.
     """
-    return _score(items, "videomme")
+    return _score(items)
 
 
-@register_scorer("video_tt", VERSION, needs_options=True)
+@register_scorer("video_tt", VERSION, needs_options=True, needs=("reference",))
 def score_video_tt(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns Video-TT accuracy in percent (VLMEvalKit's ``overall/score``); the rule is Video-MME's.
 
     Reads ``reference`` (gold letter). Keys as ``videomme``'s.
     """
-    return _score(items, "video_tt")
+    return _score(items)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, check_items, count_missing, percent, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
 
 VERSION = 2
 """2: the EvalAI answer processor for ``score`` and VLMEvalKit's ``process_answer`` for ``vlmeval``
@@ -140,14 +140,24 @@ def vqa_soft_accuracy(prediction: str | None, answers: Sequence[str], reading: s
     return sum(min((total - hit) / 3.0, 1.0) for hit in hits) / len(hits)
 
 
-@register_scorer("vqa_soft", VERSION)
+def human_answers(item: ScoredItem) -> tuple[str, ...]:
+    """Returns the item's human answers; raises ``ValueError`` naming the item when it has fewer than 2, on
+    which soft accuracy is undefined (``vqa_soft_accuracy``)."""
+    if len(item.answers) < 2:
+        raise ValueError(
+            f"vqa_soft: item {item.id!r} has {len(item.answers)} human answer(s) {list(item.answers)}; VQA soft "
+            "accuracy needs at least 2 human answers (a Python list cell, e.g. TextVQA's ten)"
+        )
+    return item.answers
+
+
+@register_scorer("vqa_soft", VERSION, needs=("answers",), rules={"answers": human_answers})
 def score_vqa_soft(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns mean VQA soft accuracy in percent: ``score`` (EvalAI), ``vlmeval`` (VLMEvalKit's reading).
 
     Reads ``answers`` (the human answers). Keys: ``score``, ``vlmeval``, ``exact`` (share matching
     any annotator, EvalAI normalisation), ``n``, ``missing``.
     """
-    check_items(items, "vqa_soft", needs=("answers",))
     soft = sum(vqa_soft_accuracy(item.prediction, item.answers) for item in items)
     soft_vlmeval = sum(vqa_soft_accuracy(item.prediction, item.answers, "vlmeval") for item in items)
     exact = sum(

@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from sparsectx.eval.scorers.base import (
     ScoredItem,
     accuracy_metrics,
-    check_items,
     register_scorer,
 )
 
@@ -81,16 +80,15 @@ def gold_yes_no(item: ScoredItem, scorer: str) -> str:
     """Returns the item's reference as ``"yes"``/``"no"``; raises ``ValueError`` for anything else."""
     gold = item.reference.strip().lower()
     if gold not in ("yes", "no"):
-        raise ValueError(
-            f"{scorer}: item {item.id!r} has reference {item.reference!r}; expected 'yes' or 'no'"
-        )
+        raise ValueError(f"{scorer}: item {item.id!r} has reference {item.reference!r}; expected 'yes' or 'no'")
     return gold
 
 
-@register_scorer("yes_no", VERSION)
+@register_scorer(
+    "yes_no", VERSION, needs=("reference",), rules={"reference": functools.partial(gold_yes_no, scorer="yes_no")}
+)
 def score_yes_no(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns yes/no accuracy in percent (``score``), ``n``, ``missing``, ``unparsed``, per category."""
-    check_items(items, "yes_no", needs=("reference",))
     correct = [parse_yes_no(item.prediction) == gold_yes_no(item, "yes_no") for item in items]
     unparsed = sum(it.prediction is not None and parse_yes_no(it.prediction) is None for it in items)
     return accuracy_metrics(items, correct, "unparsed", unparsed)
