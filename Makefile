@@ -13,7 +13,7 @@ LMMS_STAMP := $(LMMS_ENV)/.installed
 HARNESS_ENVS ?= 1
 TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
 
-.PHONY: demo study test lint clean-results protocol-cards rehearse vlmeval-env lmms-env
+.PHONY: demo study test lint clean-results protocol-cards rehearse slurm-demo vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,16 @@ REHEARSE_EXPERIMENTS := $(or $(EXPERIMENT),$(PROTOCOL_EXPERIMENTS))
 REHEARSE_CORES ?= 2
 rehearse: $(STAMP)
 	for e in $(REHEARSE_EXPERIMENTS); do $(BIN)/python -m sparsectx.rehearsal experiment=$$e cores=$(REHEARSE_CORES) || exit 1; done
+
+# The cluster command against a real scheduler on this machine (docs/cluster.md): a single-node SLURM from Debian's
+# packages (as root; python -m sparsectx.local_slurm installs and starts it, and stops it after), `make demo`'s study
+# submitted through `--profile slurm` in slurm-demo/, and its tables compared with make demo's (timings aside).
+SLURM_DEMO_DIR ?= slurm-demo
+slurm-demo: demo
+	$(BIN)/python -m sparsectx.local_slurm run root=/tmp/sparsectx-slurm -- env SPARSECTX_SLURM_PARTITION=debug \
+		$(BIN)/python -m sparsectx.pipeline --profile slurm all_tables --directory $(SLURM_DEMO_DIR) --config experiment=tiny_demo
+	diff -r -x .hydra -x '*.log' -x 'efficiency*' results/tiny_demo/tables $(SLURM_DEMO_DIR)/results/tiny_demo/tables
+	@echo "slurm-demo: the tables submitted through SLURM equal make demo's"
 
 # VLMEvalKit's own environment (docs/harnesses.md): nvidia-vlmeval with PyPI's CUDA torch + torchvision, which
 # vlmeval imports and which break beside the project's CPU torch; sparsectx beside them for the model adapter.
