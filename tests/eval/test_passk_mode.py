@@ -101,3 +101,27 @@ def test_draws_are_judged_from_the_answer_prefix_on(model_dir, tmp_path, monkeyp
     for draw in read_jsonl(out.with_name("syn_count.passk.samples.jsonl")):
         for judged in (draw["greedy"], *draw["samples"]):
             assert (judged["text"], judged["status"], judged["answer"]) == ("<answer>3</answer>", "tagged", "3")
+
+
+def test_an_item_too_long_for_the_cache_is_a_counted_row_not_an_abort(model_dir, tmp_path):
+    """A cohort item whose prompt plus ``passk.max_new_tokens`` exceeds ``engine.max_length`` is recorded as not
+    drawn (both conditions, with why) and left out of the summaries; the other items are drawn as usual."""
+    import csv
+
+    bench = write_bench(tmp_path / "syn_count.tsv", "syn_count", 3, SIDE)
+    with bench.open(newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    rows[1]["question"] += " Count them carefully, one at a time." * 40  # row 1 alone no longer fits
+    with bench.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t")
+        writer.writeheader()
+        writer.writerows(rows)
+    full_leaf = tmp_path / "full"
+    append_jsonl(full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(3)])
+    overrides = [*PASSK, *base_overrides(model_dir, tmp_path / "results", {"syn_count": bench}, 4)]
+    extra = [f"passk.full_context_leaf={full_leaf}", "engine.max_length=300"]
+    out = run(compose_eval(["bench=syn_count", *overrides, *extra]))[0]
+    payload = json.loads(out.read_text())
+    assert [(row["id"], row["condition"]) for row in payload["not_drawn"]] == [("1", "sparse"), ("1", "no_image")]
+    assert all("engine.max_length=300" in row["error"] for row in payload["not_drawn"])
+    assert payload["sparse"]["n_items"] == payload["no_image"]["n_items"] == 2

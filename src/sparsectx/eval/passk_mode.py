@@ -40,7 +40,7 @@ from tqdm import tqdm
 from sparsectx.context import ContextBatch, build_context
 from sparsectx.data import Item, derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
-from sparsectx.engine import Prompts, context_length, engine_for
+from sparsectx.engine import Prompts, cache_positions, context_length, engine_for
 from sparsectx.eval.config import AUTHORS_CODE, PAPER_NUMERIC, BenchSpec
 from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
 from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
@@ -215,6 +215,14 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     seed = derive_seed(cfg.seed, "passk", spec.name, sid, condition)
     generator = torch.Generator(device=loaded.adapter.model.device).manual_seed(seed)
     engine = engine_for(loaded.adapter, loaded.processor.tokenizer, cfg.engine)
+    if engine.overlong(copies(1), pk.max_new_tokens):  # one item that cannot fit is a counted row, not an abort
+        why = (
+            f"prompt of {length} tokens plus passk.max_new_tokens={pk.max_new_tokens} needs "
+            f"{cache_positions(length, pk.max_new_tokens)} cache positions, more than engine.max_length="
+            f"{cfg.engine.max_length}: not drawn; raise engine.max_length or lower passk.max_new_tokens"
+        )
+        log.warning("benchmark %r Pass@K, row %s (%s): %s", spec.name, item.index, condition, why)
+        return {"key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "error": why}
     greedy = engine.generate(copies(1), cfg.decoding.sampling(pk.max_new_tokens))[0]
     samples = engine.generate(copies(pk.n), pk.sampling.sampling(pk.max_new_tokens), generator, slots=pk.sample_batch)
     # judged as the benchmarks judge: the template's answer prefix (model.answer_prefix) then the generated text
@@ -271,8 +279,10 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
         done[row["key"]] = row
     rows = [done[k] for k in keys]
     write_rows(raw, rows)
-    per = {c: summarize([r for r in rows if r["condition"] == c], pk.hit_m) for c in conditions}
+    drawn = [row for row in rows if "error" not in row]
+    per = {c: summarize([r for r in drawn if r["condition"] == c], pk.hit_m) for c in conditions}
     payload = _payload(job, spec, per, cohort, key)
+    payload["not_drawn"] = [{k: row[k] for k in ("id", "condition", "error")} for row in rows if "error" in row]
     payload["wall_time_s"] = time.perf_counter() - started
     write_json(out, payload)
     if per["sparse"] is not None:
