@@ -154,3 +154,20 @@ def test_the_sweep_plot_draws_measured_points_intervals_and_both_references() ->
     assert [t.get_text() for t in ax.get_xticklabels()] == ["5%", "10%", "30%"]
     (bar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert [tuple(seg[:, 1]) for seg in bar.lines[2][0].get_segments()] == [(88.0, 92.0)]
+
+
+def test_an_svg_is_the_same_bytes_from_two_processes(tmp_path: Path) -> None:
+    """matplotlib salts an SVG's path ids per process: the same figure written by a local run and by a cluster
+    job must still be byte-identical (``plots.SVG_HASH_SALT``)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from sparsectx.report.plots import plot_sweep; "
+        "plot_sweep({0.05: 40.0, 0.1: 45.0, 0.2: 50.0}, [0.05, 0.1, 0.2], sys.argv[1], title='rho', "
+        "x_label='rho', percent=False, series='SCOPD+', reference='full', benchmarks=['syn_count'])"
+    )
+    for process in ("a", "b"):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / process / "sweep.png")], check=True)
+    first, second = ((tmp_path / process / "sweep.svg").read_bytes() for process in ("a", "b"))
+    assert b"<use xlink:href=" in first and first == second

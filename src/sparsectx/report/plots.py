@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -317,11 +318,18 @@ def vector_path(png: str | os.PathLike[str]) -> Path:
     return Path(png).with_suffix(VECTOR_SUFFIX)
 
 
+SVG_HASH_SALT = "sparsectx"
+"""Seeds the ids matplotlib gives an SVG's shared paths (a random salt per process by default), so the same plot
+written by two runs (a local one and a cluster one) is the same bytes."""
+
+
 def _save_with_vector(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
-    """Writes the PNG and caption (``_save``) and the SVG twin (``vector_path``, no date: same plot, same bytes)."""
+    """Writes the PNG and caption (``_save``) and the SVG twin (``vector_path``; no date and a fixed id salt:
+    same plot, same bytes, in any process)."""
     out = _save(fig, path, caption)
     svg = io.BytesIO()
-    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
+        fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
     atomic_write_bytes(vector_path(out), svg.getvalue())
     return out
 
