@@ -133,7 +133,8 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     assert again.returncode == 0, output[-3000:]
     assert (tmp_path / "b.txt").is_file()
     assert "stale lock" in output and "--unlock" in output  # says what it did, and the command
-    assert not locks.exists() or not any(locks.iterdir()), sorted(locks.iterdir())  # a run that ends removes its lock and record
+    # a run that ends removes its lock and its record
+    assert not locks.exists() or not any(locks.iterdir()), sorted(locks.iterdir())
 
 
 def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
