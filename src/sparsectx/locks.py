@@ -89,6 +89,17 @@ def process_owner(purpose: str) -> dict[str, Any]:
     }
 
 
+def _process_exists(pid: int) -> bool:
+    """Returns whether process ``pid`` exists on this host (another user's process answers PermissionError)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def owner_status(owner: dict[str, Any]) -> str:
     """Returns whether a recorded holder still runs: ``alive``, ``dead`` or ``elsewhere`` (another host).
 
@@ -103,12 +114,8 @@ def owner_status(owner: dict[str, Any]) -> str:
     pid = owner.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return "dead"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not _process_exists(pid):
         return "dead"
-    except PermissionError:
-        pass  # it exists, as another user's process
     started = owner.get("process_start")
     now = process_start(pid)
     if started is not None and now is not None and started != now:
