@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from sparsectx.foreground import run_in_foreground
 
 CONTROL = "nvidia-cuda-mps-control"
 """The MPS control program (NVIDIA's driver utilities put it on PATH beside ``nvidia-smi``)."""
@@ -90,8 +91,10 @@ def _stop(program: str, env: dict[str, str]) -> bool:
             [program], input="quit\n", env=env, capture_output=True, text=True, timeout=STOP_TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
-        _say(f"the daemon did not quit within {STOP_TIMEOUT_S} s; stop it with `echo quit | "
-             f"{PIPE_VAR}={env[PIPE_VAR]} {program}`")
+        _say(
+            f"the daemon did not quit within {STOP_TIMEOUT_S} s; stop it with `echo quit | "
+            f"{PIPE_VAR}={env[PIPE_VAR]} {program}`"
+        )
         return False
     if stopped.returncode != 0:
         _say(f"stopping the daemon exited {stopped.returncode}: {_tail(stopped)}")
@@ -144,23 +147,16 @@ def run_shared(command: Sequence[str], control: str = CONTROL, probe: Sequence[s
     """Runs ``command`` under a private MPS daemon (or without one, as ``mps_daemon`` says) and returns its
     exit status.
 
-    Ctrl-C reaches the command directly (it shares the terminal's process group); this process ignores it and
-    waits, so the command stops as it would alone (Snakemake finishing its bookkeeping) before the daemon goes.
-    A SIGTERM to this process is passed on to the command. A command that cannot be started returns 127.
+    The command runs in the foreground (``sparsectx.foreground``: Ctrl-C reaches it directly, a SIGTERM or
+    SIGHUP to this process is passed on), so it stops as it would alone (Snakemake finishing its bookkeeping)
+    before the daemon goes. A command that cannot be started returns 127.
     """
     with mps_daemon(control, probe) as env:
         try:
-            child = subprocess.Popen(list(command), env={**os.environ, **(env or {})})
+            return run_in_foreground(command, {**os.environ, **(env or {})})
         except OSError as error:
             _say(f"cannot run {command[0]!r}: {error}")
             return 127
-        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        previous_term = signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
-        try:
-            return child.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous_int)
-            signal.signal(signal.SIGTERM, previous_term)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,9 +7,10 @@ exits; a SIGKILL (or a lost node) leaves the lock, and every later run stops wit
 ``snakemake --unlock``. This entry removes such a lock only when it can show that nothing holds it, and
 otherwise touches nothing and says why:
 
-- Which host took it. Before it becomes Snakemake, the entry records itself (user, host, pid, process start;
-  ``sparsectx.locks.process_owner``) in ``.snakemake/locks/sparsectx-entry.<host>.<pid>.json``; Snakemake
-  deletes that folder, record included, when it exits or is unlocked, so a record outlives only a killed run.
+- Which host took it. While Snakemake runs (as its child, in the foreground), the entry records itself (user,
+  host, pid, process start; ``sparsectx.locks.process_owner``) in
+  ``.snakemake/locks/sparsectx-entry.<host>.<pid>.json`` and removes the record when Snakemake has ended and
+  removed its lock, so a record outlives only a killed run (or one whose Snakemake left its lock).
   A lock with no record (Snakemake started some other way) or with a record from another host is kept: the
   processes of another host cannot be seen from here.
 - Whether its process runs. A record's process still alive here keeps the lock, and so does any live process
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparsectx.foreground import run_in_foreground
 from sparsectx.locks import describe, owner_status, process_owner
 
 PROC = Path("/proc")
@@ -222,6 +224,8 @@ def clear_stale_lock(args: Sequence[str], snakemake: Sequence[str], proc: Path =
     done = subprocess.run([*snakemake, *args, "--unlock"], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"`{unlock}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    for path in run_records(workdir):  # the killed runs' records, all dead (Snakemake's unlock may keep them)
+        path.unlink(missing_ok=True)
     return (
         f"removed the stale lock in {workdir}/.snakemake/locks (left by a killed run of this entry on "
         f"{socket.gethostname()}; no snakemake runs there): {unlock}"
@@ -232,14 +236,25 @@ DRY_RUN = ("-n", "--dry-run", "--dryrun")
 """Arguments of a Snakemake run that takes no lock (and so leaves no record)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Returns 1 if the lock is or may be held; otherwise becomes Snakemake with ``argv`` after clearing a stale
-    lock and recording this run's host (``record_run``).
+def run_recorded(args: Sequence[str], snakemake: Sequence[str]) -> int:
+    """Returns the exit status of Snakemake run with ``args`` in the foreground (``sparsectx.foreground``), its
+    host recorded beside the lock (``record_run``) while it runs.
 
-    Snakemake replaces this process (``os.execv``, same pid), so Ctrl-C reaches it as it would a plain
-    ``snakemake``: a Python parent would kill it 0.25 s after the interrupt and leave the very lock this module
-    clears.
+    The record goes when Snakemake ends and has removed its lock (Snakemake's own clean-up is not relied on);
+    it stays beside a lock that Snakemake left, so that the next run can tell the lock is stale.
     """
+    workdir = workdir_of(args)
+    record = record_run(workdir)
+    try:
+        return run_in_foreground([*snakemake, *args])
+    finally:
+        if not lock_files(workdir):
+            record.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Returns 1 if the lock is or may be held; otherwise clears a stale lock and returns the exit status of
+    Snakemake run with ``argv`` (``run_recorded``; a dry run takes no lock and is not recorded)."""
     args = list(sys.argv[1:] if argv is None else argv)
     snakemake = [sys.executable, "-m", "snakemake"]
     try:
@@ -249,9 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if message:
         print(f"sparsectx.pipeline: {message}", file=sys.stderr, flush=True)
-    if not any(arg in DRY_RUN for arg in args):
-        record_run(workdir_of(args))
-    os.execv(sys.executable, [*snakemake, *args])
+    if any(arg in DRY_RUN for arg in args):
+        return run_in_foreground([*snakemake, *args])
+    return run_recorded(args, snakemake)
 
 
 if __name__ == "__main__":

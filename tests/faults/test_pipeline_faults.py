@@ -134,7 +134,8 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     assert (tmp_path / "b.txt").is_file()
     assert "stale lock" in output and "--unlock" in output  # says what it did, and the command
     # a run that ends removes its lock and its record
-    assert not locks.exists() or not any(locks.iterdir()), sorted(locks.iterdir())
+    left = {path.name: path.read_text() for path in locks.glob("*")} if locks.exists() else {}
+    assert not left, f"killed run: pid {job.pid}; left in {locks}: {left}"
 
 
 def test_a_lock_held_by_a_live_snakemake_is_left_alone(tmp_path: Path) -> None:
@@ -393,3 +394,19 @@ def test_a_pipeline_leaf_is_readable_by_others_and_its_logs_hold_the_output(tmp_
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE((tmp_path / LEAF).stat().st_mode) == 0o666 & ~umask  # the result JSON, too
+
+
+@pytest.mark.parametrize("leaves_lock", [False, True], ids=["lock-removed", "lock-left"])
+def test_the_entry_removes_its_record_when_snakemake_ends_without_its_lock(tmp_path: Path, leaves_lock: bool) -> None:
+    from sparsectx import pipeline
+
+    locks = tmp_path / ".snakemake" / "locks"
+    # stands in for Snakemake: it ends keeping its lock folder (the record in it), with or without a lock file
+    leave = f"open({str(locks / '0.input.lock')!r}, 'w').close()" if leaves_lock else "pass"
+    status = pipeline.run_recorded(["--directory", str(tmp_path)], [sys.executable, "-c", leave])
+    assert status == 0
+    records = sorted(locks.glob(pipeline.RECORD_GLOB))
+    if leaves_lock:  # the next run needs it to tell that the lock is stale
+        assert len(records) == 1 and json.loads(records[0].read_text())["pid"] == os.getpid()
+    else:
+        assert records == []
