@@ -4,7 +4,8 @@
 stops the study, before the preflight and before any GPU job is submitted, when a job is refused (it cannot
 launch, or its memory estimate exceeds the GPU memory the profile declares). ``with_planned_runtime`` gives a
 rule's resources the runtime the plan derives for each job (``planned_runtimes``) instead of the grid's flat
-``resources.<stage>.runtime`` (Snakemake hands a resource function the job's wildcards, not its outputs).
+``resources.<stage>.runtime`` (Snakemake hands a resource function the job's wildcards, not its outputs);
+``with_planned_stop_signal`` gives a training job an early SIGTERM sized to save its state (``planned_stop_leads``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sparsectx.io import atomic_write_text
-from sparsectx.plan.limits import planned_runtimes, study_jobs
+from sparsectx.plan.limits import planned_runtimes, planned_stop_leads, study_jobs
 from sparsectx.plan.report import render
 from sparsectx.plan.settings import load_plan_config
-from sparsectx.workflow import Grid
+from sparsectx.workflow import Grid, stop_signal_option
 
 
 def write_plan(grid: Grid, out: str | Path, gpu_mem_gb: float | None = None) -> None:
@@ -59,7 +60,22 @@ def with_planned_runtime(grid: Grid, resources: Mapping[str, int], outputs: Sequ
     return planned
 
 
+def with_planned_stop_signal(grid: Grid, resources: Mapping[str, object], outputs: Sequence[str]) -> dict[str, object]:
+    """Returns a training rule's ``resources`` with ``slurm_extra`` asking SLURM for SIGTERM the plan's lead before
+    the time limit (``--signal=TERM@<s>``, sbatch(1); the trainer saves and exits on it, the retry resumes)."""
+
+    def slurm_extra(wildcards: Mapping[str, str]) -> str:
+        leads = planned_stop_leads(grid)
+        values = dict(wildcards.items())
+        lead = max(leads.get(pattern.format(**values), 0) for pattern in outputs)
+        return stop_signal_option(lead or load_plan_config().stop_signal.margin_s)
+
+    return {**resources, "slurm_extra": slurm_extra}
+
+
 def planned_resources(grid: Grid, plan_grid: Grid, stage: str, outputs: Sequence[str]) -> dict[str, object]:
     """Returns the resources of a ``stage`` rule of ``grid`` whose outputs are the ``outputs`` patterns, each job's
-    runtime the limit the plan of ``plan_grid`` (the real study; the rehearsal's grid stands in for it) derives."""
-    return with_planned_runtime(plan_grid, grid.resources[stage], outputs)
+    runtime the limit the plan of ``plan_grid`` (the real study; the rehearsal's grid stands in for it) derives,
+    and a training job's early SIGTERM its lead (``with_planned_stop_signal``)."""
+    planned = with_planned_runtime(plan_grid, grid.resources[stage], outputs)
+    return with_planned_stop_signal(plan_grid, planned, outputs) if stage == "train" else planned

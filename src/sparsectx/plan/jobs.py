@@ -10,6 +10,7 @@ first block with a cell it trains), so a run several tables share is counted onc
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from sparsectx.models.published import model_hub_id
 from sparsectx.paths import budget_tag
 from sparsectx.plan.architecture import Architecture, architecture
 from sparsectx.plan.compose import efficiency_config, eval_config, train_config
-from sparsectx.plan.memory import EngineSizes, Estimate, evaluation_estimate, training_estimate
+from sparsectx.plan.memory import EngineSizes, Estimate, evaluation_estimate, resume_state_gb, training_estimate
 from sparsectx.plan.shapes import TrainShape, eval_shape, train_shape
 from sparsectx.plan.timing import decode_tokens_per_s, efficiency_minutes, eval_minutes, train_minutes
 from sparsectx.training.config import load_train_config
@@ -47,6 +48,8 @@ class Job:
     estimate: Estimate | None = None
     notes: list[str] = field(default_factory=list)
     refusal: str | None = None
+    stop_lead_s: int | None = None
+    """Training: how long before its time limit SLURM warns the job (``stop_signal_lead_s``); None otherwise."""
 
     @property
     def gpu_hours(self) -> float:
@@ -150,7 +153,17 @@ def _train_jobs(ctx: _Context) -> Iterator[Job]:
         job.notes += [timing.note] if timing.note else []
         estimate = training_estimate(arch, shape, ctx.engine, plan.allocator_overhead_gb)
         ctx.check_memory(job, estimate, _train_fixes(ctx, arch, shape, estimate))
+        step_s = (job.minutes - plan.startup_minutes.train) * 60 / max(1, shape.steps)
+        job.stop_lead_s = stop_signal_lead_s(plan, step_s, resume_state_gb(estimate) * job.processes)
         yield job
+
+
+def stop_signal_lead_s(plan: DictConfig, step_s: float, node_state_gb: float) -> int:
+    """Returns how long before the time limit a training job asks SLURM for SIGTERM (``--signal=TERM@<lead>``):
+    enough to finish the step under way and write the node's resume state (conf/plan.yaml ``stop_signal``)."""
+    cfg = plan.stop_signal
+    lead = cfg.factor * (step_s + node_state_gb / cfg.write_gb_per_s) + cfg.margin_s
+    return min(math.ceil(lead), cfg.max_s)
 
 
 SWITCHES = (
@@ -208,7 +221,8 @@ def _eval_jobs(ctx: _Context) -> Iterator[Job]:
             if seed is not None and cells[0] not in grid.seeded_cells:
                 continue
             rule = "evaluate_base" if method == BASE else "evaluate_trained" + ("" if seed is None else "_seed")
-            outputs = tuple(grid.leaf(c, seed=seed) for c in cells)
+            benches = grid.eval_benches() if grid.eval_jobs == "leaf" else [bench]  # what the job writes
+            outputs = tuple(grid.leaf(dataclasses.replace(cells[0], bench=b), seed=seed) for b in benches)
             job = Job(
                 rule,
                 outputs,
@@ -222,7 +236,7 @@ def _eval_jobs(ctx: _Context) -> Iterator[Job]:
                 resources["runtime"],
                 ctx.blocks["table", cells[0]],
             )
-            _estimate_eval(ctx, job, "evaluate", [c.bench for c in cells], draws=1)
+            _estimate_eval(ctx, job, "evaluate", benches, draws=1)
             yield job
 
 

@@ -2,7 +2,9 @@
 
 ``planned_runtimes(grid)`` maps each job's declared output (the strings ``Grid.checkpoint_marker``, ``Grid.leaf``,
 ``Grid.preflight_output`` and ``Grid.tables_dir`` return) to ``requested_runtime_minutes`` of its planned time.
-``study_jobs`` caches the plan per grid object: the Snakefile is parsed often, and one plan takes seconds.
+``planned_stop_leads(grid)`` maps each training job's output to how long before that limit SLURM warns it
+(``--signal=TERM@<lead>``, sized to finish a step and save the resume state). ``study_jobs`` caches the plan per
+grid object: the Snakefile is parsed often, and one plan takes seconds.
 """
 
 from __future__ import annotations
@@ -53,3 +55,15 @@ def planned_runtimes(grid: Grid, overrides: tuple[str, ...] = ()) -> dict[str, i
             limits.update(dict.fromkeys(job.outputs, minutes))
         _LIMITS[grid][overrides] = limits
     return _LIMITS[grid][overrides]
+
+
+def planned_stop_leads(grid: Grid, overrides: tuple[str, ...] = ()) -> dict[str, int]:
+    """Returns {declared output path: seconds before the time limit that SLURM sends SIGTERM} for every training
+    job of ``grid`` (``sparsectx.plan.jobs.stop_signal_lead_s``), never more than half the job's time limit."""
+    limits = planned_runtimes(grid, overrides)
+    leads = {}
+    for job in study_jobs(grid, overrides):
+        if job.stop_lead_s is not None:
+            for output in job.outputs:
+                leads[output] = min(job.stop_lead_s, limits[output] * 60 // 2)
+    return leads

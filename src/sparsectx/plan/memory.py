@@ -78,6 +78,16 @@ class Estimate:
         return {k: round(v, 2) for k, v in terms.items() if v > 0.005}
 
 
+TRAINED_WEIGHTS, OPTIMIZER_STATES = "weights (fp32 trained)", "optimizer states"
+EMA_TEACHER = "EMA/progressive teacher (fp32)"
+
+
+def resume_state_gb(estimate: Estimate) -> float:
+    """Returns the GB one training process writes to its resume state (``state/``): its trained fp32 tensors,
+    their optimizer moments and an EMA or progressive teacher; the frozen bf16 weights are reloaded, not saved."""
+    return sum(estimate.resident.get(term, 0.0) for term in (TRAINED_WEIGHTS, OPTIMIZER_STATES, EMA_TEACHER))
+
+
 def layer_bytes(arch: Architecture, full_parameter: bool) -> float:
     """Returns the bytes one token saves for backward in one decoder layer (the mean over its layer kinds)."""
     h, inter = arch.hidden, arch.intermediate
@@ -125,10 +135,10 @@ def training_estimate(arch: Architecture, s: TrainShape, engine: EngineSizes, ov
     resident = {
         "weights (bf16 frozen)": BF16 * frozen / GB,
         "weights (fp32 trained)": FP32 * trained / GB,
-        "optimizer states": (2 if s.int8_states else 8) * trained / GB,
+        OPTIMIZER_STATES: (2 if s.int8_states else 8) * trained / GB,
     }
     if s.teacher in ("ema", "progressive"):
-        resident["EMA/progressive teacher (fp32)"] = FP32 * trained / GB
+        resident[EMA_TEACHER] = FP32 * trained / GB
     frozen_copy = full and s.teacher in ("frozen", "trust_region")
     if frozen_copy and not s.teacher_offload:
         resident["frozen teacher copy (bf16)"] = BF16 * (lm / shard + vis) / GB

@@ -71,7 +71,14 @@ from sparsectx.workflow.config import (
     resolve_config,
     validate_config,
 )
-from sparsectx.workflow.grid import Grid, check_tables_seeds, flat_resources, load_grid, missing_cells
+from sparsectx.workflow.grid import (
+    Grid,
+    check_tables_seeds,
+    flat_resources,
+    load_grid,
+    missing_cells,
+    stop_signal_option,
+)
 from sparsectx.workflow.rehearsal import Rehearsal, load_rehearsal, rehearsal_of
 from sparsectx.workflow.sweeps import check_sweep_values
 
@@ -113,6 +120,7 @@ __all__ = [
     "entry_point",
     "evaluate_args",
     "flat_resources",
+    "stop_signal_option",
     "load_grid",
     "load_rehearsal",
     "load_yaml",

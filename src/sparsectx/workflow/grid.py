@@ -87,10 +87,22 @@ def missing_cells(experiment: str | Grid) -> list[MissingCell]:
     return grid.missing_cells()
 
 
+def stop_signal_option(lead_s: int) -> str:
+    """Returns the sbatch option asking SLURM for SIGTERM ``lead_s`` seconds before a job's time limit (sbatch(1),
+    ``--signal=[{R|B}:]<sig_num>[@sig_time]``; without ``B:`` it reaches the job steps, where the jobstep plugin's
+    ``srun`` runs the trainer). SLURM may send it up to 60 s earlier than asked (sbatch(1))."""
+    return f"--signal=TERM@{lead_s}"
+
+
 def flat_resources(grid: Grid, plan_grid: Grid, stage: str, outputs: Sequence[str]) -> dict[str, Any]:
     """Returns ``grid.resources[stage]`` as a rule's resources, its runtime the grid's flat one: the tiny studies,
-    which have no plan (``sparsectx.plan.dag.planned_resources`` has the same signature for real studies)."""
-    return dict(grid.resources[stage])
+    which have no plan (``sparsectx.plan.dag.planned_resources`` has the same signature for real studies). A
+    training job asks for SIGTERM conf/plan.yaml's ``stop_signal.margin_s`` before its limit (it saves fast)."""
+    resources = dict(grid.resources[stage])
+    if stage == "train":
+        margin = load_yaml(Path(CONF_DIR) / "plan.yaml")["stop_signal"]["margin_s"]
+        resources["slurm_extra"] = stop_signal_option(min(margin, resources["runtime"] * 60 // 2))
+    return resources
 
 
 def check_data(data: dict[str, Any]) -> dict[str, Any]:
