@@ -61,6 +61,8 @@ def test_the_train_rule_asks_slurm_for_the_planned_signal_within_half_its_limit(
     wildcards = dict(zip(["experiment", "model", "method", "pruner", "budget"], output.split("/")[1:6], strict=True))
     assert resources["slurm_extra"](wildcards) == f"--signal=TERM@{lead}"
     assert "slurm_extra" not in planned_resources(grid, grid, "evaluate", ["x"])  # only training saves state
+    # one node: sbatch --gpus=<n> alone may spread the GPUs over nodes, torchrun --standalone uses one
+    assert resources["nodes"] == 1 and planned_resources(grid, grid, "evaluate", ["x"])["nodes"] == 1
 
 
 def test_a_study_without_a_plan_asks_for_the_margin() -> None:
@@ -68,6 +70,7 @@ def test_a_study_without_a_plan_asks_for_the_margin() -> None:
     margin = load_plan_config().stop_signal.margin_s
     assert flat_resources(grid, grid, "train", [])["slurm_extra"] == f"--signal=TERM@{min(margin, 60 * 60 // 2)}"
     assert "slurm_extra" not in flat_resources(grid, grid, "evaluate", [])
+    assert flat_resources(grid, grid, "train", [])["nodes"] == flat_resources(grid, grid, "evaluate", [])["nodes"] == 1
 
 
 def test_a_per_leaf_job_is_planned_over_every_benchmark_it_writes() -> None:

@@ -44,7 +44,8 @@ def test_the_rehearsal_scaling_comes_last_on_every_command() -> None:
     (grpo,) = [r for r in grid.train_runs if r.method == "grpo"]
     train = wf.train_args(grid, grpo)
     assert "steps=2500" in train and train[-len(rehearsal.overrides["train"]) :] == list(rehearsal.overrides["train"])
-    assert wf.train_command(grid)[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "${SLURM_GPUS_ON_NODE:-2}"]
+    assert wf.train_command(grid)[1:6] == launch  # the allocation's GPUs under SLURM, else the request
     assert grid.resources["train"]["gpu"] == rehearsal.processes and grid.resources["evaluate"]["gpu"] == 1
     cell = next(c for c in grid.cells("table") if c.bench == "mathvista")
     evaluate = wf.evaluate_args(grid, cell)

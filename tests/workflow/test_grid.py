@@ -235,7 +235,8 @@ def test_train_command_launches_torchrun_only_for_several_gpus() -> None:
     raw = tiny_raw()
     assert wf.train_command(build(raw))[1].endswith("src/train.py")
     raw["resources"]["train"]["gpu"] = 4
-    assert wf.train_command(build(raw))[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "${SLURM_GPUS_ON_NODE:-4}"]
+    assert wf.train_command(build(raw))[1:6] == launch  # the allocation's GPUs under SLURM, else the request
 
 
 def test_entry_point_is_relative_to_the_working_directory(tmp_path: Path) -> None:
@@ -446,7 +447,8 @@ def test_evaluation_jobs_with_several_gpus_start_one_shard_per_gpu() -> None:
     assert not any(a.startswith("shard.") for a in wf.evaluate_args(one, cell))
     raw["resources"]["evaluate"]["gpu"] = 2
     two = build(raw)
-    assert wf.evaluate_command(two)[1:-1] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "${SLURM_GPUS_ON_NODE:-2}"]
+    assert wf.evaluate_command(two)[1:-1] == launch
     assert "shard.from_env=torchrun" in wf.evaluate_args(two, cell)
     # Pass@K is not sharded (its rule keeps the plain entry point)
     assert not any(a.startswith("shard.") for a in wf.evaluate_args(two, cell, mode="passk"))

@@ -17,7 +17,7 @@ from sparsectx.io import atomic_write_text
 from sparsectx.plan.limits import planned_runtimes, planned_stop_leads, study_jobs
 from sparsectx.plan.report import render
 from sparsectx.plan.settings import load_plan_config
-from sparsectx.workflow import Grid, stop_signal_option
+from sparsectx.workflow import Grid, on_one_node, stop_signal_option
 
 
 def write_plan(grid: Grid, out: str | Path, gpu_mem_gb: float | None = None) -> None:
@@ -76,6 +76,6 @@ def with_planned_stop_signal(grid: Grid, resources: Mapping[str, object], output
 def planned_resources(grid: Grid, plan_grid: Grid, stage: str, outputs: Sequence[str]) -> dict[str, object]:
     """Returns the resources of a ``stage`` rule of ``grid`` whose outputs are the ``outputs`` patterns, each job's
     runtime the limit the plan of ``plan_grid`` (the real study; the rehearsal's grid stands in for it) derives,
-    and a training job's early SIGTERM its lead (``with_planned_stop_signal``)."""
-    planned = with_planned_runtime(plan_grid, grid.resources[stage], outputs)
+    and a training job's early SIGTERM its lead (``with_planned_stop_signal``), on one node (``on_one_node``)."""
+    planned = with_planned_runtime(plan_grid, on_one_node(grid.resources[stage]), outputs)
     return with_planned_stop_signal(plan_grid, planned, outputs) if stage == "train" else planned

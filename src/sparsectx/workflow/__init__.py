@@ -77,6 +77,7 @@ from sparsectx.workflow.grid import (
     flat_resources,
     load_grid,
     missing_cells,
+    on_one_node,
     stop_signal_option,
 )
 from sparsectx.workflow.rehearsal import Rehearsal, load_rehearsal, rehearsal_of
@@ -120,6 +121,7 @@ __all__ = [
     "entry_point",
     "evaluate_args",
     "flat_resources",
+    "on_one_node",
     "stop_signal_option",
     "load_grid",
     "load_rehearsal",

@@ -64,15 +64,28 @@ def _seed_root_args(grid: Grid, key: str, root: str, seed: int | None) -> list[s
     return [] if seed in (None, grid.seed) else [f"{key}={grid.seed_root(root, seed)}"]
 
 
+ALLOCATED_GPUS = "SLURM_GPUS_ON_NODE"
+"""The GPUs SLURM gave the job step on its node (set by srun/sbatch for a job that asked for GPUs, srun(1)
+OUTPUT ENVIRONMENT VARIABLES); the jobstep plugin runs each rule's command in such a step with ``--gpus=<n>``."""
+
+
+def launcher(gpus: int) -> list[str]:
+    """Returns the interpreter arguments that start a job's processes: none for one GPU (or none), else
+    ``torch.distributed.run`` with one process per GPU the job was given (``$SLURM_GPUS_ON_NODE`` inside a SLURM
+    allocation, so the count is the allocation's; ``gpus``, the rule's request, elsewhere). A shell word: the
+    rules run it through the shell, which expands it."""
+    if gpus <= 1:
+        return []
+    return ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", f"${{{ALLOCATED_GPUS}:-{gpus}}}"]
+
+
 def train_command(grid: Grid) -> list[str]:
     """Returns the command before ``train.py``'s overrides: with several GPUs ``torch.distributed.run`` starting
     one process per GPU, as for evaluation. Accelerate forms the process group from torchrun's environment (NCCL
     on GPUs, gloo on the CPU), so the rehearsal's CPU processes run this very command; ``accelerate launch``
     would start one process where it finds no GPU."""
     python, script = entry_point("train.py")
-    gpus = grid.resources["train"]["gpu"]
-    launch = [] if gpus <= 1 else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
-    return [python, *launch, script]
+    return [python, *launcher(grid.resources["train"]["gpu"]), script]
 
 
 def evaluate_command(grid: Grid) -> list[str]:
@@ -81,9 +94,7 @@ def evaluate_command(grid: Grid) -> list[str]:
     each decoding its shard of every benchmark (``evaluate_args`` adds ``shard.from_env=torchrun``; rank 0
     merges the parts into the one-process result)."""
     python, script = entry_point("evaluate.py")
-    gpus = grid.resources["evaluate"]["gpu"]
-    launch = [] if gpus <= 1 else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
-    return [python, *launch, script]
+    return [python, *launcher(grid.resources["evaluate"]["gpu"]), script]
 
 
 def train_args(grid: Grid, run: TrainRun, seed: int | None = None) -> list[str]:

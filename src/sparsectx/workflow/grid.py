@@ -94,11 +94,18 @@ def stop_signal_option(lead_s: int) -> str:
     return f"--signal=TERM@{lead_s}"
 
 
+def on_one_node(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns a rule's ``resources`` asking for one node (``nodes: 1``, which the executor plugin submits as
+    ``--nodes=1``): sbatch(1) may spread ``--gpus=<n>`` over several nodes, while a job's processes are started on
+    its first node (``torch.distributed.run --standalone``)."""
+    return {**resources, "nodes": 1}
+
+
 def flat_resources(grid: Grid, plan_grid: Grid, stage: str, outputs: Sequence[str]) -> dict[str, Any]:
     """Returns ``grid.resources[stage]`` as a rule's resources, its runtime the grid's flat one: the tiny studies,
     which have no plan (``sparsectx.plan.dag.planned_resources`` has the same signature for real studies). A
     training job asks for SIGTERM conf/plan.yaml's ``stop_signal.margin_s`` before its limit (it saves fast)."""
-    resources = dict(grid.resources[stage])
+    resources = on_one_node(grid.resources[stage])
     if stage == "train":
         margin = load_yaml(Path(CONF_DIR) / "plan.yaml")["stop_signal"]["margin_s"]
         resources["slurm_extra"] = stop_signal_option(min(margin, resources["runtime"] * 60 // 2))
@@ -314,7 +321,8 @@ class Grid:
 
     def bench_inputs(self, cell: Cell, data: Mapping[str, str]) -> list[str]:
         """Returns the benchmark TSVs the greedy evaluation job of ``cell`` reads, from ``data`` (name -> file,
-        ``data_files()``); a benchmark the data job does not write has none."""
+        ``data_files()``); a benchmark the data job does not write has none here (the user's files of a study on
+        real inputs are declared by ``sparsectx.workflow.inputs``)."""
         return [data[name] for name in self.job_benches(cell) if name in data]
 
     def eval_outputs(self, pattern: str) -> list[str]:
