@@ -6,7 +6,7 @@ checkpoint -> Pass@K -> efficiency -> tables. Which leaves exist is decided by s
 
     snakemake --profile workflow/profiles/local all_tables                        # tiny, CPU
     snakemake --profile slurm all_tables --config experiment=scopd_qwen2_5_vl_7b
-    snakemake -n all_tables --config experiment=ltopd_qwen3_5_4b                 # only list the jobs
+    snakemake -n all_tables --config experiment=ltopd_qwen3_5_4b                 # list the jobs (names missing files)
 """
 
 from pathlib import Path

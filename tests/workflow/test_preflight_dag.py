@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from user_files import write_user_files
 
 from sparsectx import workflow as wf
 
@@ -18,8 +19,10 @@ ROOT = wf.REPO_DIR
 GPU_RULES = ("train", "evaluate_base", "evaluate_trained", "passk", "efficiency")
 
 
-def dry_run(workdir: Path, *args: str) -> str:
-    """Returns the printed plan of ``snakemake -n -p all_tables <args>`` on an empty working directory."""
+def dry_run(workdir: Path, *args: str, experiment: str) -> str:
+    """Returns the printed plan of ``snakemake -n -p all_tables <args>`` of ``experiment`` on a working directory
+    holding only the user's files it declares (``write_user_files``)."""
+    write_user_files(workdir, experiment)
     cmd = [
         sys.executable,
         "-m",
@@ -33,6 +36,8 @@ def dry_run(workdir: Path, *args: str) -> str:
         "-n",
         "-p",
         "all_tables",
+        "--config",
+        f"experiment={experiment}",
         *args,
     ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -48,7 +53,7 @@ def jobs(plan: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("experiment", ["scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
 def test_real_preset_runs_the_preflight_first(tmp_path: Path, experiment: str) -> None:
-    plan = dry_run(tmp_path, "--config", f"experiment={experiment}")
+    plan = dry_run(tmp_path, experiment=experiment)
     listed = jobs(plan)
     report = f"results/{experiment}/preflight.json"
     # the plan first (sparsectx.plan: nothing queued when a job cannot fit), then the preflight, which waits for it
@@ -67,7 +72,7 @@ def test_real_preset_runs_the_preflight_first(tmp_path: Path, experiment: str) -
 def test_model_paths_reach_the_preflight_and_every_job_of_that_model(tmp_path: Path) -> None:
     paths = tmp_path / "paths.yaml"
     paths.write_text(yaml.safe_dump({"model_paths": {"qwen2_5_vl_7b": "/models/Qwen2.5-VL-7B-Instruct"}}))
-    plan = dry_run(tmp_path, "--config", "experiment=scopd_qwen2_5_vl_7b", "--configfile", str(paths))
+    plan = dry_run(tmp_path, "--configfile", str(paths), experiment="scopd_qwen2_5_vl_7b")
     listed = jobs(plan)
     preflight = dict(listed)["preflight"]
     assert "qwen2_5_vl_7b:" in preflight and "/models/Qwen2.5-VL-7B-Instruct" in preflight
@@ -78,7 +83,7 @@ def test_model_paths_reach_the_preflight_and_every_job_of_that_model(tmp_path: P
 
 
 def test_tiny_study_has_no_preflight(tmp_path: Path) -> None:
-    plan = dry_run(tmp_path, "--config", "experiment=tiny")
+    plan = dry_run(tmp_path, experiment="tiny")
     assert "preflight" not in plan
     assert wf.load_grid("tiny").preflight_inputs() == []
 
@@ -87,7 +92,7 @@ def test_each_gpu_job_asks_slurm_for_its_planned_time_limit(tmp_path: Path) -> N
     # the runtime each job requests is the plan's limit of that job (sparsectx.plan), not the flat grid runtime
     from sparsectx.plan import planned_runtimes
 
-    listed = jobs(dry_run(tmp_path, "--config", "experiment=ltopd_qwen3_5_4b"))
+    listed = jobs(dry_run(tmp_path, experiment="ltopd_qwen3_5_4b"))
     limits = planned_runtimes(wf.load_grid("ltopd_qwen3_5_4b"))
     checked = set()
     for rule, text in listed:

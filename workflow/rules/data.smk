@@ -1,5 +1,5 @@
 """Data: the synthetic benchmarks and training split of the tiny study (real experiments read the user's
-VLMEvalKit TSVs named by conf/bench/*.yaml, which are not DAG inputs)."""
+VLMEvalKit TSVs named by conf/bench/*.yaml, declared as inputs by sparsectx.workflow.inputs)."""
 
 
 rule build_data:

@@ -7,7 +7,7 @@ rule evaluate_trained:
     pruner and budget."""
     input:
         preflight=PREFLIGHT,
-        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
+        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
     output:
         GRID.eval_outputs(wf.RESULT_PATTERN),
@@ -32,7 +32,7 @@ rule evaluate_trained:
 use rule evaluate_trained as evaluate_trained_seed with:
     input:
         preflight=PREFLIGHT,
-        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
+        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
     output:
         GRID.eval_outputs(wf.SEED_RESULT_PATTERN),
@@ -49,7 +49,7 @@ rule passk:
     """Fixed-context Pass@K of one cell; the cohort is what the full-context greedy run solved."""
     input:
         preflight=PREFLIGHT,
-        bench=lambda w: DATA.get(w.bench, []),
+        bench=lambda w: wf.inputs.passk_inputs(GRID, DATA, wf.cell_of(w)),
         full_context=lambda w: GRID.reference_leaf(w.model, w.bench),
         checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
     output:
@@ -72,7 +72,7 @@ rule efficiency:
     """FLOPs, KV-cache size and stage latencies of one (model, method, pruner) at its budgets, relative to 1.0."""
     input:
         preflight=PREFLIGHT,
-        bench=lambda w: DATA.get(GRID.efficiency_run(w.model, w.method, w.pruner).bench, []),
+        bench=lambda w: wf.inputs.efficiency_inputs(GRID, DATA, GRID.efficiency_run(w.model, w.method, w.pruner)),
         checkpoint=lambda w: GRID.checkpoint_inputs(GRID.efficiency_run(w.model, w.method, w.pruner).cell),
     output:
         wf.EFFICIENCY_PATTERN,

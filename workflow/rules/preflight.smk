@@ -3,7 +3,14 @@ broken checkpoint, benchmark file or training file fails in seconds, before any 
 
 A local rule: it runs where Snakemake runs, with no GPU, and every train and evaluation job waits for its
 report (Grid.preflight_inputs). Grids whose data job writes their benchmarks (the tiny studies) have none.
+
+The user's files (VLMEvalKit's benchmark TSVs, the training file) are declared inputs of the preflight and of each
+job that reads them (sparsectx.workflow.inputs, wf.inputs below and in the other rule files): a missing one stops
+the DAG, `snakemake -n` included, naming every missing file and the setting that points at it; a changed one
+reruns the jobs that read it.
 """
+
+import sparsectx.workflow.inputs  # wf.inputs: each job's declared input files
 
 
 if GRID.preflight:
@@ -16,6 +23,7 @@ if GRID.preflight:
         (python src/preflight.py); writes its JSON report only when every input passed."""
         input:
             plan=GRID.plan_output(),
+            files=lambda w: wf.inputs.preflight_inputs(GRID),
         output:
             wf.PREFLIGHT_PATTERN,
         log:

@@ -6,7 +6,7 @@ rule evaluate_base:
     and budget."""
     input:
         preflight=PREFLIGHT,
-        bench=lambda w: GRID.bench_inputs(wf.cell_of(w), DATA),
+        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
     output:
         GRID.eval_outputs(wf.RESULT_PATTERN),
     log:

@@ -10,7 +10,7 @@ rule train:
     """Trains one method at its budget and exports runs/<...>/checkpoint/."""
     input:
         preflight=PREFLIGHT,
-        train=DATA.get("train", []),
+        train=lambda w: wf.inputs.train_inputs(GRID, DATA, wf.run_of(w)),
     output:
         wf.CHECKPOINT_PATTERN,
     log:
