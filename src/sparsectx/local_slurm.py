@@ -13,6 +13,12 @@ inspected (``scontrol show job``); the jobs run on the CPU. Everything lives und
 cluster through ``SLURM_CONF``, but inside a job snakemake-executor-plugin-slurm-jobstep removes every
 ``SLURM_*`` variable but the job's identity before it calls ``srun``, so ``srun`` reads the default path, as on
 a real cluster. A machine whose ``/etc/slurm/slurm.conf`` is its own is refused (it has a cluster already).
+
+A second partition, ``queued`` (``QUEUE_ONLY``), is down: it accepts jobs and never runs them, and its node
+declares a GPU node's size (``node=<cpus>,<mem_mb>``; ``SlurmdParameters=config_overrides``, slurm.conf(5)), so
+the real presets' jobs (32 CPUs, 256 GB, 8 GPUs) are submitted as on a cluster and what SLURM would give them is
+read with ``scontrol show job``. The ``debug`` partition, where jobs run, is capped at this machine's CPUs and
+memory (``MaxCPUsPerNode``, ``MaxMemPerNode``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ PACKAGES = ("slurm-wlm", "munge")
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
 DEFAULT_ROOT = Path("/tmp/sparsectx-slurm")
 PARTITION = "debug"
+QUEUE_ONLY = "queued"
+"""The down partition: jobs are accepted and stay pending (slurm.conf(5), PartitionName State=DOWN)."""
 MIN_JOB_AGE_S = 3600
 """How long finished jobs stay in ``squeue``: the executor plugin's squeue status needs them listed."""
 CONTROLLER_PORT, NODE_PORT = 16817, 16818
@@ -103,9 +111,15 @@ def memory_mb() -> int:
     raise RuntimeError("no MemTotal in /proc/meminfo")
 
 
-def slurm_conf(root: Path, host: str, cpus: int, mem_mb: int, gpus: int) -> str:
-    """Returns the ``slurm.conf`` of a one-node cluster whose state, spool, logs and munge socket are in ``root``."""
+def slurm_conf(root: Path, host: str, cpus: int, mem_mb: int, gpus: int, node: tuple[int, int] | None = None) -> str:
+    """Returns the ``slurm.conf`` of a one-node cluster whose state, spool, logs and munge socket are in ``root``.
+
+    The node has ``cpus`` and ``mem_mb`` (this machine's), or declares ``node`` = (CPUs, MB) when given, which
+    slurmd then takes as configured (``config_overrides``) and only the ``queued`` partition may use.
+    """
     gres = f" Gres=gpu:{gpus}" if gpus else ""
+    declared_cpus, declared_mem = node or (cpus, mem_mb)
+    overrides = ["SlurmdParameters=config_overrides"] if node else []
     return "\n".join(
         [
             "ClusterName=sparsectx-local",
@@ -130,8 +144,11 @@ def slurm_conf(root: Path, host: str, cpus: int, mem_mb: int, gpus: int) -> str:
             "ReturnToService=2",
             "MpiDefault=none",
             "GresTypes=gpu",
-            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb}{gres} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+            *overrides,
+            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={declared_cpus} RealMemory={declared_mem}{gres} State=UNKNOWN",
+            f"PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP "
+            f"MaxCPUsPerNode={cpus} MaxMemPerNode={mem_mb}",
+            f"PartitionName={QUEUE_ONLY} Nodes={host} MaxTime=INFINITE State=DOWN",
             "",
         ]
     )
@@ -168,8 +185,11 @@ def _start_munge(root: Path) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
-def start(root: Path = DEFAULT_ROOT, gpus: int = 4, timeout_s: float = 60.0) -> LocalSlurm:
-    """Returns the cluster in ``root`` once its node is idle: munge, slurmctld and slurmd started there.
+def start(
+    root: Path = DEFAULT_ROOT, gpus: int = 4, timeout_s: float = 60.0, node: tuple[int, int] | None = None
+) -> LocalSlurm:
+    """Returns the cluster in ``root`` once its node is idle: munge, slurmctld and slurmd started there; the node
+    declares ``node`` = (CPUs, MB) for the ``queued`` partition when given (``slurm_conf``).
 
     Raises:
         RuntimeError: naming why it cannot start (``why_unavailable``), or the daemon logs when the node does
@@ -183,7 +203,7 @@ def start(root: Path = DEFAULT_ROOT, gpus: int = 4, timeout_s: float = 60.0) -> 
     for sub in ("state", "spool", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     cluster = LocalSlurm(root)
-    cluster.conf.write_text(slurm_conf(root, socket.gethostname(), os.cpu_count() or 1, memory_mb(), gpus))
+    cluster.conf.write_text(slurm_conf(root, socket.gethostname(), os.cpu_count() or 1, memory_mb(), gpus, node))
     (root / "gres.conf").write_text(fake_gpus(root, gpus) if gpus else "AutoDetect=off\n")
     SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
     SYSTEM_CONF.unlink(missing_ok=True)  # a link left by a cluster that was not stopped (why_unavailable)
@@ -225,7 +245,9 @@ def stop(root: Path = DEFAULT_ROOT) -> None:
     conf = root / "slurm.conf"
     if conf.is_file():
         env = {**os.environ, "SLURM_CONF": str(conf)}
-        subprocess.run(["scancel", "--full", "--partition", PARTITION], env=env, capture_output=True, check=False)
+        for partition in (PARTITION, QUEUE_ONLY):
+            cancel = ["scancel", "--full", "--partition", partition]
+            subprocess.run(cancel, env=env, capture_output=True, check=False)
     for pidfile in (root / "slurmd.pid", root / "slurmctld.pid", root / "munge" / "munged.pid"):
         _kill_pidfile(pidfile)
     if SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == conf.resolve():

@@ -10,9 +10,12 @@ packages cannot be installed).
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,11 @@ pytestmark = pytest.mark.slow
 ROOT = wf.REPO_DIR
 
 
+GPUS, GPU_NODE = 8, (64, 512_000)
+"""The local node's count-only GPUs and the size it declares to the ``queued`` partition (CPUs, MB): a GPU node's,
+so the real presets' jobs are accepted as on a cluster (``debug``, where jobs run, keeps this machine's size)."""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> local_slurm.LocalSlurm:
     """Returns a started local cluster (stopped after the module); skips naming why it cannot start."""
@@ -37,7 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> local_slurm.LocalSlurm:
         local_slurm.install()
     except RuntimeError as err:
         pytest.skip(f"no local SLURM: the packages could not be installed ({err})")
-    started = local_slurm.start(tmp_path_factory.mktemp("slurm"), gpus=4)
+    started = local_slurm.start(tmp_path_factory.mktemp("slurm"), gpus=GPUS, node=GPU_NODE)
     yield started
     local_slurm.stop(started.root)
 
@@ -61,23 +69,131 @@ def test_a_gpu_request_is_granted_as_asked(cluster: local_slurm.LocalSlurm, tmp_
     assert out.read_text().strip() == "gpus=2"
 
 
-def _study(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+TRAIN_STEPS = 60
+"""The small study's training, long enough to be cancelled mid-run; it saves only when stopped (save_every)."""
+
+LONGER = {**SMALL, "hydra_overrides": {**SMALL["hydra_overrides"]}}
+LONGER["hydra_overrides"]["train"] = [
+    *(o for o in SMALL["hydra_overrides"]["train"] if not o.startswith(("steps=", "save_every="))),
+    f"steps={TRAIN_STEPS}",
+    f"save_every={10 * TRAIN_STEPS}",
+]
+TRAIN_LOG = "logs/train/tiny/tiny/sft/visionzip/0.1.log"
+
+
+def _study(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Returns the running small study (``LONGER``) in ``workdir`` with Snakemake ``args``; output in
+    ``workdir/snakemake.out``."""
     workdir.mkdir()
-    (workdir / "small.yaml").write_text(yaml.safe_dump(SMALL))
+    (workdir / "small.yaml").write_text(yaml.safe_dump(LONGER))
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
     cmd += [*args, "all_tables", "--configfile", str(workdir / "small.yaml")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env, cwd=ROOT)
+    out = (workdir / "snakemake.out").open("w")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+
+
+def _finish(study: subprocess.Popen[str], workdir: Path) -> str:
+    """Returns what the study printed once it ended with exit status 0 (fails with its tail otherwise)."""
+    status = study.wait(timeout=1500)
+    printed = (workdir / "snakemake.out").read_text()
+    assert status == 0, printed[-4000:]
+    return printed
+
+
+def _cancel_training_after(step: int, study: subprocess.Popen[str], workdir: Path, env: dict[str, str]) -> None:
+    """Returns once ``scancel`` has stopped the study's SLURM training job after it logged ``step``."""
+    log, deadline = workdir / TRAIN_LOG, time.monotonic() + 900
+    while not (log.is_file() and f"step {step}/{TRAIN_STEPS}" in log.read_text()):
+        assert study.poll() is None and time.monotonic() < deadline, "the training job never reached the step"
+        time.sleep(0.2)
+    # the executor plugin comments each job with its rule (submit_string.py get_submit_command: --comment rule_...)
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %T %k"], env=env, capture_output=True, text=True).stdout
+    (job,) = [line.split()[0] for line in queue.splitlines() if line.split()[2].startswith("rule_train")]
+    assert subprocess.run(["scancel", job], env=env).returncode == 0
 
 
 def test_the_cluster_command_runs_the_study_through_sbatch_to_the_local_runs_tables(
     cluster: local_slurm.LocalSlurm, tmp_path: Path
 ) -> None:
+    """Through sbatch, with the training job cancelled mid-run (``scancel``): the profile's retry resubmits it,
+    the trainer resumes from the state it saved on SLURM's SIGTERM, and the tables equal an uncancelled local run's."""
     env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": cluster.partition}
     env.pop("SPARSECTX_SLURM_STATUS_COMMAND", None)
-    done = _study(tmp_path / "slurm", "--profile", "slurm", env=env)
-    assert done.returncode == 0, done.stderr[-4000:]
-    submitted = (done.stdout + done.stderr).count("has been submitted with SLURM jobid")
-    assert submitted >= 5, done.stderr[-4000:]  # base x2, train, trained, Pass@K, efficiency (tables are local)
+    study = _study(tmp_path / "slurm", "--profile", "slurm", env=env)
+    _cancel_training_after(10, study, tmp_path / "slurm", env)
+    printed = _finish(study, tmp_path / "slurm")
+    assert printed.count("has been submitted with SLURM jobid") >= 6  # base x2, train x2, trained, Pass@K, efficiency
+    assert "SLURM status is: 'CANCELLED'" in printed
+    resumed = re.search(r"resumed \S+ at step (\d+)", (tmp_path / "slurm" / TRAIN_LOG).read_text())
+    assert resumed and 10 <= int(resumed[1]) < TRAIN_STEPS  # saved on the cancel, not by save_every
     local = _study(tmp_path / "local", "--workflow-profile", "none", "--cores", "2", env=dict(os.environ))
-    assert local.returncode == 0, local.stderr[-4000:]
+    _finish(local, tmp_path / "local")
     assert outputs(tmp_path / "slurm") == outputs(tmp_path / "local")
+
+
+@pytest.mark.slurm_time_limit
+def test_a_training_job_saves_on_slurms_early_signal_and_its_retry_resumes(
+    cluster: local_slurm.LocalSlurm, tmp_path: Path
+) -> None:
+    """A training job longer than its 3-minute limit: the train rule asks for SIGTERM 60 s before it
+    (``flat_resources``: ``--signal=TERM@60``; SLURM may send it up to 60 s earlier, sbatch(1)), the trainer saves
+    and exits, the job fails before its limit, and the retries resume until training ends. ``make test-slurm``."""
+    steps = 400  # about 150 s on one CPU core here, longer than a job's first 120 s
+    study = copy.deepcopy(LONGER)
+    study["hydra_overrides"]["train"] += [f"steps={steps}", f"save_every={10 * steps}"]
+    resources = wf.load_yaml(wf.CONF_DIR / "experiment" / "tiny.yaml")["grid"]["resources"]
+    resources["train"]["runtime"] = 3
+    study["grid"] = {**study["grid"], "resources": resources}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": cluster.partition}
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
+    cmd += ["--profile", "slurm", "--retries", "6", "train_all", "--configfile", str(tmp_path / "study.yaml")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3000, env=env, cwd=ROOT)
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed[-4000:]
+    assert "slurm_extra=--signal=TERM@60" in printed
+    # stopped by the signal (the trainer exits 143: FAILED), not killed at the limit (TIMEOUT)
+    assert "SLURM status is: 'FAILED'" in printed, printed[-4000:]
+    resumed = re.search(r"resumed \S+ at step (\d+)", (tmp_path / TRAIN_LOG).read_text())
+    assert resumed and 0 < int(resumed[1]) < steps  # saved on the signal: save_every is past the end
+
+
+def _dry_run(workdir: Path, env: dict[str, str], train: dict[str, int] | None = None) -> str:
+    """Returns ``rc=<exit status>`` and what ``snakemake --profile slurm -n`` printed for the small study, its
+    train jobs' ``grid.resources`` updated by ``train``."""
+    resources = wf.load_yaml(wf.CONF_DIR / "experiment" / "tiny.yaml")["grid"]["resources"]
+    resources["train"].update(train or {})
+    workdir.mkdir()
+    (workdir / "study.yaml").write_text(yaml.safe_dump({**SMALL, "grid": {**SMALL["grid"], "resources": resources}}))
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--profile", "slurm", "-n", "all_tables", "--configfile", str(workdir / "study.yaml")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    return f"rc={done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def test_a_partition_or_job_the_cluster_lacks_stops_the_dry_run_naming_the_setting(
+    cluster: local_slurm.LocalSlurm, tmp_path: Path
+) -> None:
+    env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": cluster.partition}
+    env.pop("SPARSECTX_SLURM_ACCOUNT", None)
+    fits = _dry_run(tmp_path / "fits", env)
+    assert fits.startswith("rc=0") and "Job stats" in fits, fits[-3000:]
+    assert f"slurm_node_gpus={GPUS}" in fits  # the node's count-only GRES, read by the profile
+    no_partition = _dry_run(tmp_path / "partition", {**env, "SPARSECTX_SLURM_PARTITION": "a100"})
+    assert not no_partition.startswith("rc=0") and "Job stats" not in no_partition
+    said = "SPARSECTX_SLURM_PARTITION='a100': this cluster has no partition a100; its partitions are"
+    assert f"{said} {cluster.partition}, {local_slurm.QUEUE_ONLY}." in no_partition, no_partition[-3000:]
+    too_big = _dry_run(tmp_path / "big", env, train={"gpu": GPUS + 1, "cpus_per_task": 512})
+    assert not too_big.startswith("rc=0") and "Job stats" not in too_big
+    assert f"grid.resources.train.gpu={GPUS + 1} (a node has at most {GPUS} GPUs)" in too_big, too_big[-3000:]
+    assert f"grid.resources.train.cpus_per_task=512 (a node has at most {os.cpu_count()} CPUs)" in too_big
+
+
+def test_an_account_is_not_checked_on_a_cluster_without_accounting_and_says_so(
+    cluster: local_slurm.LocalSlurm, tmp_path: Path
+) -> None:
+    env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": cluster.partition, "SPARSECTX_SLURM_ACCOUNT": "nosuch"}
+    said = _dry_run(tmp_path / "account", env)
+    assert said.startswith("rc=0") and "Job stats" in said, said[-3000:]
+    assert "AccountingStorageType=accounting_storage/none" in said
+    assert "SPARSECTX_SLURM_ACCOUNT='nosuch' is not checked" in said

@@ -2,11 +2,13 @@
 
 Snakemake runs as a subprocess from the repo root (where `--profile slurm` must resolve) on an empty
 working directory (`--directory`), so results of an earlier `make demo` never hide a job;
-`--workflow-profile none` keeps any stray default profile out. A dry run needs no model, data or entry point.
+`--workflow-profile none` keeps any stray default profile out. A dry run needs no model or entry point; a real
+preset's benchmark and training files are written as miniatures first (``user_files``), as its DAG declares them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from user_files import write_user_files
 
 from sparsectx import workflow as wf
 
@@ -28,9 +31,9 @@ KEPT_LINT = "Specify a conda environment or container for each rule."
 def snakemake(tmp_path: Path) -> Snakemake:
     """Returns a function running `snakemake <args>` from the repo root on an empty working directory."""
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [*SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path), *args]
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
     return run
 
@@ -49,7 +52,8 @@ def test_lint_finds_nothing_but_the_missing_conda_envs(snakemake: Snakemake) -> 
 
 
 @pytest.mark.parametrize("experiment", ["tiny", "scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
-def test_dry_run_schedules_every_supported_leaf(snakemake: Snakemake, experiment: str) -> None:
+def test_dry_run_schedules_every_supported_leaf(snakemake: Snakemake, experiment: str, tmp_path: Path) -> None:
+    write_user_files(tmp_path, experiment)  # a real preset's DAG declares the user's files (sparsectx.workflow.inputs)
     run = snakemake("-n", "--workflow-profile", "none", "all_tables", "--config", f"experiment={experiment}")
     assert run.returncode == 0, run.stderr + run.stdout
     counts = job_counts(run.stdout)
@@ -69,8 +73,16 @@ def test_all_tables_is_the_default_target(snakemake: Snakemake) -> None:
     assert job_counts(run.stdout)["all_tables"] == 1
 
 
-def test_profile_slurm_resolves_from_the_repo_root(snakemake: Snakemake) -> None:
-    run = snakemake("--profile", "slurm", "-n", "all_tables", "--config", "experiment=scopd_qwen2_5_vl_7b")
+def test_profile_slurm_resolves_from_the_repo_root(snakemake: Snakemake, tmp_path: Path) -> None:
+    # no cluster answers here (a local test cluster may run beside this test): the profile checks nothing
+    unreachable = tmp_path / "bin"
+    unreachable.mkdir()
+    for command in ("scontrol", "sinfo", "sacctmgr"):
+        (unreachable / command).write_text("#!/bin/sh\nexit 1\n")
+        (unreachable / command).chmod(0o755)
+    env = {**os.environ, "PATH": f"{unreachable}:{os.environ['PATH']}"}
+    write_user_files(tmp_path, "scopd_qwen2_5_vl_7b")
+    run = snakemake("--profile", "slurm", "-n", "all_tables", "--config", "experiment=scopd_qwen2_5_vl_7b", env=env)
     assert run.returncode == 0, run.stderr + run.stdout
     assert "Using profile slurm" in run.stderr + run.stdout
     assert re.search(r"resources: .*slurm_partition=\S+.*gpu=4", run.stdout)  # train jobs ask for 4 GPUs
