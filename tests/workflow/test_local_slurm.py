@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from faults.test_reruns import SMALL, outputs
+from user_files import write_user_files
 
 from sparsectx import local_slurm
 from sparsectx import workflow as wf
@@ -197,3 +199,74 @@ def test_an_account_is_not_checked_on_a_cluster_without_accounting_and_says_so(
     assert said.startswith("rc=0") and "Job stats" in said, said[-3000:]
     assert "AccountingStorageType=accounting_storage/none" in said
     assert "SPARSECTX_SLURM_ACCOUNT='nosuch' is not checked" in said
+
+
+def _submit_held(workdir: Path, env: dict[str, str], experiment: str, targets: list[str]) -> dict[str, str]:
+    """Returns {target: its ``sbatch`` call} after ``--profile slurm`` submitted ``targets`` of ``experiment`` to the
+    ``queued`` partition (accepted, never run), the study's local jobs (plan, preflight) standing as done."""
+    write_user_files(workdir, experiment)
+    grid = wf.load_grid(experiment)
+    for done in (grid.plan_output(), grid.preflight_output()):  # newer than the user's files: up to date
+        (workdir / done).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / done).write_text("")
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
+    cmd += ["--profile", "slurm", "--verbose", "--retries", "0", *targets]
+    cmd += ["--rerun-triggers", "mtime", "--config", f"experiment={experiment}"]  # both take several values
+    out = workdir / "snakemake.out"
+    with out.open("w") as sink:
+        study = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 300
+        while out.read_text().count("has been submitted with SLURM jobid") < len(targets):
+            assert study.poll() is None and time.monotonic() < deadline, out.read_text()[-4000:]
+            time.sleep(0.5)
+    finally:
+        study.send_signal(signal.SIGINT)  # as Ctrl-C: Snakemake cancels its jobs (the plugin's scancel)
+        study.wait(timeout=120)
+    calls = re.findall(r"^sbatch call: (.*)$", out.read_text(), flags=re.MULTILINE)
+    rules = {target: "train" if target.startswith("runs/") else "evaluate_base" for target in targets}
+    # the plugin comments each job with its rule (submit_string.py get_submit_command: --comment rule_<name>_...)
+    return {target: next(c for c in calls if f"--comment rule_{rule}_" in c) for target, rule in rules.items()}
+
+
+def _shown(env: dict[str, str], call: str) -> dict[str, str]:
+    """Returns ``scontrol show job``'s fields of the job whose ``sbatch`` call is ``call`` (its comment names it)."""
+    comment = re.search(r"--comment '?([^' ]+)", call)[1]
+    for line in subprocess.run(
+        ["scontrol", "-o", "show", "job"], env=env, capture_output=True, text=True
+    ).stdout.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("Comment") == comment:
+            return fields
+    raise AssertionError(f"no job commented {comment}")
+
+
+@pytest.mark.parametrize("experiment", ["scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
+def test_a_real_presets_jobs_are_submitted_with_their_shape(
+    cluster: local_slurm.LocalSlurm, tmp_path: Path, experiment: str
+) -> None:
+    """One train and one evaluate job of each real preset as the pinned plugin submits them: one node, the grid's
+    GPUs, CPUs and memory, the plan's time limit, and (training) SIGTERM the plan's lead before it. The calls
+    are printed for workflow/README.md ("Submitted jobs")."""
+    from sparsectx.plan.limits import planned_runtimes, planned_stop_leads
+
+    grid = wf.load_grid(experiment)
+    leads, limits = planned_stop_leads(grid), planned_runtimes(grid)
+    train = max(grid.targets("train"), key=lambda target: leads[target])
+    evaluate = grid.targets("full_context")[0]
+    env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": local_slurm.QUEUE_ONLY}
+    calls = _submit_held(tmp_path, env, experiment, [train, evaluate])
+    for target, stage in ((train, "train"), (evaluate, "evaluate")):
+        call, res = calls[target], grid.resources[stage]
+        print(f"{experiment} {stage} {target}:\n{call.split(' --wrap=')[0]}")
+        job = _shown(env, call)
+        print("scontrol show job:", {k: job[k] for k in ("Partition", "NumNodes", "NumCPUs", "TimeLimit", "TRES")})
+        assert "--nodes=1" in call and job["NumNodes"] == "1" and job["Partition"] == local_slurm.QUEUE_ONLY
+        assert f"--gpus={res['gpu']}" in call and job["TresPerJob"] == f"gres:gpu:{res['gpu']}"
+        tres = dict(item.split("=", 1) for item in job["TRES"].split(","))  # e.g. cpu=32,mem=250G,node=1,...
+        assert job["NumCPUs"] == str(res["cpus_per_task"]) and f"--mem {res['mem_mb']}" in call
+        assert int(float(tres["mem"][:-1]) * {"M": 1, "G": 1024, "T": 1024**2}[tres["mem"][-1]]) == res["mem_mb"]
+        hours, minutes = divmod(limits[target], 60)
+        assert job["TimeLimit"] in (f"{hours:02d}:{minutes:02d}:00", f"{hours // 24}-{hours % 24:02d}:{minutes:02d}:00")
+        assert ("--signal=TERM@" in call) == (stage == "train")
+    assert f"--signal=TERM@{leads[train]}" in calls[train]
