@@ -279,3 +279,18 @@ def test_the_dry_run_refuses_a_gpu_request_larger_than_the_partitions_nodes(tmp_
     assert too_big.returncode != 0 and "Job stats" not in too_big.stdout
     said = too_big.stdout + too_big.stderr  # Snakemake prints a Snakefile's error on stdout
     assert "grid.resources.train.gpu=8" in said and "at most 4 GPUs" in said, said[-2000:]
+
+
+def test_the_node_limits_are_read_from_either_snakemake_default_resources_type() -> None:
+    """Snakemake 9.15 hands the Snakefile a ``DefaultResources`` (values in ``parsed``), 9.27 a ``Resources``
+    mapping of ``Resource`` objects; the pin admits both, and CI installs the older."""
+    from types import SimpleNamespace
+
+    from sparsectx.workflow.slurm import NODE_LIMITS, node_limits
+
+    declared = {"slurm_node_gpus": 8, "slurm_node_cpus": 64, "slurm_node_mem_mb": 512000}
+    older = SimpleNamespace(parsed={**declared, "mem_mb": 16000, "_cores": 1})
+    newer = {name: SimpleNamespace(value=value) for name, value in {**declared, "runtime": 60}.items()}
+    assert node_limits(older) == node_limits(newer) == declared
+    assert set(declared) == set(NODE_LIMITS.values())
+    assert node_limits(None) == {} and node_limits(SimpleNamespace(parsed={"mem_mb": 1})) == {}

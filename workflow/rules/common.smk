@@ -7,7 +7,7 @@ import os
 import re
 
 from sparsectx import workflow as wf
-from sparsectx.workflow.slurm import NODE_LIMITS, check_job_shapes, partition_name
+from sparsectx.workflow.slurm import check_job_shapes, node_limits, partition_name
 
 if Path(workflow.basedir).resolve() != wf.REPO_DIR:
     raise ValueError(
@@ -28,8 +28,7 @@ DATA = GRID.data_files()
 RES = GRID.resources
 # Under the SLURM profile its default-resources hold the partition's largest node (sparsectx.workflow.slurm
 # node_resources; none elsewhere): a job no node can hold is refused here, before anything is queued.
-_defaults = workflow.resource_settings.default_resources or {}  # snakemake.resources.Resources: name -> Resource
-_node = {name: _defaults[name].value for name in NODE_LIMITS.values() if name in _defaults}
+_node = node_limits(workflow.resource_settings.default_resources)
 check_job_shapes(RES, _node, GRID.experiment, partition_name(os.environ))
 PREFLIGHT = GRID.preflight_inputs()  # every train and evaluation job's first input ([] on built data)
 # A study on the user's inputs starts with its plan (workflow/rules/plan.smk) and asks SLURM for the plan's time

@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,22 @@ NO_ACCOUNTING = "accounting_storage/none"
 NODE_LIMITS = {"gpu": "slurm_node_gpus", "cpus_per_task": "slurm_node_cpus", "mem_mb": "slurm_node_mem_mb"}
 """``grid.resources`` key -> the profile's default resource holding the partition's largest node's amount."""
 NODE_UNITS = {"gpu": "GPUs", "cpus_per_task": "CPUs", "mem_mb": "MB of memory"}
+
+
+def node_limits(default_resources: Any) -> dict[str, Any]:
+    """Returns {default resource: value} of the ``NODE_LIMITS`` resources a profile declared, from Snakemake's
+    ``workflow.resource_settings.default_resources``: a ``snakemake.resources.DefaultResources`` with its values in
+    ``parsed`` (Snakemake 9.15) or a ``snakemake.resources.Resources`` mapping names to ``Resource`` objects
+    (``.value``; 9.27); {} for none (no profile, or one that sets no default resources)."""
+    if default_resources is None:
+        return {}
+    if hasattr(default_resources, "parsed"):
+        parsed = default_resources.parsed
+        return {name: parsed[name] for name in NODE_LIMITS.values() if name in parsed}
+    # only these: another resource's value may need a rule to be computed (tmpdir, a function)
+    return {name: default_resources[name].value for name in NODE_LIMITS.values() if name in default_resources}
+
+
 SUBMITTED_STAGES = ("train", "evaluate", "passk", "efficiency")
 """The ``grid.resources`` stages whose rules ``sbatch`` submits; build_data and tables run where Snakemake runs
 (``localrules`` in workflow/rules/tables.smk)."""
