@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -201,9 +200,12 @@ def test_an_account_is_not_checked_on_a_cluster_without_accounting_and_says_so(
     assert "SPARSECTX_SLURM_ACCOUNT='nosuch' is not checked" in said
 
 
-def _submit_held(workdir: Path, env: dict[str, str], experiment: str, targets: list[str]) -> dict[str, str]:
-    """Returns {target: its ``sbatch`` call} after ``--profile slurm`` submitted ``targets`` of ``experiment`` to the
-    ``queued`` partition (accepted, never run), the study's local jobs (plan, preflight) standing as done."""
+def _submit_held(
+    workdir: Path, env: dict[str, str], experiment: str, targets: list[str]
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """Returns {target: (its ``sbatch`` call, ``scontrol show job``'s fields)} once ``--profile slurm`` submitted
+    ``targets`` of ``experiment`` to the ``queued`` partition (accepted, never run), the study's local jobs (plan,
+    preflight) standing as done; the jobs are cancelled after, and Snakemake ends on their failure."""
     write_user_files(workdir, experiment)
     grid = wf.load_grid(experiment)
     for done in (grid.plan_output(), grid.preflight_output()):  # newer than the user's files: up to date
@@ -220,13 +222,19 @@ def _submit_held(workdir: Path, env: dict[str, str], experiment: str, targets: l
         while out.read_text().count("has been submitted with SLURM jobid") < len(targets):
             assert study.poll() is None and time.monotonic() < deadline, out.read_text()[-4000:]
             time.sleep(0.5)
+        calls = re.findall(r"^sbatch call: (.*)$", out.read_text(), flags=re.MULTILINE)
+        rules = {target: "train" if target.startswith("runs/") else "evaluate_base" for target in targets}
+        # the plugin comments each job with its rule (submit_string.py get_submit_command: --comment rule_<name>_...)
+        submitted = {target: next(c for c in calls if f"--comment rule_{rule}_" in c) for target, rule in rules.items()}
+        return {target: (call, _shown(env, call)) for target, call in submitted.items()}
     finally:
-        study.send_signal(signal.SIGINT)  # as Ctrl-C: Snakemake cancels its jobs (the plugin's scancel)
-        study.wait(timeout=120)
-    calls = re.findall(r"^sbatch call: (.*)$", out.read_text(), flags=re.MULTILINE)
-    rules = {target: "train" if target.startswith("runs/") else "evaluate_base" for target in targets}
-    # the plugin comments each job with its rule (submit_string.py get_submit_command: --comment rule_<name>_...)
-    return {target: next(c for c in calls if f"--comment rule_{rule}_" in c) for target, rule in rules.items()}
+        jobs = re.findall(r"submitted with SLURM jobid (\d+)", out.read_text())
+        subprocess.run(["scancel", *jobs], env=env, check=False)
+        try:
+            study.wait(timeout=120)  # Snakemake sees the jobs cancelled and ends (--retries 0)
+        except subprocess.TimeoutExpired:
+            study.kill()
+            study.wait()
 
 
 def _shown(env: dict[str, str], call: str) -> dict[str, str]:
@@ -255,11 +263,10 @@ def test_a_real_presets_jobs_are_submitted_with_their_shape(
     train = max(grid.targets("train"), key=lambda target: leads[target])
     evaluate = grid.targets("full_context")[0]
     env = {**cluster.environ(), "SPARSECTX_SLURM_PARTITION": local_slurm.QUEUE_ONLY}
-    calls = _submit_held(tmp_path, env, experiment, [train, evaluate])
+    submitted = _submit_held(tmp_path, env, experiment, [train, evaluate])
     for target, stage in ((train, "train"), (evaluate, "evaluate")):
-        call, res = calls[target], grid.resources[stage]
+        (call, job), res = submitted[target], grid.resources[stage]
         print(f"{experiment} {stage} {target}:\n{call.split(' --wrap=')[0]}")
-        job = _shown(env, call)
         print("scontrol show job:", {k: job[k] for k in ("Partition", "NumNodes", "NumCPUs", "TimeLimit", "TRES")})
         assert "--nodes=1" in call and job["NumNodes"] == "1" and job["Partition"] == local_slurm.QUEUE_ONLY
         assert f"--gpus={res['gpu']}" in call and job["TresPerJob"] == f"gres:gpu:{res['gpu']}"
@@ -269,4 +276,4 @@ def test_a_real_presets_jobs_are_submitted_with_their_shape(
         hours, minutes = divmod(limits[target], 60)
         assert job["TimeLimit"] in (f"{hours:02d}:{minutes:02d}:00", f"{hours // 24}-{hours % 24:02d}:{minutes:02d}:00")
         assert ("--signal=TERM@" in call) == (stage == "train")
-    assert f"--signal=TERM@{leads[train]}" in calls[train]
+    assert f"--signal=TERM@{leads[train]}" in submitted[train][0]
