@@ -132,7 +132,7 @@ def test_the_cluster_command_runs_the_study_through_sbatch_to_the_local_runs_tab
     assert outputs(tmp_path / "slurm") == outputs(tmp_path / "local")
 
 
-@pytest.mark.slurm_time_limit
+@pytest.mark.slurm_long
 def test_a_training_job_saves_on_slurms_early_signal_and_its_retry_resumes(
     cluster: local_slurm.LocalSlurm, tmp_path: Path
 ) -> None:
@@ -249,6 +249,7 @@ def _shown(env: dict[str, str], call: str) -> dict[str, str]:
     raise AssertionError(f"no job commented {comment}")
 
 
+@pytest.mark.slurm_long  # about 4 minutes: each preset's Snakefile parsed three times (here and in two jobs)
 @pytest.mark.parametrize("experiment", ["scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
 def test_a_real_presets_jobs_are_submitted_with_their_shape(
     cluster: local_slurm.LocalSlurm, tmp_path: Path, experiment: str
