@@ -146,7 +146,7 @@ def load_plain(path: Path, location: torch.device | str, fix: str) -> Any:
         with torch.serialization.safe_globals(_allowed_classes()):
             return torch.load(path, map_location=location, weights_only=True)
     except pickle.UnpicklingError as err:
-        # from None: torch's own message advises weights_only=False, the very load refused here
+        # from None: torch's own message advises the unrestricted load, the very one refused here
         raise DamagedFileError(
             f"{path} is not plain data ({not_plain(path, err)}): it may be hostile (anyone who can write "
             f"{path.parent} can write it) or written by an older version of sparsectx. Nothing in it was run; {fix}"

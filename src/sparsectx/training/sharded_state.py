@@ -236,7 +236,7 @@ class _VerifiedReader(FileSystemReader):
 
 class _PlainLoadPlanner(DefaultLoadPlanner):
     """DCP's default load planner, reading the shards' non-tensor values with ``torch.load(weights_only=True)``
-    (DCP's own uses ``weights_only=False``); its tensors DCP already reads so."""
+    (DCP's own unpickles it whole); its tensors DCP already reads so."""
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__()
@@ -253,7 +253,7 @@ class _PlainLoadPlanner(DefaultLoadPlanner):
             loaded = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as err:
             shard = self.state_dir / SHARDS / self.metadata.storage_data[read_item.storage_index].relative_path
-            # from None: torch's own message advises weights_only=False, the very load refused here
+            # from None: torch's own message advises the unrestricted load, the very one refused here
             raise ckpt.DamagedFileError(
                 f"{shard}: the value of {key} is not plain data ({ckpt.not_plain(value, err)}): it may be hostile "
                 f"(anyone who can write {self.state_dir} can write it and its digest). Nothing in it was run; "
