@@ -14,7 +14,7 @@ from sparsectx.workflow.config import CONF_DIR, load_yaml
 def test_scopd_plans_clean_at_80_gb(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["experiment=scopd_qwen2_5_vl_7b", "gpu_mem_gb=80"]) == 0
     out = capsys.readouterr().out
-    assert "## Refused: 0" in out and "| **study** | 600 |" in out
+    assert "## Refused: 0" in out and "| **study** | 105 |" in out
 
 
 def test_ltopd_plans_clean_at_80_gb(capsys: pytest.CaptureFixture[str]) -> None:

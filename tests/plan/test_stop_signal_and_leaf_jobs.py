@@ -1,6 +1,6 @@
 """Two facts the plan gives the cluster: a training job's early SIGTERM (``--signal=TERM@<lead>``, sbatch(1)) sized
-to finish its step and write its resume state, and a per-leaf evaluation job planned over every benchmark it
-writes (``grid.eval_jobs: leaf`` writes ``Grid.eval_benches()``, not only the benchmarks its cells need)."""
+to finish its step and write its resume state, and a per-leaf evaluation job planned over exactly the benchmarks it
+writes (``grid.eval_jobs: leaf``: those its leaf's cells need, with one start-up)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_a_study_without_a_plan_asks_for_the_margin() -> None:
     assert flat_resources(grid, grid, "train", [])["nodes"] == flat_resources(grid, grid, "evaluate", [])["nodes"] == 1
 
 
-def test_a_per_leaf_job_is_planned_over_every_benchmark_it_writes() -> None:
+def test_a_per_leaf_job_is_planned_over_exactly_the_benchmarks_its_leaf_needs() -> None:
     replacements = small_grid(["micro_batch_size=1", "steps=313"])
     replacements["benchmarks"] = {"mme": {}, "pope": {}}
     main = copy.deepcopy(replacements["tables"]["main"])
@@ -81,14 +81,24 @@ def test_a_per_leaf_job_is_planned_over_every_benchmark_it_writes() -> None:
     only_mme = {"models": ["qwen2_5_vl_7b"], "benchmarks": ["mme"],
                 "rows": [{"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.2]}]}  # fmt: skip
     replacements["tables"] = {"main": main, "sweep": only_mme}
-    per_bench = plan_jobs(load_grid(SCOPD, replacements), load_plan_config())
-    grid = load_grid(SCOPD, {**replacements, "eval_jobs": "leaf"})
-    per_leaf = plan_jobs(grid, load_plan_config())
-    (leaf,) = [j for j in per_leaf if j.rule == "evaluate_base" and j.point == "visionzip 0.2"]
-    assert leaf.bench == "all" and {o.rsplit("/", 1)[1] for o in leaf.outputs} == {"mme.json", "pope.json"}
-    mme, pope = (
-        next(j for j in per_bench if j.rule == "evaluate_base" and j.point == "visionzip 1" and j.bench == b)
-        for b in ("mme", "pope")
-    )
+    per_bench = plan_jobs(load_grid(SCOPD, {**replacements, "eval_jobs": "benchmark"}), load_plan_config())
+    per_leaf = plan_jobs(load_grid(SCOPD, {**replacements, "eval_jobs": "leaf"}), load_plan_config())
+
+    def per_bench_job(point: str, bench: str):
+        return next(j for j in per_bench if j.rule == "evaluate_base" and j.point == point and j.bench == bench)
+
+    def per_leaf_job(point: str):
+        (job,) = [j for j in per_leaf if j.rule.startswith("evaluate_base") and j.point == point]
+        return job
+
+    # the leaf only the sweep names writes mme alone: the same job as the per-benchmark one
+    sweep = per_leaf_job("visionzip 0.2")
+    assert sweep.bench == "all" and [o.rsplit("/", 1)[1] for o in sweep.outputs] == ["mme.json"]
+    assert math.isclose(sweep.minutes, per_bench_job("visionzip 0.2", "mme").minutes)
+    # the full-context leaf writes both, in one process: both benchmarks' time, one start-up
+    full = per_leaf_job("visionzip 1")
+    assert [o.rsplit("/", 1)[1] for o in full.outputs] == ["mme.json", "pope.json"]
+    mme, pope = (per_bench_job("visionzip 1", b) for b in ("mme", "pope"))
     startup = load_plan_config().startup_minutes.evaluate
-    assert math.isclose(leaf.minutes, mme.minutes + pope.minutes - startup)  # both benchmarks, one start-up
+    assert math.isclose(full.minutes, mme.minutes + pope.minutes - startup)
+    assert sweep.rule != full.rule  # they write different benchmarks, so different rules (sparsectx.workflow.eval_jobs)

@@ -55,9 +55,11 @@ def test_the_rehearsal_scaling_comes_last_on_every_command() -> None:
 
 
 def snakemake_rules(workdir: Path) -> set[str]:
-    """Returns the rules whose jobs the rehearsal's Snakemake log shows finished."""
+    """Returns the rules whose jobs the rehearsal's Snakemake log shows finished; the numbered per-leaf evaluation
+    rules (``evaluate_base_2``: leaves that need other benchmarks, ``sparsectx.workflow.eval_jobs``) by their kind."""
     (log,) = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))[-1:]
-    return set(re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", log.read_text(), flags=re.MULTILINE))
+    finished = re.findall(r"^Finished jobid: \d+ \(Rule: (\w+)\)", log.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"^(evaluate_\w+?)_\d+$", r"\1", rule) for rule in finished}
 
 
 EVERY_STUDY = {"plan", "preflight", "evaluate_base", "train", "evaluate_trained", "make_tables"}

@@ -397,41 +397,6 @@ def test_method_overrides_follow_the_train_stage_overrides_for_that_method_only(
     assert "method.optim.lr=5e-4" not in wf.train_args(grid, wf.TrainRun("tiny", "lt_opd", "cdpruner", 0.05))
 
 
-def test_per_leaf_eval_jobs_write_every_table_benchmark_of_the_leaf() -> None:
-    raw = tiny_raw()
-    raw["eval_jobs"] = "leaf"
-    raw["benchmarks"]["syn_mcq"] = {"unsupported": "not built in this test"}
-    raw["tables"]["sweep"]["benchmarks"].append("syn_mcq")
-    grid = build(raw)
-    # the efficiency block's syn_pope is read by mode=efficiency itself; an unsupported benchmark is never run
-    assert grid.eval_benches() == ["syn_count", "syn_detail", "syn_ocr", "syn_pope"]
-    outputs = grid.eval_outputs(wf.RESULT_PATTERN)
-    assert outputs == [wf.RESULT_PATTERN.replace("{bench}", b) for b in grid.eval_benches()]
-    assert grid.eval_side_file(wf.SEED_RESULT_PATTERN, "logs", ".log") == (
-        "logs/evaluate/seed{seed}/{experiment}/{model}/{method}/{pruner}/{budget}/all_benchmarks.log"
-    )
-    leaf = wf.Cell("tiny", "scopd", "visionzip", 0.1, "")
-    files = grid.data_files()
-    args = wf.evaluate_args(grid, leaf, seed=1)
-    assert "bench=[syn_count,syn_detail,syn_ocr,syn_pope]" in args
-    assert [a for a in args if a.startswith("bench.")] == [f"bench.{b}.path={files[b]}" for b in grid.eval_benches()]
-    assert f"checkpoint={grid.checkpoint_dir(grid.train_run(leaf), 1)}" in args
-    # a cell that names its benchmark (Pass@K, the harness) keeps the per-benchmark arguments
-    one = wf.evaluate_args(grid, wf.Cell("tiny", "base", "visionzip", 0.1, "syn_count"), mode="passk")
-    assert "bench=syn_count" in one and [a for a in one if a.startswith("bench.")] == [
-        f"bench.syn_count.path={files['syn_count']}"
-    ]
-
-
-def test_per_benchmark_eval_jobs_are_the_default() -> None:
-    grid = build(tiny_raw())
-    assert grid.eval_jobs == "benchmark"
-    assert grid.eval_outputs(wf.RESULT_PATTERN) == [wf.RESULT_PATTERN]
-    assert grid.eval_side_file(wf.RESULT_PATTERN, "logs", ".log") == wf.mirror(
-        wf.RESULT_PATTERN, "logs", "evaluate", ".log"
-    )
-
-
 def test_an_unknown_eval_jobs_value_names_the_key() -> None:
     raw = tiny_raw()
     raw["eval_jobs"] = "suite"

@@ -44,6 +44,17 @@ def job_counts(output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
 
 
+def job_outputs(output: str, prefix: str) -> list[list[str]]:
+    """Returns the declared outputs of each job of a dry run whose rule name starts with ``prefix``."""
+    jobs = re.findall(r"^(?:local)?rule (\w+):((?:\n    .*)*)", output, re.MULTILINE)
+    found = []
+    for rule, body in jobs:
+        if rule.startswith(prefix):
+            (outputs,) = re.findall(r"^\s+output: (.+)$", body, re.MULTILINE)
+            found.append(outputs.split(", "))
+    return found
+
+
 def test_lint_finds_nothing_but_the_missing_conda_envs(snakemake: Snakemake) -> None:
     run = snakemake("--lint", "--workflow-profile", "none")
     titles = re.findall(r"^\s+\* (.+?):?$", run.stdout + run.stderr, re.MULTILINE)
@@ -58,9 +69,14 @@ def test_dry_run_schedules_every_supported_leaf(snakemake: Snakemake, experiment
     assert run.returncode == 0, run.stderr + run.stdout
     counts = job_counts(run.stdout)
     grid = wf.load_grid(experiment)
-    base = [c for c in grid.cells("table") if c.method == wf.BASE]
-    assert counts.get("evaluate_base", 0) == len(base)
-    assert counts.get("evaluate_trained", 0) == len(grid.cells("table")) - len(base)
+    # greedy jobs: every result the tables and Pass@K cohorts read, each written once; per-leaf jobs one leaf each
+    evaluations = job_outputs(run.stdout, "evaluate")
+    written = [file for outputs in evaluations for file in outputs]
+    references = {grid.reference_leaf(c.model, c.bench) for c in grid.cells("passk")}
+    assert sorted(written) == sorted(set(grid.leaves("table")) | references)
+    assert all(len({Path(file).parent for file in outputs}) == 1 for outputs in evaluations)
+    leaves = {Path(file).parent for file in written}
+    assert len(evaluations) == (len(leaves) if grid.eval_jobs == "leaf" else len(written))
     assert counts.get("train", 0) == len(grid.train_runs)
     assert counts.get("passk", 0) == len(grid.leaves("passk"))
     assert counts.get("efficiency", 0) == len(grid.efficiency_runs)

@@ -2,47 +2,38 @@
 analysis and the efficiency measurements (which may also name the untrained model)."""
 
 
-rule evaluate_trained:
-    """Scores one trained checkpoint on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one
-    pruner and budget."""
-    input:
-        preflight=PREFLIGHT,
-        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
-        checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w)),
-    output:
-        GRID.eval_outputs(wf.RESULT_PATTERN),
-    log:
-        GRID.eval_side_file(wf.RESULT_PATTERN, "logs", ".log"),
-    benchmark:
-        GRID.eval_side_file(wf.RESULT_PATTERN, "benchmarks", ".tsv")
-    wildcard_constraints:
-        method=GRID.constraint("method", exclude=[wf.BASE]),
-    params:
-        cli=wf.evaluate_command(GRID),
-        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
-    threads: RES["evaluate"]["cpus_per_task"]
-    resources:
-        **rule_resources(GRID, PLAN_GRID, "evaluate", GRID.eval_outputs(wf.RESULT_PATTERN)),
-    shell:
-        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+# One rule per group of leaves that write the same benchmarks under grid.eval_jobs: leaf (else one rule);
+# sparsectx.workflow.eval_jobs names them and sets their outputs. Each training seed of grid.train_seeds other
+# than grid.seed has its own rules: that seed's checkpoint (runs/seed<s>/) scored into results/seed<s>/, the tree
+# make_tables reads for it (workflow/README.md, "Several training seeds").
+for _kind in ("trained", "trained_seed"):
+    for _eval in wf.eval_rules(GRID, _kind):
 
-
-# Each training seed of grid.train_seeds other than grid.seed: that seed's checkpoint (runs/seed<s>/) scored
-# into results/seed<s>/, the tree make_tables reads for it (workflow/README.md, "Several training seeds").
-use rule evaluate_trained as evaluate_trained_seed with:
-    input:
-        preflight=PREFLIGHT,
-        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
-        checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
-    output:
-        GRID.eval_outputs(wf.SEED_RESULT_PATTERN),
-    log:
-        GRID.eval_side_file(wf.SEED_RESULT_PATTERN, "logs", ".log"),
-    benchmark:
-        GRID.eval_side_file(wf.SEED_RESULT_PATTERN, "benchmarks", ".tsv")
-    params:
-        cli=wf.evaluate_command(GRID),
-        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), seed=wf.seed_of(w)),
+        rule:
+            """Scores one trained checkpoint under one pruner and budget on one benchmark (grid.eval_jobs: leaf:
+            on every benchmark its leaf needs)."""
+            name:
+                _eval.name
+            input:
+                preflight=PREFLIGHT,
+                bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
+                checkpoint=lambda w: GRID.checkpoint_inputs(wf.cell_of(w), wf.seed_of(w)),
+            output:
+                _eval.outputs,
+            log:
+                _eval.log,
+            benchmark:
+                _eval.benchmark
+            wildcard_constraints:
+                **_eval.constraints,
+            params:
+                cli=wf.evaluate_command(GRID),
+                args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w), seed=wf.seed_of(w)),
+            threads: RES["evaluate"]["cpus_per_task"]
+            resources:
+                **rule_resources(GRID, PLAN_GRID, "evaluate", _eval.outputs),
+            shell:
+                "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 
 
 rule passk:

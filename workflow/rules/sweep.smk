@@ -1,28 +1,34 @@
 """Untrained model: the full-context reference (budget 1) and every training-free pruner x budget."""
 
 
-rule evaluate_base:
-    """Scores the untrained model on one benchmark (grid.eval_jobs: leaf: on every benchmark) under one pruner
-    and budget."""
-    input:
-        preflight=PREFLIGHT,
-        bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
-    output:
-        GRID.eval_outputs(wf.RESULT_PATTERN),
-    log:
-        GRID.eval_side_file(wf.RESULT_PATTERN, "logs", ".log"),
-    benchmark:
-        GRID.eval_side_file(wf.RESULT_PATTERN, "benchmarks", ".tsv")
-    wildcard_constraints:
-        method=wf.BASE,
-    params:
-        cli=wf.evaluate_command(GRID),
-        args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
-    threads: RES["evaluate"]["cpus_per_task"]
-    resources:
-        **rule_resources(GRID, PLAN_GRID, "evaluate", GRID.eval_outputs(wf.RESULT_PATTERN)),
-    shell:
-        "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
+# One rule per group of leaves that write the same benchmarks under grid.eval_jobs: leaf (else one rule);
+# sparsectx.workflow.eval_jobs names them and sets their outputs.
+for _eval in wf.eval_rules(GRID, "base"):
+
+    rule:
+        """Scores the untrained model under one pruner and budget on one benchmark (grid.eval_jobs: leaf: on
+        every benchmark its leaf needs)."""
+        name:
+            _eval.name
+        input:
+            preflight=PREFLIGHT,
+            bench=lambda w: wf.inputs.greedy_inputs(GRID, DATA, wf.cell_of(w)),
+        output:
+            _eval.outputs,
+        log:
+            _eval.log,
+        benchmark:
+            _eval.benchmark
+        wildcard_constraints:
+            **_eval.constraints,
+        params:
+            cli=wf.evaluate_command(GRID),
+            args=lambda w: wf.evaluate_args(GRID, wf.cell_of(w)),
+        threads: RES["evaluate"]["cpus_per_task"]
+        resources:
+            **rule_resources(GRID, PLAN_GRID, "evaluate", _eval.outputs),
+        shell:
+            "OMP_NUM_THREADS={threads} {params.cli} {params.args:q} > {log} 2>&1"
 
 
 rule full_context:

@@ -1,7 +1,8 @@
 """Every job of a study's DAG with its GPUs, per-GPU peak memory, planned time and, if any, why it is refused.
 
 The jobs are the Snakefile's (workflow/rules/*.smk): ``preflight`` (local), ``train`` per training run and extra
-seed, ``evaluate_base`` / ``evaluate_trained`` per table cell (per leaf under ``grid.eval_jobs: leaf``), ``passk``,
+seed, ``evaluate_base`` / ``evaluate_trained`` per table cell (per leaf under ``grid.eval_jobs: leaf``, in rules
+numbered by the benchmarks they write: ``sparsectx.workflow.eval_jobs``), ``passk``,
 ``efficiency``, ``make_tables`` (local); each named by its declared outputs (``Grid.checkpoint_marker``,
 ``Grid.leaf``, ...). A job is attributed to the first block of ``grid.blocks`` that needs it (a training run to the
 first block with a cell it trains), so a run several tables share is counted once.
@@ -25,7 +26,7 @@ from sparsectx.plan.memory import EngineSizes, Estimate, evaluation_estimate, re
 from sparsectx.plan.shapes import TrainShape, eval_shape, train_shape
 from sparsectx.plan.timing import decode_tokens_per_s, efficiency_minutes, eval_minutes, train_minutes
 from sparsectx.training.config import load_train_config
-from sparsectx.workflow import BASE, Cell, Grid
+from sparsectx.workflow import BASE, Cell, Grid, eval_rule_name
 
 
 @dataclass
@@ -220,8 +221,8 @@ def _eval_jobs(ctx: _Context) -> Iterator[Job]:
         for seed in seeds if method != BASE else [None]:
             if seed is not None and cells[0] not in grid.seeded_cells:
                 continue
-            rule = "evaluate_base" if method == BASE else "evaluate_trained" + ("" if seed is None else "_seed")
-            benches = grid.eval_benches() if grid.eval_jobs == "leaf" else [bench]  # what the job writes
+            rule = eval_rule_name(grid, cells[0], seed)
+            benches = grid.job_benches(dataclasses.replace(cells[0], bench=bench))  # what the job writes
             outputs = tuple(grid.leaf(dataclasses.replace(cells[0], bench=b), seed=seed) for b in benches)
             job = Job(
                 rule,

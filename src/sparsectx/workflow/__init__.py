@@ -15,6 +15,7 @@ The package, in the order a config travels through it:
 - ``parse``: the grid mapping read into typed entries, and the checks that need several keys at once;
 - ``cells``: the vocabulary (cells, runs, blocks) and the Snakefile's output patterns;
 - ``grid``: ``Grid``, the expansion (cells, runs, wildcard values) and every output's path;
+- ``eval_jobs``: the greedy evaluation rules, one job per (leaf, benchmark) or one per leaf;
 - ``commands``: each job's command line (entry point and Hydra overrides);
 - ``rehearsal``: the same jobs scaled to a laptop CPU (``rehearsal: true``, ``conf/rehearsal.yaml``);
 - ``sweeps``: the check that each sweep point's composed training config sets the value it shows.
@@ -71,6 +72,7 @@ from sparsectx.workflow.config import (
     resolve_config,
     validate_config,
 )
+from sparsectx.workflow.eval_jobs import EvalRule, eval_rule_name, eval_rules, leaf_name
 from sparsectx.workflow.grid import (
     Grid,
     check_tables_seeds,
@@ -105,6 +107,7 @@ __all__ = [
     "Block",
     "Cell",
     "EfficiencyRun",
+    "EvalRule",
     "Grid",
     "Method",
     "MissingCell",
@@ -120,6 +123,9 @@ __all__ = [
     "efficiency_args",
     "entry_point",
     "evaluate_args",
+    "eval_rule_name",
+    "eval_rules",
+    "leaf_name",
     "flat_resources",
     "on_one_node",
     "stop_signal_option",

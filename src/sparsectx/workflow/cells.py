@@ -171,9 +171,12 @@ def mirror(pattern: str, root: str, stage: str, suffix: str) -> str:
 
 
 def cell_of(wildcards: Mapping[str, str]) -> Cell:
-    """Returns the cell a Snakemake job's wildcards name; a per-leaf evaluation job (no ``bench`` wildcard)
-    names the leaf with ``bench`` empty."""
+    """Returns the cell a Snakemake job's wildcards name; a per-leaf evaluation job (its ``leaf`` wildcard is
+    ``model/method/pruner/budget``, no ``bench``) names the leaf with ``bench`` empty."""
     w = wildcards
+    if w.get("leaf") is not None:
+        model, method, pruner, budget = w["leaf"].split("/")
+        return Cell(model, method, pruner, float(budget), "")
     return Cell(w["model"], w["method"], w["pruner"], float(w["budget"]), w.get("bench", ""))
 
 
@@ -183,6 +186,8 @@ def run_of(wildcards: Mapping[str, str]) -> TrainRun:
     return TrainRun(w["model"], w["method"], w["pruner"], float(w["budget"]))
 
 
-def seed_of(wildcards: Mapping[str, str]) -> int:
-    """Returns the training seed a Snakemake job's ``seed`` wildcard names (jobs of ``SEED_*_PATTERN``)."""
-    return int(wildcards["seed"])
+def seed_of(wildcards: Mapping[str, str]) -> int | None:
+    """Returns the training seed a Snakemake job's ``seed`` wildcard names (jobs of ``SEED_*_PATTERN``); None for
+    a job without one (``grid.seed``'s)."""
+    seed = wildcards.get("seed")
+    return None if seed is None else int(seed)

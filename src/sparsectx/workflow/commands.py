@@ -118,8 +118,8 @@ def evaluate_args(grid: Grid, cell: Cell, mode: str = "greedy", seed: int | None
     A seed other than ``grid.seed`` (greedy results of trained cells only) reads ``runs/seed<s>/`` and writes
     ``results/seed<s>/`` (``results_root``). The evaluation itself keeps ``seed=<grid.seed>``: pruner masks
     and sampling are those of the untrained rows it is compared with, so seeds differ by training alone. A
-    cell with no benchmark is a per-leaf job (``grid.eval_jobs: leaf``): ``bench=[...]`` names every benchmark
-    of ``grid.eval_benches()``.
+    cell with no benchmark is a per-leaf job (``grid.eval_jobs: leaf``): ``bench=[...]`` names the benchmarks
+    its leaf needs (``Grid.job_benches``).
     """
     if seed not in (None, grid.seed) and (mode != "greedy" or cell.method == BASE):
         raise ValueError(f"{cell} in mode {mode}: only greedy results of a trained cell have training seeds")

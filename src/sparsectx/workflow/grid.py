@@ -20,7 +20,6 @@ from sparsectx.paths import budget_tag, leaf_dir, result_path, run_dir
 from sparsectx.workflow.cells import (
     BASE,
     CHECKPOINT_MARKER,
-    LEAF_JOB_STEM,
     PLAN_PATTERN,
     PREFLIGHT_PATTERN,
     SEED_FOLDER,
@@ -31,7 +30,6 @@ from sparsectx.workflow.cells import (
     EfficiencyRun,
     MissingCell,
     TrainRun,
-    mirror,
 )
 from sparsectx.workflow.config import CONF_DIR, load_yaml, resolve_config, validate_config
 from sparsectx.workflow.parse import (
@@ -172,8 +170,9 @@ class Grid:
         )
         self.data: dict[str, Any] = check_data(grid["data"])
         self.eval_jobs: str = grid.get("eval_jobs", "benchmark")
-        """``benchmark``: one greedy evaluation job per (leaf, benchmark); ``leaf``: one per leaf, writing every
-        benchmark of ``eval_benches()`` in one process (its start-up paid once instead of once per benchmark)."""
+        """``benchmark``: one greedy evaluation job per (leaf, benchmark); ``leaf``: one per leaf, writing the
+        benchmarks of ``greedy_leaves`` in one process (a checkpoint loaded and the start-up paid once per leaf;
+        ``sparsectx.workflow.eval_jobs``)."""
         extra = extra_overrides or {}
         self._overrides = {s: [*grid["overrides"].get(s, []), *extra.get(s, [])] for s in STAGES}
         self.model_paths = {str(k): str(v) for k, v in (model_paths or {}).items()}
@@ -193,6 +192,9 @@ class Grid:
         """The trained cells of the tables: evaluated once per seed of ``extra_seeds`` besides ``grid.seed``."""
         self.seeded_runs = sorted({self.train_run(c) for c in self.seeded_cells})
         """The training runs behind ``seeded_cells``: trained once per seed of ``extra_seeds`` as well."""
+        self.greedy_leaves = self._greedy_leaves()
+        """Leaf (a cell with ``bench`` empty) -> the benchmarks its greedy results are needed on: its table cells'
+        and, for the full-context reference leaf, the Pass@K cells' (their cohort), sorted."""
         self.report = parse_report(grid.get("report") or {}, self)
         """Name -> the ``grid.report`` entries: tables and figures of files the other blocks' jobs write."""
 
@@ -309,34 +311,28 @@ class Grid:
 
     # ---- evaluation jobs -----------------------------------------------------------------------------
     def eval_benches(self) -> list[str]:
-        """Returns the benchmarks a per-leaf evaluation job writes: every supported benchmark of the table and
+        """Returns every benchmark a greedy evaluation job writes: each supported benchmark of the table and
         Pass@K blocks (the efficiency block reads its benchmark itself), sorted."""
         named = {b for block in self.blocks if block.kind != "efficiency" for b in block.benchmarks}
         return sorted(b for b in named if self.benchmarks[b] is None)
 
+    def _greedy_leaves(self) -> dict[Cell, tuple[str, ...]]:
+        leaves: dict[Cell, set[str]] = {}
+        references = [Cell(c.model, BASE, self.reference_pruner, 1.0, c.bench) for c in self.cells("passk")]
+        for cell in self.cells("table") + references:
+            leaves.setdefault(Cell(cell.model, cell.method, cell.pruner, cell.budget, ""), set()).add(cell.bench)
+        return {leaf: tuple(sorted(benches)) for leaf, benches in sorted(leaves.items())}
+
     def job_benches(self, cell: Cell) -> list[str]:
         """Returns the benchmarks the greedy evaluation job of ``cell`` writes: its own, or (per-leaf jobs,
-        ``cell.bench`` empty) ``eval_benches()``."""
-        return [cell.bench] if cell.bench else self.eval_benches()
+        ``cell.bench`` empty) those its leaf needs (``greedy_leaves``)."""
+        return [cell.bench] if cell.bench else list(self.greedy_leaves[cell])
 
     def bench_inputs(self, cell: Cell, data: Mapping[str, str]) -> list[str]:
         """Returns the benchmark TSVs the greedy evaluation job of ``cell`` reads, from ``data`` (name -> file,
         ``data_files()``); a benchmark the data job does not write has none here (the user's files of a study on
         real inputs are declared by ``sparsectx.workflow.inputs``)."""
         return [data[name] for name in self.job_benches(cell) if name in data]
-
-    def eval_outputs(self, pattern: str) -> list[str]:
-        """Returns a greedy evaluation rule's outputs for a result ``pattern``: the pattern itself, or (per-leaf
-        jobs) one path per benchmark of ``eval_benches()`` with only the leaf's wildcards left."""
-        if self.eval_jobs == "benchmark":
-            return [pattern]
-        return [pattern.replace("{bench}", bench) for bench in self.eval_benches()]
-
-    def eval_side_file(self, pattern: str, root: str, suffix: str) -> str:
-        """Returns the log (``root`` ``logs``) or timing file (``benchmarks``) of a greedy evaluation job of
-        ``pattern``; a per-leaf job's is named ``all_benchmarks`` in the leaf's folder."""
-        path = mirror(pattern, root, "evaluate", suffix)
-        return path if self.eval_jobs == "benchmark" else path.replace("{bench}", LEAF_JOB_STEM)
 
     # ---- paths -------------------------------------------------------------------------------------------
     def seed_root(self, root: str, seed: int | None = None) -> str:

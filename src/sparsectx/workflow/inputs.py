@@ -135,8 +135,7 @@ class UserFiles:
         grid = self.grid
         references = [Cell(c.model, BASE, grid.reference_pruner, 1.0, c.bench) for c in grid.cells("passk")]
         for cell in grid.cells("table") + references:  # greedy jobs: the tables' and Pass@K's full-context cohort
-            for name in grid.eval_benches() if grid.eval_jobs == "leaf" else [cell.bench]:
-                self.bench("evaluate", cell.model, name)
+            self.bench("evaluate", cell.model, cell.bench)  # a per-leaf job reads its cells' benchmarks
         for cell in grid.cells("passk"):
             self.bench("passk", cell.model, cell.bench)
         for run in grid.efficiency_runs:
