@@ -19,12 +19,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.paths import budget_tag, path_name
+from sparsectx.run_tags import run_label_resolver
 
 log = logging.getLogger(__name__)
 # hydra.run.dir spells the budget as the run directory does; Hydra resolves it before main is called.
 OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
 # Each name in hydra.run.dir passes path_name first: Hydra creates that folder before main() runs.
 OmegaConf.register_new_resolver("path_name", path_name, replace=True)
+# The method folder of hydra.run.dir carries the run's tag (sparsectx.run_tags), as the run directory does.
+OmegaConf.register_new_resolver("run_label", run_label_resolver, replace=True)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sparsectx.paths import path_name
+from sparsectx.run_tags import run_label
 
 BASE = "base"
 """``method.name`` of the untrained model (``conf/evaluate.yaml``'s default)."""
@@ -23,7 +24,13 @@ CHECKPOINT_INFO = "sparsectx_training.json"
 """The record ``sparsectx.training.checkpoint.save_checkpoint`` writes into every trained checkpoint."""
 RUN_CONFIG = "config.yaml"
 """The resolved training config, beside ``checkpoint/`` in the run directory."""
-RECORD_NAMES = {"method": "method.name", "pruner": "pruner.name", "experiment": "experiment", "model": "model.name"}
+RECORD_NAMES = {
+    "method": "method.name",
+    "run_tag": "run_tag",
+    "pruner": "pruner.name",
+    "experiment": "experiment",
+    "model": "model.name",
+}
 """The record's names that become output path components, by the training config key they are read from."""
 
 
@@ -52,6 +59,7 @@ def training_record(checkpoint: str | Path | None) -> dict[str, Any] | None:
         pruner=_section_name(train, "pruner", config_path),
         budget=train.get("budget"),
         seed=train.get("seed"),
+        run_tag=train.get("run_tag") or None,
         experiment=train.get("experiment"),
         model=_section_name(train, "model", config_path),
         run_config=str(config_path) if train else None,
@@ -91,7 +99,8 @@ def _section_name(train: dict[str, Any], section: str, config_path: Path) -> Any
 
 
 def leaf_method(method: str, checkpoint: str | Path | None) -> str:
-    """Returns the method component of the results leaf: the checkpoint's trained method, else ``method``.
+    """Returns the method component of the results leaf: the checkpoint's trained method (with its run's tag,
+    ``<method>+<tag>``, ``sparsectx.run_tags``), else ``method``.
 
     It is also the ``leaf_method`` resolver of ``hydra.run.dir`` (``conf/evaluate.yaml``), which Hydra resolves
     before any config check, so a name that is no plain path component fails here.
@@ -120,4 +129,4 @@ def leaf_method(method: str, checkpoint: str | Path | None) -> str:
             f"(recorded in {record['run_config']}); drop method= (the checkpoint names its method) or pass "
             f"method={trained}"
         )
-    return trained
+    return run_label(trained, record["run_tag"] or "")

@@ -21,28 +21,9 @@ from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
 from sparsectx.models.loading import resolve_model_path, snapshot_identity
 from sparsectx.pruning.config import PrunerConfig
+from sparsectx.run_tags import RUN_DEFINING_PREFIXES
 from sparsectx.tracking import LoggerConfig
 from sparsectx.training.method import MethodConfig
-
-RUN_DEFINING_PREFIXES = (
-    "model.name",
-    "model.path",
-    "model.dtype",
-    "model.thinking",
-    "model.answer_prefix",
-    "model.max_visual_tokens",
-    "method.",
-    "budget",
-    "pruner.",
-    "seed",
-    "train_data.",
-    "memory.optimizer_states",
-)
-"""Keys that define what a run trains: changing one and resuming the same run directory is an error. Every
-other key (steps, save_every, logging, devices, ...) only changes the schedule or bookkeeping: resuming warns.
-``run_defining`` adds ``model.snapshot``, the identity of the checkpoint read (``model.revision`` and
-``model.local_files_only`` say where it is read from, so they are not run-defining themselves)."""
-
 
 COPY = re.compile(r"\$\{(\w+)\}")
 """A value that is one plain interpolation, ``${budget}``: a copy of that key's value."""
@@ -172,6 +153,10 @@ class TrainConfig:
     """The study grid of an experiment preset (``conf/experiment``); the Snakefile reads it, training does not."""
     runs_root: str
     """Root of every run directory."""
+    run_tag: str
+    """Appended to the method's folder (``<method>+<tag>``): ``auto`` (the typed run-defining overrides outside a
+    study preset, ``sparsectx.run_tags``; resolved by ``training.loop.run`` before this config is built), a name,
+    or ``""`` for none."""
     run_dir_permissions: str
     """private | umask. ``private``: the run directory is made 0700 (only you can read it or write its resume
     state) and a resume state in one that others can write is refused (``training.loop.guard_run_dir``);

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from tqdm.auto import tqdm
 
 from sparsectx.data.synthetic import derive_seed
@@ -50,6 +50,7 @@ from sparsectx.paths import budget_tag, path_name, run_dir, step_log_path, token
 from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.redact import redact
+from sparsectx.run_tags import AUTO, resolved_tag, run_label, typed_overrides
 from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
@@ -104,6 +105,7 @@ def run(cfg: DictConfig) -> RunResult:
     The config is checked completely before the model loads; a resume state with different run-defining keys
     raises before any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
     """
+    cfg = with_resolved_run_tag(cfg)
     tc = load_train_config(cfg)
     require_training_file(tc.train_data)  # before anything is loaded or written
     tc.pruner.check_model(resolve_checkpoint(tc.model))  # an in-LLM K against the LLM's depth, from config.json alone
@@ -114,7 +116,8 @@ def run(cfg: DictConfig) -> RunResult:
         for line in run_deviations(cfg, "train"):
             log.warning("protocol: %s", line)
     accum = tc.accumulation(accelerator.num_processes)
-    out = run_dir(tc.runs_root, tc.experiment, tc.model.name, tc.method.name, tc.pruner.name, tc.budget)
+    label = run_label(tc.method.name, tc.run_tag)
+    out = run_dir(tc.runs_root, tc.experiment, tc.model.name, label, tc.pruner.name, tc.budget)
     defining = run_defining(resolved)
     with held_run_dir(accelerator, out, tc.run_dir_permissions):
         meta = read_resume_meta(accelerator, out, tc.steps)
@@ -125,6 +128,17 @@ def run(cfg: DictConfig) -> RunResult:
                 log.warning(warning)
         with process_group(tc.distributed.strategy, accelerator.device):  # fsdp on one process: one rank
             return train_to_end(tc, accelerator, accum, out, meta, defining, resolved)
+
+
+def with_resolved_run_tag(cfg: DictConfig) -> DictConfig:
+    """Returns ``cfg`` with ``run_tag: auto`` replaced by the tag it stands for (``sparsectx.run_tags``), so the
+    run's ``config.yaml`` records the name its directory carries (evaluation reads it back)."""
+    if cfg.run_tag != AUTO:
+        return cfg
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.run_tag = resolved_tag(AUTO, cfg.grid, typed_overrides())
+    return cfg
 
 
 RUN_LOCK = "train.lock"
@@ -316,9 +330,10 @@ def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) ->
     """Returns the run's tracker on the main process (resuming its W&B run), a null tracker elsewhere."""
     if not trainer.accelerator.is_main_process:
         return NullTracker()
+    label = run_label(tc.method.name, tc.run_tag)
     tracker = start_run(
         tc.logger,
-        name=f"{tc.model.name}/{tc.method.name}/{tc.pruner.name}/b{budget_tag(tc.budget)}/s{tc.seed}",
+        name=f"{tc.model.name}/{label}/{tc.pruner.name}/b{budget_tag(tc.budget)}/s{tc.seed}",
         group=tc.experiment,
         job_type="train",
         tags=cell_tags(
