@@ -10,15 +10,18 @@ Tests call ``sparsectx.data.build.run(cfg)`` with a config from Hydra's compose 
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
+from sparsectx.cli import config_check, entry
 
-@hydra.main(version_base=None, config_path="../conf", config_name="build_data")
+
+@entry("build_data")
 def main(cfg: DictConfig) -> None:
     """Returns None after composing ``conf/build_data.yaml`` and running the build."""
-    from sparsectx.data.build import run  # imported here: --help and --cfg skip transformers
+    from sparsectx.data.build import load_build_config, run  # imported here: --help and --cfg skip transformers
 
+    with config_check():  # a bad config is answered in one line (exit 2) before anything is written
+        load_build_config(cfg)
     run(cfg)
 
 

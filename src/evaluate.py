@@ -11,9 +11,9 @@ Tests call ``sparsectx.eval.runner.run(cfg)`` with a config from Hydra's compose
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.cli import config_check, entry
 from sparsectx.eval.trained import leaf_method
 from sparsectx.paths import budget_tag, path_name
 
@@ -25,7 +25,7 @@ OmegaConf.register_new_resolver("leaf_method", leaf_method, replace=True)
 OmegaConf.register_new_resolver("path_name", path_name, replace=True)
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
+@entry("evaluate", study_names=True)  # experiment=<any name> names the study (sparsectx.cli)
 def main(cfg: DictConfig) -> None:
     """Returns None after validating the config, running the evaluation and logging its score summary.
 
@@ -37,7 +37,8 @@ def main(cfg: DictConfig) -> None:
     from sparsectx.eval.config import load_eval_config  # imported here: --help and --cfg skip torch
     from sparsectx.eval.runner import format_summary, run
 
-    load_eval_config(cfg)  # fail on a bad config before anything is loaded
+    with config_check():  # a bad config is answered in one line (exit 2) before anything is loaded
+        load_eval_config(cfg)
     logging.getLogger("evaluate").info("score summary:\n%s", format_summary(run(cfg)))
 
 

@@ -13,19 +13,21 @@ exact-matching ``score`` stays the headline. Tests call ``judge_result``.
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.cli import ConfigError, config_check, entry
 
-@hydra.main(version_base=None, config_path="../conf", config_name="judge_answers")
+
+@entry("judge_answers")
 def main(cfg: DictConfig) -> None:
     """Returns None after judging ``cfg.result`` and printing how many items the judge decided."""
     from sparsectx.eval.judge import JudgeAnswersConfig, judge_result
 
     if cfg.get("judge") is None:
-        raise SystemExit("choose a judge: judge=hf_local judge.model=<dir> or judge=openai (conf/judge/)")
-    merged = OmegaConf.merge(OmegaConf.structured(JudgeAnswersConfig), cfg)
-    block = judge_result(OmegaConf.to_object(merged))
+        raise ConfigError("choose a judge: judge=hf_local judge.model=<dir> or judge=openai (conf/judge/)")
+    with config_check():  # a bad config is answered in one line (exit 2) before the judge is loaded
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JudgeAnswersConfig), cfg))
+    block = judge_result(config)
     print(
         f"{cfg.result}: {block['n_decided_by_judge']} of {block['n_undecided']} undecided answers decided by the "
         f"judge; judged score {block['score']:.4f} (records: {block['records']})"

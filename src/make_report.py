@@ -9,16 +9,18 @@ Run it after ``make_tables.py`` (the report shows the tables and plots that run 
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
+from sparsectx.cli import config_check, entry
 
-@hydra.main(version_base=None, config_path="../conf", config_name="make_report")
+
+@entry("make_report")
 def main(cfg: DictConfig) -> None:
     """Returns None after validating the config and publishing the report or writing its definition."""
     from sparsectx.report.wandb_report import load_report_config, run
 
-    load_report_config(cfg)  # fail on a bad config before anything is read
+    with config_check():  # a bad config is answered in one line (exit 2) before anything is read
+        load_report_config(cfg)
     run(cfg)
 
 

@@ -9,16 +9,18 @@ Writes ``<results_root>/<experiment>/tables/`` (the Snakemake rule ``make_tables
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig
 
+from sparsectx.cli import config_check, entry
 
-@hydra.main(version_base=None, config_path="../conf", config_name="make_tables")
+
+@entry("make_tables", study_names=True)  # experiment=<any name> tables that study (sparsectx.cli)
 def main(cfg: DictConfig) -> None:
     """Returns None after validating the composed config and writing every table and figure."""
     from sparsectx.report.study import load_tables_config, run  # imported here: --help and --cfg skip it
 
-    load_tables_config(cfg)  # fail on a bad config before any result is read
+    with config_check():  # a bad config is answered in one line (exit 2) before any result is read
+        load_tables_config(cfg)
     for path in run(cfg):
         print(path)
 

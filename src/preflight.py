@@ -13,22 +13,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
+
+from sparsectx.cli import config_check, entry
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 PASSED_ON = ("model.", "bench.", "model_paths", "+model_paths", "sample_image", "train_")
 """The caller's overrides kept when another model or the preset's suite is composed."""
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="preflight")
+@entry("preflight")
 def main(cfg: DictConfig) -> None:
     """Returns None after the preflight passed; exits with status 1 when it found a problem."""
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
     from sparsectx.preflight import run  # imported here: --help and --cfg skip torch
+    from sparsectx.preflight.run import load_preflight_config
 
+    with config_check():  # a bad config is answered in one line (exit 2) before any input is read
+        load_preflight_config(cfg)
     given = [o for o in HydraConfig.get().overrides.task if o.startswith(PASSED_ON)]
     status = run(cfg, lambda extra: compose("preflight", overrides=[*given, *extra]), CONF_DIR)
     if status:

@@ -7,20 +7,21 @@
 Each call stops after train.time_limit_s and saves its state; run it again to continue.
 """
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from sparsectx.cli import config_check, entry
 
-@hydra.main(config_path="../conf", config_name="pretrain_tiny", version_base="1.3")
+
+@entry("pretrain_tiny", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """Runs (or resumes) pretraining and prints where it stopped."""
-    from sparsectx.pretrain.train import run  # imported here: --help and --cfg skip torch
+    from sparsectx.pretrain.train import load_config, run  # imported here: --help and --cfg skip torch
 
+    with config_check():  # a bad config is answered in one line (exit 2) before anything is built
+        load_config(cfg)
     job = HydraConfig.get()
-    command = " ".join(
-        ["python src/pretrain_tiny.py", f"--config-name {job.job.config_name}", *job.overrides.task]
-    )
+    command = " ".join(["python src/pretrain_tiny.py", f"--config-name {job.job.config_name}", *job.overrides.task])
     result = run(cfg, command)
     print(f"pretrain: step {result['step']} done={result['done']}")
 

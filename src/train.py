@@ -14,10 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.cli import config_check, entry
 from sparsectx.paths import budget_tag, path_name
 from sparsectx.run_tags import run_label_resolver
 
@@ -30,17 +30,20 @@ OmegaConf.register_new_resolver("path_name", path_name, replace=True)
 OmegaConf.register_new_resolver("run_label", run_label_resolver, replace=True)
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="train")
+@entry("train", study_names=True)  # experiment=<any name> names the study (sparsectx.cli)
 def main(cfg: DictConfig) -> None:
     """Returns None after training (or resuming) the configured run.
 
     Exits 128 + signal number (130 Ctrl-C, 143 SIGTERM) after a signal stopped it with its state saved; a run
     that refuses to start leaves no run directory (Hydra creates it, with its log, before ``run`` is called).
     """
-    # imported here: --help and --cfg skip torch
+    # imported here: --help, --cfg and the cheap config checks (sparsectx.cli) skip torch
+    from sparsectx.training.config import load_train_config
     from sparsectx.training.loop import TrainingStoppedError, run
 
     try:
+        with config_check():  # a bad config is answered in one line (exit 2); run() checks it again
+            load_train_config(cfg)
         result = run(cfg)
     except TrainingStoppedError as stopped:
         log.error("%s", stopped)

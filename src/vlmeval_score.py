@@ -10,16 +10,18 @@ JSON and prints one summary line (``sparsectx.eval.vlmeval_bridge``). Tests call
 
 from __future__ import annotations
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.cli import config_check, entry
 
-@hydra.main(version_base=None, config_path="../conf", config_name="vlmeval_score")
+
+@entry("vlmeval_score")
 def main(cfg: DictConfig) -> None:
     """Returns None after scoring ``cfg.result`` through VLMEvalKit and printing the comparison line."""
     from sparsectx.eval.vlmeval_bridge import BridgeConfig, score_with_vlmeval, summary_line
 
-    config = BridgeConfig(**OmegaConf.to_container(cfg, resolve=True))
+    with config_check():  # a bad config is answered in one line (exit 2) before VLMEvalKit starts
+        config = BridgeConfig(**OmegaConf.to_container(cfg, resolve=True))
     print(summary_line(config.result, score_with_vlmeval(config)))
 
 
