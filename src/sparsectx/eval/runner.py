@@ -16,7 +16,6 @@ outputs is refused at once, naming the job that holds them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -57,9 +56,17 @@ from sparsectx.eval.results import (
 )
 from sparsectx.eval.scorers import score_items
 from sparsectx.eval.sharding import Shard, barrier, merge_parts, part_path, pin_local_gpu, resolve_shard, shard_span
+from sparsectx.eval.summary import (
+    efficiency_summary,
+    greedy_summary,
+    is_efficiency_output,
+    is_passk_output,
+    passk_summary,
+    summary_line,
+)
 from sparsectx.eval.trained import leaf_method
 from sparsectx.generation import SamplingConfig
-from sparsectx.io import append_jsonl, read_jsonl
+from sparsectx.io import append_jsonl
 from sparsectx.locks import exclusive
 from sparsectx.models import LoadedModel
 from sparsectx.models.loading import snapshot_identity
@@ -422,28 +429,11 @@ def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, 
     tracker.log_table(f"{bench}/predictions", PREDICTION_COLUMNS, table, step=0)
 
 
-def summary_line(path: Path) -> str:
-    """Returns one line on an output file: benchmark, metric, score, items scored / skipped, path."""
-    if path.suffix == ".jsonl":  # a shard's predictions part: scored by the merge
-        bench, _, shard = path.name.removesuffix(".jsonl").partition(".predictions.")
-        return _row(bench, shard, "-", f"{len(read_jsonl(path))} items generated", str(path))
-    payload = json.loads(path.read_text())
-    if path.name.endswith(".passk.json"):
-        n, sparse = payload["n"], payload["sparse"]
-        score = "-" if sparse is None else f"{sparse['pass_at_k'][str(n)]:.2f}"  # None: empty cohort
-        cells = (payload["benchmark"], f"pass@{n}", score, f"cohort of {payload['cohort']['size']}")
-    elif "budgets" in payload:  # mode=efficiency: one file over every budget
-        cells = (payload["bench"], "efficiency", "-", f"{payload['num_items']} items timed")
-    else:
-        counts = f"{payload['n_scored']} scored / {payload['n_skipped']} skipped"
-        cells = (payload["benchmark"], payload["scorer"], f"{payload['score']:.2f}", counts)
-    return _row(*cells, str(path))
-
-
-def _row(bench: str, metric: str, score: str, items: str, path: str) -> str:
-    return f"{bench:<16} {metric:<16} {score:>8}  {items:<24} {path}"
-
-
 def format_summary(paths: list[Path]) -> str:
-    """Returns the score summary of an invocation's outputs: a header and one ``summary_line`` per file."""
-    return "\n".join([_row("benchmark", "metric", "score", "items", "path"), *map(summary_line, paths)])
+    """Returns the end-of-run summary of an invocation's outputs, the table of its mode
+    (``sparsectx.eval.summary``): Pass@K files, the one efficiency file, or greedy results and shard parts."""
+    if paths and all(is_passk_output(path) for path in paths):
+        return passk_summary(paths)
+    if len(paths) == 1 and is_efficiency_output(paths[0]):
+        return efficiency_summary(paths[0])
+    return greedy_summary(paths)

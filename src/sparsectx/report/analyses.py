@@ -204,9 +204,11 @@ def passk_outputs(
     out_dir: Path,
     decimals: int,
     boot: BootstrapConfig,
+    missing: str = NO_RECORD,
 ) -> tuple[SideTable, list[Figure]]:
     """Returns the Pass@K summary table (every passk cell, with bootstrap intervals over its cohort's items)
-    and the figure of every pruned passk cell (its curves with the same intervals as error bars)."""
+    and the figure of every pruned passk cell (its curves with the same intervals as error bars); ``missing`` is
+    the note of a cell without its file."""
     (block,) = [b for b in grid.blocks if b.kind == "passk"]
     fmt = _formatter(decimals)
     columns = ("model", "benchmark", "method", "pruner", "budget", "cohort", "greedy (%)", "pass@1 (%)",
@@ -224,7 +226,7 @@ def passk_outputs(
             )
             reason = grid.reason(cell)
             payload = None if reason else read_passk(root, grid.experiment, cell)
-            why = reason or (NO_RECORD if payload is None else "")
+            why = reason or (missing if payload is None else "")
             if payload is not None and payload["sparse"] is None:
                 why = "empty cohort: the full-context model solved no item"
             measured.append((cell, None if why else payload))
@@ -358,15 +360,18 @@ def _efficiency_values(row: dict[str, Any], fmt: Callable[[float | None], str]) 
     return (fmt(row["kept_visual"]), *(fmt(100.0 * v) for v in percent), fmt(row["latency_ms"]["total"]))
 
 
-def efficiency_table(grid: Grid, root: str | Path, labels: Mapping[str, str], decimals: int) -> SideTable:
-    """Returns the efficiency table: every budget of every run (1.0 included), and each missing cell."""
+def efficiency_table(
+    grid: Grid, root: str | Path, labels: Mapping[str, str], decimals: int, missing: str = NO_RECORD
+) -> SideTable:
+    """Returns the efficiency table: every budget of every run (1.0 included), and each missing cell (a run
+    without its file noted ``missing``)."""
     fmt = _formatter(decimals)
     rows: list[tuple[str, ...]] = []
     for run in grid.efficiency_runs:
         head = (run.model, method_label(run.method, labels), run.pruner)
         payload = read_efficiency(root, grid.experiment, run)
         if payload is None:
-            rows += [(*head, budget_tag(b), *[MISSING] * 8, NO_RECORD) for b in sorted({1.0, *run.budgets})[::-1]]
+            rows += [(*head, budget_tag(b), *[MISSING] * 8, missing) for b in sorted({1.0, *run.budgets})[::-1]]
             continue
         for row in payload["budgets"]:
             rows.append((*head, budget_tag(row["budget"]), *_efficiency_values(row, fmt), ""))

@@ -9,6 +9,11 @@ budget 1.0) first, an average retain ratio column, and every cell without a scor
 ``efficiency.md|.csv`` when the grid has those blocks, and ``README.md``, an index of everything written.
 The outputs are logged to the tracker (``logger``): tables as W&B tables, plots as images.
 
+With no preset (``grid: null``: ``experiment=<a name of your own>``, or ``grid=null`` beside a preset's name) the
+grid is the one of whatever was run under ``<results_root>/<e>/`` (``sparsectx.report.discover``): one table per
+model, the Pass@K and efficiency tables when such files exist, every missing cell footnoted as not run. With a
+preset, the results there that its grid does not table are named in a notice.
+
 Schema of ``conf/make_tables.yaml``: ``TablesConfig`` (struct mode; no defaults in code).
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from sparsectx import workflow as wf
 from sparsectx.checks import check_choice
 from sparsectx.io import atomic_write_text
+from sparsectx.paths import path_name
 from sparsectx.protocol.study import CARD_FILE, card_markdown, study_card
 from sparsectx.report.analyses import (
     Figure,
@@ -39,10 +45,23 @@ from sparsectx.report.analyses import (
 from sparsectx.report.blocks import Rendered, delta_table, has_trained, recovery_table, render, score_tables
 from sparsectx.report.bootstrap import BootstrapConfig
 from sparsectx.report.collect import SCORE_SOURCES, Entry, collect_results
+from sparsectx.report.discover import (
+    Found,
+    discover,
+    experiments_with_results,
+    found_grid,
+    found_line,
+    left_out,
+    not_run,
+    nothing_found,
+    outside_grid,
+    outside_notice,
+)
 from sparsectx.report.extras import Page, report_outputs
 from sparsectx.report.plots import caption_path
 from sparsectx.report.seeds import check_seed_list, check_trained, pooled_entries
 from sparsectx.report.sweeps import sweep_outputs
+from sparsectx.report.tables import NO_RECORD
 from sparsectx.report.uncertainty import BlockSpreads, Replicates, block_spreads, cell_replicates
 from sparsectx.tracking import LoggerConfig, Tracker, start_run
 from sparsectx.workflow.select import selected_blocks
@@ -56,9 +75,11 @@ class TablesConfig:
     """The whole ``make_tables.py`` job (``conf/make_tables.yaml``)."""
 
     experiment: str
-    """Stem of the ``conf/experiment`` preset (select it with ``experiment=<name>``); equals ``grid.name``."""
+    """Stem of the ``conf/experiment`` preset (select it with ``experiment=<name>``); equals ``grid.name``. With
+    ``grid`` null, any name: the folder ``<results_root>/<experiment>/`` whose results are tabled as found."""
     grid: Any
-    """The preset's ``grid:`` block (``sparsectx.workflow``); checked against the workflow schema."""
+    """The preset's ``grid:`` block (``sparsectx.workflow``); checked against the workflow schema. Null: the grid
+    of whatever was run under the name (``sparsectx.report.discover``)."""
     logger: LoggerConfig
     results_root: str
     """Root the results leaves live under; outputs go to ``<results_root>/<experiment>/tables``."""
@@ -91,8 +112,17 @@ class TablesConfig:
 
     def __post_init__(self) -> None:
         if self.grid is None:
-            known = sorted(p.stem for p in (wf.CONF_DIR / "experiment").glob("*.yaml"))
-            raise ValueError(f"grid is null: choose a study with experiment=<preset>, one of {known}")
+            path_name(self.experiment, "experiment")  # it names the folder read and the one written
+            if discover(self.results_root, self.experiment).empty:  # a mistyped name: refused before any write
+                raise ValueError(nothing_found(self.results_root, self.experiment))
+            for key, value in (("train_seeds", self.train_seeds), ("grid_files", self.grid_files)):
+                if value:
+                    known = sorted(p.stem for p in (wf.CONF_DIR / "experiment").glob("*.yaml"))
+                    raise ValueError(
+                        f"{key}={value} applies to a preset's grid, but grid is null (no preset: the results under "
+                        f"{self.results_root}/{self.experiment}/ are tabled as found): drop {key}, or choose a "
+                        f"preset with experiment=<preset>, one of {known}"
+                    )
         if self.decimals < 0:
             raise ValueError(f"decimals={self.decimals} must be >= 0")
         check_choice(self.score_source, SCORE_SOURCES, "score_source")
@@ -109,19 +139,35 @@ def load_tables_config(cfg: DictConfig) -> TablesConfig:
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
-def load_study_grid(tc: TablesConfig) -> wf.Grid:
-    """Returns the checked grid of the config (the preset's, with any Hydra overrides of ``grid.*``, its keys
-    replaced by those of ``grid_files``)."""
+def preset_grid(tc: TablesConfig) -> dict[str, Any]:
+    """Returns the preset's whole grid mapping, schema-checked: with any Hydra overrides of ``grid.*``, its keys
+    replaced by those of ``grid_files``."""
     if not isinstance(tc.grid, dict):
         raise ValueError(f"grid must be a mapping (the preset's `grid:` block), got {type(tc.grid).__name__}")
     grid = dict(tc.grid)
     for path in tc.grid_files:
         grid.update((wf.load_yaml(Path(path)) or {}).get("grid") or {})
     wf.validate_config({"experiment": tc.experiment, "grid": grid, "hydra_overrides": {}})
+    return grid
+
+
+def load_study_grid(tc: TablesConfig, found: Found | None = None) -> wf.Grid:
+    """Returns the checked grid of the config: the preset's (``preset_grid``), or with ``grid`` null the grid of
+    the results ``found`` under the experiment's folder (read when not given); cut to ``blocks`` when set."""
+    if tc.grid is None:
+        grid = found_grid(found or discover(tc.results_root, tc.experiment), tc.experiment)
+    else:
+        grid = preset_grid(tc)
     if tc.blocks is not None:
-        wf.Grid(tc.experiment, grid)  # the whole preset is checked, then cut
+        wf.Grid(tc.experiment, grid)  # the whole grid is checked, then cut
         grid = selected_blocks(grid, tc.blocks)
     return wf.Grid(tc.experiment, grid)
+
+
+def missing_reason(tc: TablesConfig) -> str:
+    """Returns the footnote of a cell without its result file: none was recorded, or (no preset, so every row is
+    a leaf that exists) that this benchmark was not run there."""
+    return NO_RECORD if tc.grid is not None else not_run(tc.results_root, tc.experiment)
 
 
 def tables_dir(results_root: str | Path, experiment: str) -> Path:
@@ -161,6 +207,9 @@ def _write_side(out: Path, stem: str, title: str, table: SideTable) -> Written:
 def study_entries(tc: TablesConfig, grid: wf.Grid) -> dict[wf.Cell, Entry]:
     """Returns every table cell's entry, trained cells pooled over ``train_seeds`` when it is set."""
     entries = collect_results(grid, tc.results_root, tc.score_source)
+    if tc.grid is None:
+        missing = missing_reason(tc)
+        return {cell: missing if entry == NO_RECORD else entry for cell, entry in entries.items()}
     if tc.train_seeds is None:
         return entries
     return pooled_entries(grid, tc.results_root, tc.train_seeds, entries, tc.score_source)
@@ -179,7 +228,9 @@ def interval_remark(tc: TablesConfig, grid: wf.Grid, block: wf.Block) -> str:
     )
     if not has_trained(block):
         return text + ". docs/tables.md"
-    if len(seeds) > 1:
+    if tc.grid is None:
+        text += "; trained rows: the checkpoint each leaf evaluated"
+    elif len(seeds) > 1:
         text += (
             f"; trained rows pool training seeds {seeds}: mean ± standard deviation over seeds, and their "
             "intervals resample the seeds too"
@@ -237,11 +288,13 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
         written.append(_write_rendered(out, f"{sweep.name}.sweep", title, render(title, tables)))
         figures += drawn
     if has_block(grid, "passk"):
-        summary, passk_figures = passk_outputs(grid, tc.results_root, labels, out, tc.decimals, tc.bootstrap)
+        summary, passk_figures = passk_outputs(
+            grid, tc.results_root, labels, out, tc.decimals, tc.bootstrap, missing_reason(tc)
+        )
         written.append(_write_side(out, "passk", f"{grid.experiment}: fixed-context Pass@K", summary))
         figures += passk_figures
     if has_block(grid, "efficiency"):
-        table = efficiency_table(grid, tc.results_root, labels, tc.decimals)
+        table = efficiency_table(grid, tc.results_root, labels, tc.decimals, missing_reason(tc))
         title = f"{grid.experiment}: efficiency (% of the unpruned model)"
         written.append(_write_side(out, "efficiency", title, table))
     for spec in grid.report.values():  # grid.report: SCOPD Table 9, Fig. 7; LT-OPD Fig. 1, Fig. 4; examples
@@ -279,19 +332,14 @@ def empty_tables(grid: wf.Grid, entries: Mapping[Any, Any], written: list[Writte
     return empty
 
 
-def experiments_with_results(results_root: str | Path) -> dict[str, int]:
-    """Returns {experiment folder: result JSON files in it} under ``results_root`` (for the hint)."""
-    root = Path(results_root)
-    if not root.is_dir():
-        return {}
-    found = {d.name: sum(1 for _ in d.rglob("*.json")) for d in sorted(root.iterdir()) if d.is_dir()}
-    return {name: n for name, n in found.items() if n}
-
-
-def check_found(tc: TablesConfig, grid: wf.Grid, entries: Mapping[Any, Any], written: list[Written]) -> str:
+def check_found(
+    tc: TablesConfig, grid: wf.Grid, entries: Mapping[Any, Any], written: list[Written], outside: Sequence[str] = ()
+) -> str:
     """Returns the one-line summary of what was found; raises ``NoResultsError`` when a table has no result.
 
-    The error names every empty table, the folder read and the experiments that do hold results.
+    The error names every empty table, the folder read, the ``blocks`` selection that renders only the others,
+    the results there outside the grid (``outside``, the hand runs ``grid=null`` tables) and the experiments
+    that do hold results.
     """
     records = sum(1 for entry in entries.values() if isinstance(entry, dict))
     where = Path(tc.results_root) / tc.experiment
@@ -308,6 +356,15 @@ def check_found(tc: TablesConfig, grid: wf.Grid, entries: Mapping[Any, Any], wri
             if others
             else "; "
         )
+        filled = [block.name for block in grid.blocks if block.name not in empty]
+        if filled:
+            hint = f"; render only the blocks with results: blocks=[{','.join(filled)}]{hint}"
+        if outside:
+            hint = (
+                f"; {len(outside)} {'leaf' if len(outside) == 1 else 'leaves'} outside the grid "
+                f"{'holds' if len(outside) == 1 else 'hold'} results under {where}/ (listed above): table everything "
+                f"there as found with grid=null{hint}"
+            )
         raise NoResultsError(
             f"{summary}; the tables {empty} have no result at all (written anyway, every cell footnoted){hint}"
             f"run the study first: snakemake --profile workflow/profiles/local all_tables --config "
@@ -346,7 +403,13 @@ def run(cfg: DictConfig) -> list[Path]:
     asks for has no result at all, unless ``allow_empty=true``.
     """
     tc = load_tables_config(cfg)
-    grid = load_study_grid(tc)
+    found = discover(tc.results_root, tc.experiment)
+    grid = load_study_grid(tc, found)
+    outside = [] if tc.grid is None else outside_grid(found, wf.Grid(tc.experiment, preset_grid(tc)))
+    notices = [found_line(found), left_out(found)] if tc.grid is None else []
+    for line in [*notices, outside_notice(outside, tc.results_root, tc.experiment)]:
+        if line:
+            print(line)
     if tc.train_seeds is not None:  # seeds that were never trained fail before anything is read or written
         trained = [c for c in grid.cells("table") if c.method != wf.BASE]
         check_trained(grid, tc.results_root, tc.train_seeds, trained)
@@ -366,7 +429,7 @@ def run(cfg: DictConfig) -> list[Path]:
     finally:
         tracker.finish()
     print(
-        check_found(tc, grid, collect_results(grid, tc.results_root, tc.score_source), written)
+        check_found(tc, grid, collect_results(grid, tc.results_root, tc.score_source), written, outside)
     )  # raises when a table is empty
     drawn = [f.path for f in figures if f.path is not None]
     paths = [p for item in written for p in item.files] + [p for png in drawn for p in (png, caption_path(png))]
@@ -376,7 +439,10 @@ def run(cfg: DictConfig) -> list[Path]:
 
 def write_protocol_card(tc: TablesConfig, out: Path) -> Path | None:
     """Returns the study's protocol card written beside its tables (``protocol.md``), from the preset's whole
-    grid (a ``blocks`` selection renders fewer tables, never a partial card); None for a preset of no paper."""
+    grid (a ``blocks`` selection renders fewer tables, never a partial card); None for a preset of no paper and
+    without a preset."""
+    if tc.grid is None:
+        return None
     card = study_card(tc.experiment, wf.Grid(tc.experiment, dict(tc.grid)))
     if card is None:
         return None
