@@ -13,7 +13,7 @@ LMMS_STAMP := $(LMMS_ENV)/.installed
 HARNESS_ENVS ?= 1
 TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
 
-.PHONY: demo study test lint clean-results protocol-cards rehearse slurm-demo test-slurm vlmeval-env lmms-env
+.PHONY: demo study test test-long lint clean-results protocol-cards rehearse slurm-demo test-slurm vlmeval-env lmms-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,18 @@ $(STAMP): pyproject.toml
 # The suite runs on a worker per core (pytest-xdist), a test file per worker at a time: the files that hold
 # slow end-to-end runs go first (tests/conftest.py). One worker: `.venv/bin/python -m pytest -q`.
 test: $(STAMP) $(TEST_ENVS)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slurm_long"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slurm_long and not long"
 
 # The real-scheduler tests too long for CI (as root, like make slurm-demo; docs/testing.md): a training job stopped
 # by its early SIGTERM and resumed by the retries (442 s here at 1f64a03), the real presets' submitted jobs (235 s).
 test-slurm: $(STAMP)
 	$(BIN)/python -m pytest -q -m slurm_long tests/workflow/test_local_slurm.py
+
+# The end-to-end variants whose siblings run in CI (marker long: LT-OPD's rehearsal subset, the int8 resume, a changed
+# rule's rerun, a signal to one of two processes), then make test-slurm's; run before closing an issue.
+test-long: $(STAMP) $(TEST_ENVS)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m long
+	$(MAKE) test-slurm
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts

@@ -150,6 +150,7 @@ def test_forcerun_of_every_rule_ends_with_every_output_valid_and_the_same_tables
     assert outputs(workdir) == first
 
 
+@pytest.mark.long  # 73 s: make test-long (the forced rerun of every rule stays in CI)
 def test_a_changed_rule_code_reruns_every_job_to_valid_outputs_and_the_same_tables(study) -> None:  # noqa: ANN001
     workdir, first = study
     for record in (workdir / ".snakemake" / "metadata").iterdir():  # as if every rule's command was edited

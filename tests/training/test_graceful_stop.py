@@ -166,6 +166,7 @@ def children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 77 s: make test-long (one process stopped and resumed stays in CI)
 def test_signal_to_one_of_two_processes_stops_both_at_one_step_and_resumes_identically(
     tiny_env: TinyEnv, tmp_path: Path
 ) -> None:

@@ -48,7 +48,9 @@ def kill_during_update(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
     [
         ["method=scopd_plus", "method.positions.delta=0.3"],
         ["method=lt_opd"],
-        ["method=lt_opd", "memory.optimizer_states=int8", "memory.teacher_offload=true"],
+        pytest.param(  # 85 s: make test-long (the other three cover the resume path in CI)
+            ["method=lt_opd", "memory.optimizer_states=int8", "memory.teacher_offload=true"], marks=pytest.mark.long
+        ),
         ["method=lt_opd", "method.rollouts_per_prompt=2"],
     ],
     ids=[
