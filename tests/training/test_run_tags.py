@@ -4,6 +4,7 @@ study preset's runs keep the grid's names."""
 
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from eval.test_runner_support import SIDE, base_overrides, write_bench
 
 from sparsectx.eval.trained import leaf_method
 from sparsectx.run_tags import derived_tag, resolved_tag, run_label
@@ -53,25 +55,46 @@ def test_a_config_from_the_compose_api_has_no_tag(tiny_env: TinyEnv, tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_sweep_over_seeds_and_learning_rates_trains_side_by_side_and_resumes(
+def test_a_sweep_over_seeds_and_learning_rates_trains_side_by_side_resumes_and_tables(
     tiny_env: TinyEnv, tmp_path: Path
 ) -> None:
-    shrunk = [o for o in train_overrides(tiny_env, tmp_path) if not o.startswith(("seed=", "steps="))]
-    command = [sys.executable, str(ROOT / "src" / "train.py"), "-m", *shrunk, "method=sft", "steps=1"]
-    command += ["seed=0,1", "method.optim.lr=0.01,0.02"]
-    first = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    runs = sorted((tmp_path / "dev" / "tiny").iterdir())
+    runs_root, results = tmp_path / "runs", tmp_path / "results"
+    shrunk = [o for o in train_overrides(tiny_env, runs_root) if not o.startswith(("seed=", "steps="))]
+    command = [sys.executable, str(ROOT / "src" / "train.py"), "-m", "experiment=my_sweep", *shrunk, "method=sft"]
+    command += ["steps=1", "seed=0,1", "method.optim.lr=0.01,0.02"]
+    first = run(command)
+    runs = sorted((runs_root / "my_sweep" / "tiny").iterdir())
     assert len(runs) == 4, runs
     for seed in (0, 1):
         for lr in ("0.01", "0.02"):
-            (run,) = [r for r in runs if f"+seed{seed}+lr{lr}+steps1+" in r.name]
-            assert run.name.startswith("sft+")
-            checkpoint = run / "visionzip" / "0.1" / "checkpoint"
+            (found,) = [r for r in runs if f"+seed{seed}+lr{lr}+steps1+" in r.name]
+            assert found.name.startswith("sft+")
+            checkpoint = found / "visionzip" / "0.1" / "checkpoint"
             recorded = yaml.safe_load((checkpoint.parent / "config.yaml").read_text())
             assert (recorded["seed"], recorded["method"]["optim"]["lr"]) == (seed, float(lr))
-            assert recorded["run_tag"] == run.name.removeprefix("sft+")
-            assert leaf_method("base", checkpoint) == run.name  # its evaluation lands in a leaf of its own
-    again = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert sorted((tmp_path / "dev" / "tiny").iterdir()) == runs
+            assert recorded["run_tag"] == found.name.removeprefix("sft+")
+            assert leaf_method("base", checkpoint) == found.name  # its evaluation lands in a leaf of its own
+    assert first.count("finished 1 steps") == 4
+    again = run(command)  # the same sweep again: each run is found finished, none refused
+    assert sorted((runs_root / "my_sweep" / "tiny").iterdir()) == runs and again.count("finished 1 steps") == 4
+
+    # evaluated (one -m sweep over the checkpoints, and the untrained model) and tabled under the sweep's name
+    bench = write_bench(tmp_path / "syn_count.tsv", "syn_count", 3, SIDE)
+    evaluate = [sys.executable, str(ROOT / "src" / "evaluate.py"), "-m", "experiment=my_sweep", "bench=syn_count"]
+    evaluate += [
+        o for o in base_overrides(tiny_env.model_dir, results, {"syn_count": bench}, 4) if "model.path" not in o
+    ]
+    checkpoints = ",".join(str(r / "visionzip" / "0.1" / "checkpoint") for r in runs)
+    run([*evaluate, "pruner=visionzip", "budget=0.1", f"checkpoint={checkpoints}"])
+    run([*evaluate, f"model.path={tiny_env.model_dir}", "pruner=visionzip", "budget=1"])
+    tables = [sys.executable, str(ROOT / "src" / "make_tables.py"), "experiment=my_sweep", f"results_root={results}"]
+    printed = run([*tables, "logger=none", f"runs_root={runs_root}", "bootstrap.too_few=no_interval"])
+    rows = list(csv.DictReader((results / "my_sweep" / "tables" / "tiny.csv").open()))
+    assert sorted(r["method"] for r in rows) == sorted(["Vanilla", *(r.name for r in runs)]), printed
+
+
+def run(command: list[str]) -> str:
+    """Returns the output of ``command`` (run from the repo root), failing with its tail unless it exits 0."""
+    done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
