@@ -37,7 +37,7 @@ from sparsectx.report.collect import (
 )
 from sparsectx.report.passk_pooled import POOLED, PooledCell, pooled_cells, pooled_interval, pooled_reference
 from sparsectx.report.passk_spread import GAP_COLUMNS, PasskSpread, passk_spread, too_small
-from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series
+from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_budget, retain_series, vector_path
 from sparsectx.report.render import spread_text
 from sparsectx.report.tables import MISSING, NO_RECORD, Spread, shift_of
 from sparsectx.report.uncertainty import BlockSpreads
@@ -135,7 +135,7 @@ def retain_plots(
                 title=f"Retain ratio vs. budget: {block.name}, model {model}", notes=[f"Data: {source}."],
                 intervals=found.avg_intervals if found is not None else None,
             )  # fmt: skip
-            figures.append(Figure(name, path, ""))
+            figures.append(Figure(name, path, "", vector_path(path)))
     return figures
 
 
@@ -250,7 +250,8 @@ def passk_outputs(
             full = read_passk(root, grid.experiment, ref) if grid.reason(ref) is None else None
             data = f"experiment `{grid.experiment}`, passk.md"
             path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
-            figures.append(Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}"))
+            note = "" if full is not None else f"full-context curve: {NO_RECORD}"
+            figures.append(Figure(name, path, note, vector_path(path)))
         for group in pooled_cells(root, grid.experiment, measured):
             row, shown, figure = _pooled_outputs(grid, root, group, labels, out_dir, fmt, boot, undrawn)
             rows.append(row)
@@ -292,7 +293,8 @@ def _pooled_outputs(
     name = f"passk_{cell.model}_{POOLED}_{cell.method}_{cell.pruner}_{budget_tag(cell.budget)}"
     data = f"experiment `{grid.experiment}`, passk.md (pooled over {', '.join(group.sources)})"
     path = passk_plot(cell, payload, full, labels, out_dir / f"{name}.png", data, spread)
-    return row, shown, Figure(name, path, "" if full is not None else f"full-context curve: {NO_RECORD}")
+    note = "" if full is not None else f"full-context curve: {NO_RECORD}"
+    return row, shown, Figure(name, path, note, vector_path(path))
 
 
 def _cell_spread(

@@ -1,5 +1,6 @@
-"""PNG plots, each with a caption file: average retain ratio against budget, Pass@K curves, and a hyperparameter
-sweep's normalised mean against the parameter (which also gets an SVG twin, ``vector_path``).
+"""Plots, each a PNG with an SVG twin (``vector_path``) and a caption file: average retain ratio against budget,
+Pass@K curves, and a hyperparameter sweep's normalised mean against the parameter (``sparsectx.report.budget_plots``
+adds recovery against budget and retain ratio against inference cost).
 
 What a plot shows, so a reader can trust it:
 
@@ -15,7 +16,9 @@ What a plot shows, so a reader can trust it:
 * Percentage axes start at 0 and reach at least 100 (ticks every 20; higher only when a value exceeds 100).
 
 Figures are drawn on ``matplotlib.figure.Figure`` with the Agg canvas directly, so no pyplot state or display
-backend is involved, and every file is written atomically (style convention 19).
+backend is involved, and every file is written atomically (style convention 19). The files are the same bytes
+from any process (no date, a fixed SVG id salt: ``_save_with_vector``), and every series segment carries an SVG id
+naming its series (``series_gid``), so a reader of the SVG can take each series' points back out of it.
 """
 
 from __future__ import annotations
@@ -76,6 +79,32 @@ def _save(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
     return out
 
 
+VECTOR_SUFFIX = ".svg"
+"""A plot's vector twin sits beside its PNG: ``<name>.svg``."""
+
+
+def vector_path(png: str | os.PathLike[str]) -> Path:
+    """Returns the vector (SVG) twin of the plot ``png``: ``<name>.svg`` in the same folder."""
+    return Path(png).with_suffix(VECTOR_SUFFIX)
+
+
+SVG_HASH_SALT = "sparsectx"
+"""Seeds the ids matplotlib gives an SVG's shared paths (a random salt per process by default), so the same plot
+written by two runs (a local one and a cluster one) is the same bytes."""
+
+
+def _save_with_vector(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
+    """Writes the PNG and caption (``_save``) and the SVG twin (``vector_path``; no date and a fixed id salt:
+    same plot, same bytes, in any process; ``matplotlib/backends/backend_svg.py``, ``FigureCanvasSVG.print_svg``'s
+    ``metadata`` and the ``svg.hashsalt`` rcParam)."""
+    out = _save(fig, path, caption)
+    svg = io.BytesIO()
+    with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
+        fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
+    atomic_write_bytes(vector_path(out), svg.getvalue())
+    return out
+
+
 def _new_axes(title: str) -> tuple[Figure, Axes]:
     if not title.strip():
         raise ValueError("a plot needs a title (one line saying what it shows)")
@@ -85,17 +114,25 @@ def _new_axes(title: str) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _percent_axis(ax: Axes, values: Iterable[float], label: str) -> None:
-    """Sets the y axis to span 0 to 100 (or up to the next tick above the largest value, when it exceeds 100)."""
-    top = PERCENT_TICK * math.ceil(max(100.0, *values, 0.0) / PERCENT_TICK)
-    ax.set_ylim(0.0, top + PERCENT_HEADROOM)
-    ax.set_yticks(range(0, top + 1, PERCENT_TICK))
-    ax.set_ylabel(label)
+def percent_axis(ax: Axes, values: Iterable[float], label: str, axis: str = "y") -> None:
+    """Sets ``axis`` ("x" or "y") of ``ax`` to span 0 to 100, extended to the next tick beyond a value outside
+    (above 100, or below 0: a recovery worse than not training), with ticks every ``PERCENT_TICK``."""
+    shown = [0.0, 100.0, *values]
+    bottom = PERCENT_TICK * math.floor(min(shown) / PERCENT_TICK)
+    top = PERCENT_TICK * math.ceil(max(shown) / PERCENT_TICK)
+    limits = (bottom - (PERCENT_HEADROOM if bottom < 0 else 0.0), top + PERCENT_HEADROOM)
+    ticks = range(bottom, top + 1, PERCENT_TICK)
+    if axis == "x":
+        ax.set_xlim(*limits)
+        ax.set_xticks(ticks)
+        ax.set_xlabel(label)
+    else:
+        ax.set_ylim(*limits)
+        ax.set_yticks(ticks)
+        ax.set_ylabel(label)
 
 
-def measured_segments(
-    xs: Iterable[float], grid: Sequence[float], joinable: float = math.inf
-) -> list[list[float]]:
+def measured_segments(xs: Iterable[float], grid: Sequence[float], joinable: float = math.inf) -> list[list[float]]:
     """Returns the runs of ``xs`` that a line may join: consecutive values of the sorted ``grid``.
 
     Two measured values are joined only when no value of ``grid`` lies between them and both are below
@@ -112,12 +149,25 @@ def measured_segments(
     return runs
 
 
-def _draw_series(
-    ax: Axes, index: int, label: str, points: Mapping[float, float], runs: list[list[float]]
-) -> None:
+def series_gid(panel: int, label: str, segment: int) -> str:
+    """Returns the SVG id of segment ``segment`` of series ``label`` in panel ``panel`` (the figure's axes, in
+    order): ``series-<panel>-<label as UTF-8 hex>-<segment>``, unique in the file, a valid XML name whatever the
+    label holds, and read back to the label with ``bytes.fromhex``. matplotlib writes an artist's gid as the id
+    of its ``<g>`` (``matplotlib/backends/backend_svg.py``, ``RendererSVG.open_group``), the markers inside it."""
+    return f"series-{panel}-{label.encode().hex()}-{segment}"
+
+
+def draw_runs(ax: Axes, index: int, label: str, runs: Sequence[Sequence[tuple[float, float]]], panel: int = 0) -> None:
+    """Draws one series as its runs of (x, y) points: each run a line with a marker per point, in series
+    ``index``'s colour and marker, labelled once in the legend, each segment with its ``series_gid``."""
     style = {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
     for i, run in enumerate(runs):
-        ax.plot(run, [points[x] for x in run], label=label if i == 0 else f"_{label}", **style)
+        xs, ys = [x for x, _ in run], [y for _, y in run]
+        ax.plot(xs, ys, label=label if i == 0 else f"_{label}", gid=series_gid(panel, label, i), **style)
+
+
+def _draw_series(ax: Axes, index: int, label: str, points: Mapping[float, float], runs: list[list[float]]) -> None:
+    draw_runs(ax, index, label, [[(x, points[x]) for x in run] for run in runs])
 
 
 def _error_bar(ax: Axes, index: int, x: float, y: float, bounds: tuple[float, float]) -> float:
@@ -178,9 +228,7 @@ def retain_figure(
     tops = []
     for index, (label, points) in enumerate(series.items()):
         runs = measured_segments(points, budgets, joinable=1.0)
-        _draw_series(
-            ax, index, label, {100 * x: y for x, y in points.items()}, [[100 * x for x in r] for r in runs]
-        )
+        _draw_series(ax, index, label, {100 * x: y for x, y in points.items()}, [[100 * x for x in r] for r in runs])
         bars = {x: b for x, b in (intervals or {}).get(label, {}).items() if x in points}
         tops += [_error_bar(ax, index, 100 * x, points[x], b) for x, b in bars.items()]
     ax.axhline(100.0, label=REFERENCE_LABEL, **REFERENCE_STYLE)
@@ -189,7 +237,7 @@ def retain_figure(
     ax.minorticks_off()
     ax.set_xlabel("visual tokens kept (% of the image's tokens, log scale)")
     values = [y for points in series.values() for y in points.values()] + tops
-    _percent_axis(ax, values, "average retain ratio (%)")
+    percent_axis(ax, values, "average retain ratio (%)")
     ax.legend(**LEGEND_STYLE)
     return fig
 
@@ -217,7 +265,8 @@ def plot_retain_vs_budget(
     notes: Sequence[str] = (),
     intervals: Intervals | None = None,
 ) -> Path:
-    """Writes the retain-ratio plot of ``records`` to ``path`` (PNG) and its caption; returns ``path``.
+    """Writes the retain-ratio plot of ``records`` to ``path`` (PNG), its SVG twin and its caption; returns
+    ``path``.
 
     The x ticks are the measured budgets below 100%, and 100% when a series other than the reference was
     measured there. Points without an average are not drawn; the caption lists each with its reason, then
@@ -231,7 +280,7 @@ def plot_retain_vs_budget(
     description += INTERVAL_CAPTION if intervals else ""
     not_drawn = [f"not drawn: {point}" for point in skipped]
     caption = caption_markdown(title, description, [*not_drawn, *notes])
-    return _save(retain_figure(series, budgets, title=title, intervals=intervals), path, caption)
+    return _save_with_vector(retain_figure(series, budgets, title=title, intervals=intervals), path, caption)
 
 
 def pass_at_k_figure(
@@ -264,9 +313,7 @@ def pass_at_k_figure(
         tops += [_error_bar(ax, index, k, 100.0 * curve[k], (100.0 * lo, 100.0 * hi)) for k, (lo, hi) in bars]
     if full_context:
         xs = sorted(full_context)
-        ax.plot(
-            xs, [100.0 * full_context[k] for k in xs], marker=".", label=REFERENCE_LABEL, **REFERENCE_STYLE
-        )
+        ax.plot(xs, [100.0 * full_context[k] for k in xs], marker=".", label=REFERENCE_LABEL, **REFERENCE_STYLE)
     for label, value in (references or {}).items():
         ax.axhline(100.0 * value, label=label, **FLAT_STYLE)
     ax.set_xscale("log", base=2)
@@ -275,7 +322,7 @@ def pass_at_k_figure(
     ax.set_xlabel("k (samples per item, log scale)")
     values = [100.0 * v for curve in every for v in curve.values()] + tops
     values += [100.0 * v for v in (references or {}).values()]
-    _percent_axis(ax, values, "pass@k (%)")
+    percent_axis(ax, values, "pass@k (%)")
     ax.legend(**LEGEND_STYLE)
     return fig
 
@@ -300,38 +347,11 @@ def plot_pass_at_k(
     notes: Sequence[str] = (),
     intervals: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
 ) -> Path:
-    """Writes the Pass@K plot (``pass_at_k_figure``) to ``path`` (PNG) and its caption with ``notes``; returns
-    ``path``."""
-    fig = pass_at_k_figure(
-        curves, title=title, full_context=full_context, references=references, intervals=intervals
-    )
+    """Writes the Pass@K plot (``pass_at_k_figure``) to ``path`` (PNG), its SVG twin and its caption with
+    ``notes``; returns ``path``."""
+    fig = pass_at_k_figure(curves, title=title, full_context=full_context, references=references, intervals=intervals)
     description = PASSK_CAPTION + (PASSK_INTERVAL_CAPTION if intervals else "")
-    return _save(fig, path, caption_markdown(title, description, notes))
-
-
-VECTOR_SUFFIX = ".svg"
-"""A plot drawn in a vector format too has it beside its PNG: ``<name>.svg``."""
-
-
-def vector_path(png: str | os.PathLike[str]) -> Path:
-    """Returns the vector (SVG) twin of the plot ``png``: ``<name>.svg`` in the same folder."""
-    return Path(png).with_suffix(VECTOR_SUFFIX)
-
-
-SVG_HASH_SALT = "sparsectx"
-"""Seeds the ids matplotlib gives an SVG's shared paths (a random salt per process by default), so the same plot
-written by two runs (a local one and a cluster one) is the same bytes."""
-
-
-def _save_with_vector(fig: Figure, path: str | os.PathLike[str], caption: str) -> Path:
-    """Writes the PNG and caption (``_save``) and the SVG twin (``vector_path``; no date and a fixed id salt:
-    same plot, same bytes, in any process)."""
-    out = _save(fig, path, caption)
-    svg = io.BytesIO()
-    with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
-        fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
-    atomic_write_bytes(vector_path(out), svg.getvalue())
-    return out
+    return _save_with_vector(fig, path, caption_markdown(title, description, notes))
 
 
 def sweep_figure(
@@ -376,7 +396,7 @@ def sweep_figure(
     ax.minorticks_off()
     ax.set_xlabel(x_label + (" (log scale)" if all(x > 0 for x in xs) else ""))
     values = [*points.values(), *tops, *([baseline[1]] if baseline is not None else [])]
-    _percent_axis(ax, values, "mean normalised score (%)")
+    percent_axis(ax, values, "mean normalised score (%)")
     ax.legend(**LEGEND_STYLE)
     return fig
 

@@ -4,8 +4,9 @@ For each ``tables:`` block of the experiment's grid (``conf/experiment/<e>.yaml`
 ``<results_root>/<e>/tables/<block>.md|.tex|.csv``: rows grouped by budget, Vanilla (the untrained model at
 budget 1.0) first, an average retain ratio column, and every cell without a score footnoted with its reason
 (the grid's declared one, or "no result record"). Blocks with trained methods also get
-``<block>.recovery.md|.tex|.csv``. Then the retain-ratio and Pass@K plots (PNG, each with its caption
-``<plot>.caption.md``: how to read it and its notes), ``passk.md|.csv`` and
+``<block>.recovery.md|.tex|.csv``. Then the plots (retain ratio and recovery against budget, Pass@K, retain
+ratio against prefill FLOPs and KV cache: PNG and SVG, each with its caption ``<plot>.caption.md``: how to read
+it and its notes), ``passk.md|.csv`` and
 ``efficiency.md|.csv`` when the grid has those blocks, and ``README.md``, an index of everything written.
 The outputs are logged to the tracker (``logger``): tables as W&B tables, plots as images.
 
@@ -44,6 +45,7 @@ from sparsectx.report.analyses import (
 )
 from sparsectx.report.blocks import Rendered, delta_table, has_trained, recovery_table, render, score_tables
 from sparsectx.report.bootstrap import BootstrapConfig
+from sparsectx.report.budget_plots import cost_plots, recovery_plots
 from sparsectx.report.collect import SCORE_SOURCES, Entry, collect_results
 from sparsectx.report.discover import (
     Found,
@@ -280,6 +282,7 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
             title = f"{grid.experiment}: {block.name} (trained minus untrained at the same pruner and budget)"
             written.append(_write_rendered(out, f"{block.name}.delta", title, render(title, deltas)))
     figures = retain_plots(grid, entries, labels, out, spreads)
+    figures += recovery_plots(grid, entries, labels, out, tc.decimals)  # recovery_vs_budget_<block>_<model>.png|svg
     boot = tc.bootstrap if tc.score_source == "sparsectx" else None
     for sweep in grid.sweeps.values():  # SCOPD Fig. 3: <name>.sweep.md|tex|csv and sweep_<name>_<model>.png|svg
         tables, drawn = sweep_outputs(grid, sweep, entries, labels, out, tc.results_root, boot, tc.avg_label,
@@ -297,6 +300,7 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
         table = efficiency_table(grid, tc.results_root, labels, tc.decimals, missing_reason(tc))
         title = f"{grid.experiment}: efficiency (% of the unpruned model)"
         written.append(_write_side(out, "efficiency", title, table))
+        figures += cost_plots(grid, entries, labels, tc.results_root, out, tc.decimals)  # LT-OPD Fig. 1 right
     for spec in grid.report.values():  # grid.report: SCOPD Table 9, Fig. 7; LT-OPD Fig. 1, Fig. 4; examples
         pages, drawn = report_outputs(grid, spec, entries, tc.results_root, tc.runs_root, labels, out, tc.decimals)
         written += [_write_page(out, page) for page in pages]
