@@ -20,6 +20,7 @@ from sparsectx.training.config import load_train_config
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SCALE = CONF / "model" / "scale"
 REAL_MODELS = ("qwen2_5_vl_7b", "qwen3_vl_4b")
+REAL_TRAINING_FILE = "train_data.path=data/llava_cot_10k.tsv"  # the tiny set is refused (sparsectx.train_data_check)
 
 PAPER_EFFECTIVE_BATCH = {
     "scopd": 32,  # "an effective batch size of 32 across four GPUs" (seed 004 §4.1; conf/method/scopd.yaml)
@@ -73,7 +74,10 @@ def _leaves(node: dict, prefix: str = "") -> dict:
 
 
 def _scale_file(root: str) -> dict:
-    return _leaves(yaml.safe_load((SCALE / root / "tiny.yaml").read_text()))
+    """Returns the run-length keys of the tiny scale file (its rates, and the per-method files its defaults
+    list adds: tests/config/test_tiny_hand_runs.py)."""
+    leaves = _leaves(yaml.safe_load((SCALE / root / "tiny.yaml").read_text()))
+    return {key: value for key, value in leaves.items() if key not in ("defaults", "method.optim.lr")}
 
 
 @pytest.mark.parametrize("method", [None, "scopd_plus", "lt_opd"])
@@ -112,7 +116,7 @@ def test_tiny_efficiency_keeps_the_papers_sizes() -> None:
 @pytest.mark.parametrize("experiment", [None, "scopd_qwen2_5_vl_7b", "ltopd_qwen3_5_4b"])
 def test_real_models_train_at_the_papers_settings(model: str, method: str, experiment: str | None) -> None:
     overrides = [f"model={model}", f"method={method}"] + ([f"experiment={experiment}"] if experiment else [])
-    cfg = _compose("train", overrides)
+    cfg = _compose("train", [*overrides, REAL_TRAINING_FILE])
     for key, value in PAPER_TRAIN.items():
         assert _get(cfg, key) == value, key
     assert cfg["method"]["effective_batch_size"] == PAPER_EFFECTIVE_BATCH[method]

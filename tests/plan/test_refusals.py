@@ -15,10 +15,12 @@ PRESET = load_yaml(CONF_DIR / "experiment" / "scopd_qwen2_5_vl_7b.yaml")["grid"]
 
 
 def small_grid(train: list[str], train_gpus: int = 4) -> dict:
-    """Returns grid replacements: SCOPD on Qwen2.5-VL-7B, one benchmark, with ``train`` as the train overrides."""
+    """Returns grid replacements: SCOPD on Qwen2.5-VL-7B, one benchmark, with ``train`` as the train overrides
+    after the preset's training file (the tiny synthetic set is refused a real model: sparsectx.train_data_check)."""
     resources = copy.deepcopy(PRESET["resources"])
     resources["train"]["gpu"] = train_gpus
-    overrides = {**PRESET["overrides"], "train": train}
+    training_file = [o for o in PRESET["overrides"]["train"] if o.startswith("train_data.path=")]
+    overrides = {**PRESET["overrides"], "train": [*training_file, *train]}
     return {
         "models": {"qwen2_5_vl_7b": {}},
         "pruners": {"visionzip": {}},

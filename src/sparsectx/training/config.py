@@ -23,6 +23,7 @@ from sparsectx.models.loading import resolve_model_path, snapshot_identity
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.run_tags import RUN_DEFINING_PREFIXES
 from sparsectx.tracking import LoggerConfig
+from sparsectx.train_data_check import check_training_data
 from sparsectx.training.method import MethodConfig
 
 COPY = re.compile(r"\$\{(\w+)\}")
@@ -197,6 +198,10 @@ class TrainConfig:
     """How several processes share the model: replicated (``none``) or sharded (``fsdp``)."""
     save_every: int
     """Optimizer steps between resume states (``state/``); the last step always saves."""
+    save_merged: bool
+    """Write ``checkpoint/``, the full model (LoRA merged into the base weights), beside a LoRA run's PEFT adapter
+    in ``adapter/`` (always written); false writes ``adapter/`` alone (``training.run_files.write_checkpoint``;
+    ``check_save_merged`` refuses it for full-parameter methods and study presets)."""
     log_every: int
     """Optimizer steps between metric logs."""
     sample_table_every: int
@@ -251,6 +256,7 @@ class TrainConfig:
                 "or train token consistency distillation alone (method=epic)"
             )
         self.distributed.check_run(self.memory, self.engine, self.model)
+        self.check_save_merged()
         if self.method.positions.needs_probe:
             top = self.method.schedule.max_budget() + float(self.method.positions.delta or 0.0)
             if top > 1.0 + 1e-12:
@@ -259,6 +265,26 @@ class TrainConfig:
                     f"{self.method.schedule.max_budget()} exceeds 1: the b+δ probe must stay a budget; "
                     "lower delta"
                 )
+
+    def check_save_merged(self) -> None:
+        """Returns None; raises ValueError for ``save_merged=false`` where the merged copy is the only model (a
+        full-parameter run has no adapter) or is what the pipeline evaluates (a study preset: the train rule's
+        output is ``checkpoint/config.json``)."""
+        if self.save_merged:
+            return
+        if not self.method.lora.enabled:
+            raise ValueError(
+                f"save_merged=false keeps only a LoRA run's adapter, but method={self.method.name} trains full "
+                "parameters (method.lora.enabled=false): its checkpoint/ is the trained model itself; set "
+                "save_merged=true"
+            )
+        if self.grid is not None:
+            raise ValueError(
+                f"save_merged=false with experiment={self.experiment}, a study preset: the pipeline evaluates every "
+                "run from its checkpoint/ (the train rule's output checkpoint/config.json), which save_merged=false "
+                "does not write; set save_merged=true (the LoRA adapter is saved in adapter/ either way), or train "
+                "under a study name of your own (experiment=<name> with no preset file)"
+            )
 
     def accumulation(self, processes: int) -> int:
         """Returns micro-batches per optimizer step; raises unless processes x micro x accum == effective."""
@@ -295,6 +321,7 @@ def load_train_config(cfg: DictConfig) -> TrainConfig:
     error in such a copy of a top-level key ends by naming the key to set instead.
     """
     check_budget(cfg.budget, "budget")
+    check_training_data(cfg)  # a real model on the tiny synthetic training set is refused
     copies = top_level_copies(cfg)
     merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
     try:
