@@ -73,7 +73,7 @@ from sparsectx.models.loading import snapshot_identity
 from sparsectx.paths import budget_tag, leaf_dir, path_name, predictions_path, result_path
 from sparsectx.protocol.runlog import PROTOCOL_STAGES, run_deviations
 from sparsectx.pruning import declared_signals
-from sparsectx.tracking import Tracker, cell_tags, start_run
+from sparsectx.tracking import Tracker, start_run
 
 log = logging.getLogger(__name__)
 
@@ -234,10 +234,14 @@ def leaf_of(cfg: EvalConfig) -> Path:
 
 
 def _tracker(cfg: EvalConfig, resolved: dict[str, Any]) -> Tracker:
+    """Returns the W&B run of this evaluation job: one per leaf, seed, mode and benchmarks (a per-benchmark job
+    has its own), under the id they name (``sparsectx.tracking.run_id``), so a rerun continues it."""
     budget = budget_tag(cfg.budget)
-    name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget}/{cfg.mode}"
-    tags = cell_tags(model=cfg.model.name, method=cfg.method_name, pruner=cfg.pruner.name, budget=budget, mode=cfg.mode)
-    return start_run(cfg.logger, name, cfg.experiment, "evaluate", tags, resolved)
+    benches = [cfg.efficiency.bench] if cfg.mode == "efficiency" else sorted(cfg.bench)
+    name = f"eval/{cfg.model.name}/{cfg.method_name}/{cfg.pruner.name}/b{budget}/s{cfg.seed}/{cfg.mode}/"
+    cell = {"model": cfg.model.name, "method": cfg.method_name, "pruner": cfg.pruner.name, "budget": budget}
+    cell |= {"seed": cfg.seed, "mode": cfg.mode, "bench": benches}
+    return start_run(cfg.logger, name + "+".join(benches), cfg.experiment, "evaluate", [], resolved, cell=cell)
 
 
 def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
@@ -396,7 +400,8 @@ PREDICTION_COLUMNS = [
 
 
 def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, Any]], result: BenchResult) -> None:
-    """Logs the benchmark's summary metrics and its per-item predictions table, all at step 0."""
+    """Logs the benchmark's summary metrics and its per-item predictions table, all in the run's current row
+    (no step: a rerun's row follows the earlier ones, ``sparsectx.tracking.WandbTracker``)."""
     bench = result.benchmark
     tracker = job.tracker()
     tracker.log(
@@ -406,11 +411,10 @@ def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, 
             f"{bench}/n_skipped": float(result.n_skipped),
             f"{bench}/n_failed": float(result.n_failed),
             f"{bench}/mean_kept_visual": result.mean_kept_visual,
-        },
-        step=0,
+        }
     )
     metrics = [[name, float(value)] for name, value in sorted(result.metrics.items())]
-    tracker.log_table(f"{bench}/metrics", ["metric", "value"], metrics, step=0)
+    tracker.log_table(f"{bench}/metrics", ["metric", "value"], metrics)
     limit = job.cfg.logger.prediction_rows
     table = [
         [
@@ -426,7 +430,7 @@ def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, 
         ]  # fmt: skip
         for item, row in list(zip(items, rows, strict=True))[:limit]
     ]
-    tracker.log_table(f"{bench}/predictions", PREDICTION_COLUMNS, table, step=0)
+    tracker.log_table(f"{bench}/predictions", PREDICTION_COLUMNS, table)
 
 
 def format_summary(paths: list[Path]) -> str:

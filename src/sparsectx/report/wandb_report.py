@@ -1,14 +1,18 @@
 """``make_report.py``: one experiment's W&B Report, built with ``wandb-workspaces`` from its runs and tables.
 
-Sections (each a panel grid over one set of the experiment's runs, filtered by W&B group = experiment and
-job type, as ``sparsectx.tracking`` names them):
+Sections (panel grids, each over one set of the experiment's runs, filtered by W&B group = experiment and
+job type, as ``sparsectx.tracking`` names them). Every grid over training or evaluation runs reads one model's
+runs (``Config('model.name')``, one grid per model of the grid's ``models``), so no line averages two models
+and no plot mixes them:
 
-- training curves per method: the ``train`` runs' ``report_train_metrics`` lines grouped by
-  ``method.name``, and their ``rollouts`` table (student answer beside the teacher's full-context answer);
-- retain ratio vs budget: the ``make_tables`` run's retain plots, and each benchmark's greedy score against
-  ``budget`` over the ``evaluate`` runs;
+- training curves per method: per model, the ``train`` runs' ``train_metrics`` lines against the optimizer
+  step (``sparsectx.tracking.STEP_METRIC``) grouped by ``method.name``, and their ``rollouts`` table
+  (student answer beside the teacher's full-context answer);
+- retain ratio vs budget: the ``make_tables`` run's retain plots, and per model each benchmark's greedy score
+  against ``budget`` over the ``evaluate`` runs;
 - the papers' tables: every table ``make_tables`` logged (``tables/<stem>``);
-- Pass@K: its table and plots; then efficiency (if the grid has it) and the evaluation predictions tables.
+- Pass@K: its table and plots; then efficiency (if the grid has it) and per model the evaluation predictions
+  tables.
 
 Table and plot names are read from ``<results_root>/<experiment>/tables/`` (what ``make_tables`` wrote and
 logged), so run it first. Online, the report is saved to W&B; offline (the default) its definition, the
@@ -28,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.io import atomic_write_text
 from sparsectx.report.study import tables_dir
-from sparsectx.tracking import LoggerConfig, tracking_mode
+from sparsectx.tracking import STEP_METRIC, LoggerConfig, tracking_mode
 
 GREEDY = "Config('mode') == 'greedy'"
 """Run filter of greedy evaluations (``evaluate.py``'s default mode; Pass@K and efficiency runs differ)."""
@@ -45,7 +49,8 @@ class ReportConfig:
     experiment: str
     """Stem of the ``conf/experiment`` preset (``experiment=<name>``): the W&B group of its runs."""
     grid: Any
-    """The preset's ``grid:`` block; its ``benchmarks`` name the score and predictions panels."""
+    """The preset's ``grid:`` block; its ``models`` get a grid each, its ``benchmarks`` name the score and
+    predictions panels."""
     logger: LoggerConfig
     """Project, entity and mode: online publishes, offline writes the definition."""
     results_root: str
@@ -60,6 +65,11 @@ class ReportConfig:
     def __post_init__(self) -> None:
         if self.grid is None:
             raise ValueError("grid is null: choose a study with experiment=<preset> (conf/experiment/)")
+        if not dict(self.grid).get("models"):
+            raise ValueError(
+                f"grid.models of experiment={self.experiment} is empty: the report draws one grid per model; "
+                "name the study's models in its conf/experiment preset"
+            )
         if not self.train_metrics:
             raise ValueError("train_metrics is empty: name at least one logged key, e.g. train/loss")
 
@@ -102,6 +112,23 @@ def runset(name: str, experiment: str, job_type: str, extra: str = "") -> Any:
     return wr.Runset(name=name, filters=f"{filters} and {extra}" if extra else filters)
 
 
+def of_model(model: str, extra: str = "") -> str:
+    """Returns the run filter of ``model``'s runs (the ``model.name`` every run's config records), and ``extra``."""
+    own = f"Config('model.name') == '{model}'"
+    return f"{own} and {extra}" if extra else own
+
+
+def per_model(rc: ReportConfig, name: str, job_type: str, panels: list[Any], extra: str = "") -> list[Any]:
+    """Returns, for every model of the grid, a heading and a grid of ``panels`` over its ``job_type`` runs."""
+    import wandb_workspaces.reports.v2 as wr
+
+    blocks = []
+    for model in models(rc):
+        runs = runset(f"{name}: {model}", rc.experiment, job_type, of_model(model, extra))
+        blocks += [wr.H3(text=f"Model {model}"), _grid(runs, panels)]
+    return blocks
+
+
 def _grid(runs: Any, panels: list[Any]) -> Any:
     import wandb_workspaces.reports.v2 as wr
 
@@ -119,17 +146,16 @@ def training_section(rc: ReportConfig) -> list[Any]:
     import wandb_workspaces.reports.v2 as wr
 
     curves = [
-        wr.LinePlot(title=key, x="Step", y=[key], groupby=wr.Config("method.name"))
-        for key in rc.train_metrics
+        wr.LinePlot(title=key, x=STEP_METRIC, y=[key], groupby=wr.Config("method.name")) for key in rc.train_metrics
     ]
-    runs = runset("train", rc.experiment, "train")
     return [
         wr.H2(text="Training curves per method"),
         wr.P(
-            text="One line per method (its runs grouped by method.name and averaged). The rollouts table: "
-            "the student's answer at budget b beside the teacher's greedy answer from the full context."
+            text=f"Per model, one line per method (its runs grouped by method.name and averaged) against the "
+            f"optimizer step {STEP_METRIC}. The rollouts table: the student's answer at budget b beside the "
+            "teacher's greedy answer from the full context."
         ),
-        _grid(runs, [*curves, *_tables(["rollouts"])]),
+        *per_model(rc, "train", "train", [*curves, *_tables(["rollouts"])]),
     ]
 
 
@@ -145,9 +171,7 @@ def retain_section(rc: ReportConfig, logged: Logged) -> list[Any]:
 
     plots = [p for p in logged.plots if p.startswith("retain_")]
     scatter = [
-        wr.ScatterPlot(
-            title=f"{bench}: score vs budget", x=wr.Config("budget"), y=wr.SummaryMetric(f"{bench}/score")
-        )
+        wr.ScatterPlot(title=f"{bench}: score vs budget", x=wr.Config("budget"), y=wr.SummaryMetric(f"{bench}/score"))
         for bench in benchmarks(rc)
     ]
     blocks = [wr.H2(text="Retain ratio vs budget")]
@@ -155,7 +179,7 @@ def retain_section(rc: ReportConfig, logged: Logged) -> list[Any]:
         blocks.append(_grid(runset("tables", rc.experiment, "tables"), _media(plots)))
     else:
         blocks.append(wr.P(text="No retain plot: the grid has no table over two or more budgets below 1."))
-    return [*blocks, _grid(runset("evaluate greedy", rc.experiment, "evaluate", GREEDY), scatter)]
+    return [*blocks, *per_model(rc, "evaluate greedy", "evaluate", scatter, GREEDY)]
 
 
 def tables_section(rc: ReportConfig, logged: Logged) -> list[Any]:
@@ -176,10 +200,10 @@ def tables_section(rc: ReportConfig, logged: Logged) -> list[Any]:
         ]
     if "efficiency" in logged.tables:
         blocks += [wr.H2(text="Efficiency"), _grid(tables_run, _tables(["tables/efficiency"]))]
-    greedy = runset("evaluate greedy", rc.experiment, "evaluate", GREEDY)
+    predictions = _tables([f"{bench}/predictions" for bench in benchmarks(rc)])
     blocks += [
         wr.H2(text="Evaluation predictions"),
-        _grid(greedy, _tables([f"{bench}/predictions" for bench in benchmarks(rc)])),
+        *per_model(rc, "evaluate greedy", "evaluate", predictions, GREEDY),
     ]
     return blocks
 
@@ -187,6 +211,11 @@ def tables_section(rc: ReportConfig, logged: Logged) -> list[Any]:
 def benchmarks(rc: ReportConfig) -> list[str]:
     """Returns the grid's benchmark names (its ``benchmarks`` block)."""
     return list(dict(rc.grid).get("benchmarks") or {})
+
+
+def models(rc: ReportConfig) -> list[str]:
+    """Returns the grid's model names (its ``models`` block), each the ``model.name`` of its runs."""
+    return list(dict(rc.grid)["models"])
 
 
 def build_report(rc: ReportConfig, logged: Logged, entity: str) -> Any:

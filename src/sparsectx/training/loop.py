@@ -51,13 +51,14 @@ from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.redact import redact
 from sparsectx.run_tags import AUTO, resolved_tag, run_label, typed_overrides
-from sparsectx.tracking import NullTracker, Tracker, cell_tags, start_run
+from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.decode_copy import shard_keeping_twin
 from sparsectx.training.determinism import apply_determinism
+from sparsectx.training.lora_export import ADAPTER_DIR
 from sparsectx.training.memory import apply_memory
 from sparsectx.training.run_files import log_checkpoint, restore, save, write_checkpoint
 from sparsectx.training.samples import TABLE_COLUMNS, sample_rows
@@ -90,7 +91,8 @@ class RunResult:
     run_dir: Path
     """``<runs_root>/<experiment>/<model>/<method>/<pruner>/<budget>``."""
     checkpoint: Path
-    """The loadable final model directory."""
+    """The loadable final model directory: ``checkpoint/``, or ``adapter/`` when ``save_merged=false`` left no
+    merged copy."""
     steps: int
     """Optimizer steps done."""
     samples_seen: int
@@ -214,7 +216,10 @@ def train_to_end(
     finally:
         trainer.prefetch.close()
         tracker.finish()
-    return RunResult(out, out / "checkpoint", trainer.step, trainer.samples_seen, metrics)
+    final = out / "checkpoint"
+    if not tc.save_merged and not final.exists():  # save_merged=false: the adapter is the run's model
+        final = out / ADAPTER_DIR
+    return RunResult(out, final, trainer.step, trainer.samples_seen, metrics)
 
 
 def expected_samples(tc: TrainConfig) -> int:
@@ -327,7 +332,12 @@ def setup(
 
 
 def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) -> Tracker:
-    """Returns the run's tracker on the main process (resuming its W&B run), a null tracker elsewhere."""
+    """Returns the run's tracker on the main process, a null tracker elsewhere.
+
+    Its W&B run is the one its state names (``Trainer.wandb_id``), else the one the run's cell names
+    (``sparsectx.tracking.run_id``: model, method label, pruner, budget, seed), so a resumed or rerun training
+    continues its run; the id is kept in the state.
+    """
     if not trainer.accelerator.is_main_process:
         return NullTracker()
     label = run_label(tc.method.name, tc.run_tag)
@@ -336,15 +346,17 @@ def open_tracker(tc: TrainConfig, resolved: dict[str, Any], trainer: Trainer) ->
         name=f"{tc.model.name}/{label}/{tc.pruner.name}/b{budget_tag(tc.budget)}/s{tc.seed}",
         group=tc.experiment,
         job_type="train",
-        tags=cell_tags(
-            model=tc.model.name,
-            method=tc.method.name,
-            pruner=tc.pruner.name,
-            budget=budget_tag(tc.budget),
-            seed=tc.seed,
-        ),
+        tags=[],
         config=resolved,
         resume_id=trainer.wandb_id,
+        cell={
+            "model": tc.model.name,
+            "method": tc.method.name,
+            "run_tag": tc.run_tag or None,
+            "pruner": tc.pruner.name,
+            "budget": budget_tag(tc.budget),
+            "seed": tc.seed,
+        },
     )
     trainer.wandb_id = getattr(tracker, "run_id", None)
     return tracker
