@@ -5,8 +5,9 @@
   consumed, the W&B run id and the hash of the run-defining config; ``meta.json`` beside it is readable
   before the model loads, so a mismatched resume fails first. Under ``distributed.strategy=fsdp`` the
   weights, optimizer and EMA tensors are shards in ``state/shards/`` instead (``training.sharded_state``).
-- ``checkpoint/``: the final model as a HF directory plus processor files, loadable with ``model.path=<dir>``
-  (LoRA merged into the base weights, or the full weights).
+- ``checkpoint/``: the final model as a HF directory plus processor files and a model card, loadable with
+  ``model.path=<dir>`` (LoRA merged into the base weights, or the full weights). A LoRA run's adapter, in PEFT's
+  layout, is the same kind of directory (``training.lora_export``).
 
 Directories are written as ``.<name>.tmp`` and swapped in with two renames; if a crash lands between them, the
 previous complete directory is left as ``.<name>.old`` and ``recover_dir`` renames it back.
@@ -48,7 +49,7 @@ import random
 import shutil
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -429,8 +430,25 @@ def tree_sha256(root: Path, names: list[str]) -> dict[str, str]:
         return dict(zip(names, pool.map(file_sha256, [root / name for name in names]), strict=True))
 
 
+def save_model_dir(final: Path, write_files: Callable[[Path], None], info: dict[str, Any]) -> None:
+    """Returns None after atomically writing a model directory: ``write_files(tmp)`` fills a temporary folder,
+    ``sparsectx_training.json`` records ``info`` and every file's sha256 as ``files_sha256`` ({relative path: hex
+    digest}), and the folder is swapped in at ``final`` (a full disk leaves ``final`` as it was)."""
+    tmp = fresh_tmp(final)
+    kept = f"{final} keeps its previous content, if any"
+    with discarded_on_error(tmp), naming_full_disk(tmp, kept):
+        write_files(tmp)
+        digests = tree_sha256(tmp, checkpoint_files(tmp))
+        atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "files_sha256": digests})
+    replace_dir(tmp, final)
+
+
 def save_checkpoint(
-    checkpoint_dir: Path, model: nn.Module, processor: ImageTextProcessor, info: dict[str, Any]
+    checkpoint_dir: Path,
+    model: nn.Module,
+    processor: ImageTextProcessor,
+    info: dict[str, Any],
+    card: str | None = None,
 ) -> None:
     """Returns None after atomically writing the final HF model directory with the processor files.
 
@@ -440,16 +458,17 @@ def save_checkpoint(
         processor: the processor whose tokenizer and image-processor files go beside the weights.
         info: provenance written as ``sparsectx_training.json`` (config hash, steps, git commit); the sha256
             of every other file of the directory is added as ``files_sha256`` ({relative path: hex digest}).
+        card: the model card written as ``README.md`` (``training.model_card``); None writes none.
     """
-    tmp = fresh_tmp(checkpoint_dir)
-    kept = f"{checkpoint_dir} keeps its previous content, if any"
-    with discarded_on_error(tmp), naming_full_disk(tmp, kept):
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         processor.tokenizer.save_pretrained(tmp)
         processor.image_processor.save_pretrained(tmp)
-        digests = tree_sha256(tmp, checkpoint_files(tmp))
-        atomic_write_json(tmp / CHECKPOINT_INFO, {**info, "files_sha256": digests})
-    replace_dir(tmp, checkpoint_dir)
+        if card is not None:
+            (tmp / "README.md").write_text(card, encoding="utf-8")
+
+    save_model_dir(checkpoint_dir, write, info)
 
 
 def _checkpoint_fix(checkpoint_dir: Path) -> str:

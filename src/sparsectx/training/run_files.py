@@ -2,7 +2,9 @@
 
 ``save`` writes the resume state (``trainer.pt`` + ``meta.json``; under ``distributed.strategy=fsdp`` the
 tensors as shards beside them, ``training.sharded_state``), ``restore`` loads it into a fresh ``Trainer``, and
-``write_checkpoint`` exports the final model as a HF directory (skipped when ``checkpoint/`` already holds it).
+``write_checkpoint`` exports the final model: a LoRA run's PEFT adapter as ``adapter/`` and, unless
+``save_merged=false``, the full model as the HF directory ``checkpoint/``, each with a model card (each skipped
+when it already holds the final model).
 The file formats, atomic swaps and digests are ``training.checkpoint``'s.
 """
 
@@ -19,6 +21,8 @@ from sparsectx.paths import budget_tag
 from sparsectx.redact import redact
 from sparsectx.tracking import Tracker
 from sparsectx.training import checkpoint as ckpt
+from sparsectx.training.lora_export import ADAPTER_DIR, adapter_weights, save_lora_adapter
+from sparsectx.training.model_card import ADAPTER, MERGED, base_model, render_card, training_facts
 from sparsectx.training.sharded_state import ema_scalars, export_sharded, load_shards, save_shards
 from sparsectx.training.sharding import is_sharded
 from sparsectx.training.student import export_model, load_trainable_state, trainable_state
@@ -92,7 +96,8 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
 
 
 def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
-    """Returns None after handing ``checkpoint/`` to the tracker (uploaded if ``logger.log_checkpoints``)."""
+    """Returns None after handing the final model to the tracker (uploaded if ``logger.log_checkpoints``):
+    ``checkpoint/``, or a LoRA run's ``adapter/`` under ``save_merged=false``."""
     tc = trainer.cfg
     name = f"{tc.experiment}-{tc.model.name}-{tc.method.name}-{tc.pruner.name}-b{budget_tag(tc.budget)}-s{tc.seed}"
     meta = {
@@ -100,7 +105,7 @@ def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict
         "samples_seen": trainer.samples_seen,
         "config_hash": ckpt.config_hash(defining),
     }
-    tracker.log_checkpoint(name, out / "checkpoint", meta)
+    tracker.log_checkpoint(name, out / ("checkpoint" if tc.save_merged else ADAPTER_DIR), meta)
 
 
 def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
@@ -117,22 +122,45 @@ def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
         return False
 
 
+def agreed_current(trainer: Trainer, target: Path, info: dict[str, Any]) -> bool:
+    """Returns whether ``target`` already holds this run's final files intact, as the main process finds it; under
+    fsdp every process gets its answer (they gather the weights together, or none does); other processes of a
+    replicated run get True (they write nothing)."""
+    current = checkpoint_is_current(target, info) if trainer.accelerator.is_main_process else True
+    if is_sharded(trainer.student):
+        current = bool(gather_object([current])[0])
+    return current
+
+
 def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> None:
-    """Returns None after writing the final model to ``checkpoint/`` (skipped if it already holds it intact)."""
-    target = out / "checkpoint"
+    """Returns None after writing the final model, each folder skipped if it already holds it intact: a LoRA run's
+    PEFT adapter to ``adapter/`` (``training.lora_export``), then, unless ``save_merged=false``, the full model to
+    ``checkpoint/`` (LoRA merged). Each gets a model card and ``sparsectx_training.json`` (``training.model_card``).
+
+    ``checkpoint/config.json`` is the pipeline's marker of a finished run, so ``checkpoint/`` is written last.
+    """
+    tc, student = trainer.cfg, trainer.student
     info = {
         "config_hash": ckpt.config_hash(defining),
         "steps": trainer.step,
         "samples_seen": trainer.samples_seen,
     }
     main = trainer.accelerator.is_main_process
-    current = checkpoint_is_current(target, info) if main else True
-    if is_sharded(trainer.student):  # every process takes part in the gather, or none does
-        current = bool(gather_object([current])[0])
-        model = None if current else export_sharded(trainer.student, trainer.cfg.model, trainer.cfg.method, main)
-    elif not current:
-        model = export_model(trainer.student)
-    if main and not current:
-        full = {**info, "git": git_commit(), "lora_merged": trainer.student.peft is not None}
-        ckpt.save_checkpoint(target, model, trainer.student.processor, full)
+    base = base_model(tc.model, defining["model.snapshot"])
+    facts = training_facts(tc, trainer.step, trainer.samples_seen)
+    record = {**info, "git": git_commit(), "base_model": base.as_record(), "training": facts}
+    adapter = out / ADAPTER_DIR
+    if student.peft is not None and not agreed_current(trainer, adapter, info):  # before the merge folds it in
+        weights = adapter_weights(student)
+        if main:
+            save_lora_adapter(adapter, student, weights, base, record, render_card(ADAPTER, base, facts))
+    target = out / "checkpoint"
+    if tc.save_merged and not agreed_current(trainer, target, info):
+        # under fsdp every process takes part in the gather
+        model = export_sharded(student, tc.model, tc.method, main) if is_sharded(student) else export_model(student)
+        if main:
+            full = {**record, "lora_merged": student.peft is not None}
+            ckpt.save_checkpoint(target, model, student.processor, full, render_card(MERGED, base, facts))
+    elif not tc.save_merged and main and not target.exists():
+        log.info("save_merged=false: %s holds the LoRA adapter; no merged copy in %s", adapter, target)
     trainer.accelerator.wait_for_everyone()
