@@ -200,7 +200,7 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_refused_resume_leaves_the_run_record_untouched(tiny_env, tmp_path) -> None:  # noqa: ANN001
-    args = base(tiny_env, tmp_path, "steps=1")
+    args = base(tiny_env, tmp_path, "steps=1", "run_tag=")  # one folder: a typed seed would name another run
     first = train_cli(args, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     run_dir = next(tmp_path.glob("*/*/*/*/*"))

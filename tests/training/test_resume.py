@@ -101,7 +101,7 @@ def test_kill_and_resume_reaches_the_same_weights(
         ("method.positions.fraction=0.2", "method.positions.fraction"),
         ("pruner.params.contextual_fraction=0.25", "pruner.params.contextual_fraction"),
         ("seed=1", "seed"),
-        ("method.teacher.ema_decay=0.99", "method.teacher.ema_decay"),
+        ("method.teacher.ema_decay=0.9", "method.teacher.ema_decay"),  # the tiny model's SCOPD decay is 0.99
         ("memory.optimizer_states=int8", "memory.optimizer_states"),
         ("model.answer_prefix='<answer>'", "model.answer_prefix"),  # the prompt the rollouts continue
         ("model.max_visual_tokens=64", "model.max_visual_tokens"),  # the visual tokens before pruning
