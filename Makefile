@@ -33,8 +33,8 @@ test: $(STAMP) $(TEST_ENVS)
 test-slurm: $(STAMP)
 	$(BIN)/python -m pytest -q -m slurm_long tests/workflow/test_local_slurm.py
 
-# The end-to-end variants whose siblings run in CI (marker long: LT-OPD's rehearsal subset, the int8 resume, a changed
-# rule's rerun, a signal to one of two processes), then make test-slurm's; run before closing an issue.
+# The end-to-end variants whose siblings run in CI (marker long, docs/testing.md), then make test-slurm's; run
+# before closing an issue.
 test-long: $(STAMP) $(TEST_ENVS)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m long
 	$(MAKE) test-slurm

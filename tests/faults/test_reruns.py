@@ -142,6 +142,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, obj
     return workdir, outputs(workdir)
 
 
+@pytest.mark.long  # 89 s with its study: make test-long (test_dag_run's reruns of a deleted leaf stay in CI)
 def test_forcerun_of_every_rule_ends_with_every_output_valid_and_the_same_tables(study) -> None:  # noqa: ANN001
     workdir, first = study
     done = snakemake(workdir, "all_tables", "--forcerun", *RULES)

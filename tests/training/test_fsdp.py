@@ -125,6 +125,7 @@ def test_bf16_checkpoint_keeps_fp32_master_shards(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 39 s: make test-long (test_shards_resume_on_another_process_count resumes shards in CI)
 def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     from .test_loop_support import build_env
 

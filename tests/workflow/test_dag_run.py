@@ -194,6 +194,7 @@ LEAF_JOBS["hydra_overrides"] = {
 }
 
 
+@pytest.mark.long  # 51 s: make test-long (tests/workflow/test_eval_jobs.py checks the per-leaf rules in CI)
 def test_per_leaf_jobs_write_what_per_benchmark_jobs_write(tmp_path: Path, study: tuple[Path, Path]) -> None:
     """grid.eval_jobs: leaf runs one evaluation job per leaf for both benchmarks; each benchmark's result is the
     per-benchmark job's (same score, predictions and config hash), a rerun does nothing, and a deleted result
