@@ -84,7 +84,8 @@ def save_lora_adapter(
         # "auto" would look the base up on the Hub to compare vocabulary sizes (peft utils.save_and_load
         # get_peft_model_state_dict)
         peft.save_pretrained(str(tmp), state_dict=weights, save_embedding_layers=False)
-        (tmp / CARD_FILE).write_text(card, encoding="utf-8")  # replaces the stub card peft writes
+        # our card goes over the generic README.md that peft's save_pretrained writes
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
 
     save_model_dir(target, write, info)
 
