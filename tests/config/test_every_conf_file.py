@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.eval.config import load_eval_config
 from sparsectx.eval.judge import JudgeAnswersConfig
+from sparsectx.export.config import load_export_config
 from sparsectx.preflight import load_preflight_config
 from sparsectx.pretrain.train import load_config as load_pretrain_config
 from sparsectx.report.study import load_tables_config
@@ -30,6 +31,7 @@ ROOTS = {
     "pretrain_tiny": load_pretrain_config,
     "judge_answers": load_judge_answers_config,
     "preflight": load_preflight_config,
+    "export": load_export_config,
 }
 # group -> the root config that selects it (and a fixed option for roots whose default would not compose)
 GROUP_ROOTS = {
@@ -47,6 +49,7 @@ GROUP_ROOTS = {
 # given after these replaces the judge chosen here.
 REQUIRED = {
     "make_tables": ["experiment=tiny"],
+    "export": ["run_dir=runs/x", "repo_id=user/model"],
     "judge_answers": [
         "result=x.json",
         "judge=hf_local",

@@ -7,15 +7,22 @@ A Hugging Face model card is a Markdown file opened by YAML front matter between
 model was trained for, the training data, steps, seed and the method's key settings, and how to load it. The
 same facts go, as JSON, into ``sparsectx_training.json`` (``training`` and ``base_model``), which the card
 points at; the run's whole resolved config is ``config.yaml`` beside the folder.
+
+When the model's evaluation results are known (``python src/export.py`` finds them, ``sparsectx.export``), the card
+also carries them: a Markdown table for the reader and the Hub's ``model-index`` metadata, written by huggingface_hub's
+own ``repocard_data.ModelCardData`` and ``EvalResult`` (``eval_results_to_model_index``), the format
+``ModelCard.load`` parses back (``model_index_to_eval_results``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from huggingface_hub import EvalResult, ModelCardData
 
 from sparsectx.models import ModelConfig
 from sparsectx.models.loading import hub_commit, is_hub_id, resolve_model_path
@@ -28,6 +35,26 @@ CARD_FILE = "README.md"
 
 MERGED, ADAPTER = "merged", "adapter"
 """The two folders a card describes: the full model (LoRA merged, or full-parameter weights) or a PEFT adapter."""
+
+EVAL_TASK = "image-text-to-text"
+"""The ``model-index`` task type of every score: the Hub's pipeline tag of the model (``pipeline_tag``)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One benchmark score of the model: a result JSON of ``python src/evaluate.py`` (``eval.results.BenchResult``)."""
+
+    benchmark: str
+    """The benchmark's config name (``<leaf>/<benchmark>.json``)."""
+    dataset: str
+    """Its dataset name (``BenchResult.dataset_name``: VLMEvalKit's name for a real benchmark)."""
+    scorer: str
+    score: float
+    """The scorer's headline, on its own scale (percent; out of 1000 for OCRBench; summed for MME)."""
+    pruner: str
+    budget: float
+    items: int
+    """Items scored (``BenchResult.n_scored``)."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +148,13 @@ def training_facts(tc: TrainConfig, steps: int, samples_seen: int) -> dict[str, 
     return facts
 
 
-def render_card(kind: str, base: BaseModel, facts: dict[str, Any]) -> str:
+def render_card(kind: str, base: BaseModel, facts: dict[str, Any], evaluations: Sequence[Evaluation] = ()) -> str:
     """Returns the model card of a run's ``checkpoint/`` (``kind`` ``MERGED``) or ``adapter/`` (``ADAPTER``).
 
     The front matter's ``base_model_relation`` is ``finetune`` for the full model and ``adapter`` for the adapter
     (huggingface_hub ``repocard_data.ModelCardData``: the Hub's relation names); ``library_name`` is what loads
-    the folder (``transformers``, or ``peft``).
+    the folder (``transformers``, or ``peft``). ``evaluations`` (the model's known scores) add the body's
+    evaluation table and the front matter's ``model-index`` (``model_index``); none, and the card has neither.
     """
     lora = facts["lora"] is not None
     tags = ["sparsectx", "visual-token-pruning", facts["method"], facts["pruner"], *(["lora"] if lora else [])]
@@ -138,12 +166,78 @@ def render_card(kind: str, base: BaseModel, facts: dict[str, Any]) -> str:
         "tags": tags,
         "sparsectx": facts,
     }
+    evaluations = _trained_setting_first(evaluations, facts)
+    if evaluations:
+        meta["model-index"] = model_index(model_name(facts), evaluations)
     front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
-    return f"---\n{front}---\n\n{_body(kind, base, facts)}"
+    return f"---\n{front}---\n\n{_body(kind, base, facts, evaluations)}"
 
 
-def _body(kind: str, base: BaseModel, facts: dict[str, Any]) -> str:
-    """Returns the card's Markdown: what the folder holds, the training table, how to load it, the files."""
+def model_name(facts: dict[str, Any]) -> str:
+    """Returns the name the card's ``model-index`` gives the model: ``<model>-<method>-<pruner>-<budget>``."""
+    return f"{facts['model']}-{facts['method']}-{facts['pruner']}-{budget_tag(facts['budget'])}"
+
+
+def model_index(name: str, evaluations: Sequence[Evaluation]) -> list[dict[str, Any]]:
+    """Returns the Hub's ``model-index`` of ``evaluations`` as huggingface_hub writes it (``ModelCardData.to_dict``,
+    ``repocard_data.eval_results_to_model_index``): one result per dataset, one metric per pruner and budget.
+
+    The pruner, budget and items scored of each score go into the metric's ``args`` (``EvalResult.metric_args``):
+    the model-index has no field for the visual-token budget a score was measured at.
+    """
+    results = [
+        EvalResult(
+            task_type=EVAL_TASK,
+            dataset_type=row.dataset,
+            dataset_name=row.benchmark,
+            metric_type=row.scorer,
+            metric_value=row.score,
+            metric_name=f"{row.scorer} ({row.pruner}, budget {budget_tag(row.budget)})",
+            metric_args={"pruner": row.pruner, "budget": row.budget, "items": row.items},
+        )
+        for row in evaluations
+    ]
+    return ModelCardData(model_name=name, eval_results=results).to_dict()["model-index"]
+
+
+def _is_trained_setting(row: Evaluation, facts: dict[str, Any]) -> bool:
+    """Returns whether ``row`` was measured at the pruner and budget the model was trained for."""
+    return row.pruner == facts["pruner"] and row.budget == facts["budget"]
+
+
+def _trained_setting_first(evaluations: Sequence[Evaluation], facts: dict[str, Any]) -> list[Evaluation]:
+    """Returns ``evaluations`` with the trained pruner and budget's first, then by pruner and budget (each group
+    keeps its benchmarks' order)."""
+    return sorted(evaluations, key=lambda row: (not _is_trained_setting(row, facts), row.pruner, row.budget))
+
+
+def _evaluation_section(kind: str, facts: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[str]:
+    """Returns the card's evaluation table (no lines when no score is known)."""
+    if not evaluations:
+        return []
+    measured = " on the merged copy of this adapter (the run's `checkpoint/`)" if kind == ADAPTER else ""
+    return [
+        "## Evaluation",
+        "",
+        f"Scores by sparsectx's `python src/evaluate.py` (greedy decoding){measured}, each on its scorer's scale "
+        "(percent; OCRBench out of 1000; MME summed), the pruner and budget it was trained for first. The same "
+        "figures are the front matter's `model-index`.",
+        "",
+        "| benchmark | pruner | budget | score | scorer | items |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *(
+            f"| {row.benchmark} | {row.pruner} | {budget_tag(row.budget)}"
+            f"{' (as trained)' if _is_trained_setting(row, facts) else ''} | {row.score:.2f} | {row.scorer} | "
+            f"{row.items} |"
+            for row in evaluations
+        ),
+        "",
+    ]
+
+
+def _body(kind: str, base: BaseModel, facts: dict[str, Any], evaluations: Sequence[Evaluation]) -> str:
+    """Returns the card's Markdown: what the folder holds, the training table, the evaluation table when scores
+    are known, how to load it, the files."""
     budget = facts["budget"]
     at = f" at revision `{base.revision}`" if base.revision else ""
     if kind == ADAPTER:
@@ -165,6 +259,7 @@ def _body(kind: str, base: BaseModel, facts: dict[str, Any]) -> str:
         f"| base model | `{base.name_or_path}`{' @ `' + base.revision + '`' if base.revision else ''} |",
         *(f"| {key} | {_cell(value)} |" for key, value in facts.items() if value is not None),
         "",
+        *_evaluation_section(kind, facts, evaluations),
         "## How to load",
         "",
         *(_adapter_usage(base, facts) if kind == ADAPTER else _merged_usage(facts)),
