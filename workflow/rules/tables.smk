@@ -33,3 +33,25 @@ rule make_tables:
         **RES["tables"],
     shell:
         "{params.cli} {params.args:q} > {log} 2>&1"
+
+
+localrules:
+    html_report,
+
+
+rule html_report:
+    """The study as one self-contained HTML page (docs/report.md): protocol card, tables, plots, and an item browser
+    of every leaf's predictions. Not part of all_tables (make demo's outputs stay as they are): the target
+    `snakemake --profile workflow/profiles/local html_report` runs the study and its tables first when needed."""
+    input:
+        tables=GRID.tables_dir(),
+        leaves=[leaf for stage in wf.TARGET_STAGES for leaf in GRID.targets(stage)],
+    output:
+        f"results/{GRID.experiment}/report.html",
+    log:
+        f"logs/html_report/{GRID.experiment}.log",
+    params:
+        cli=wf.entry_point("make_html_report.py"),
+        args=[f"experiment={GRID.experiment}"],
+    shell:
+        "{params.cli} {params.args:q} > {log} 2>&1"
