@@ -11,13 +11,12 @@ problem and a summary, exits 1 on any problem (``sparsectx.preflight.run``).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from omegaconf import DictConfig
 
 from sparsectx.cli import config_check, entry
+from sparsectx.paths import CONF_DIR
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 PASSED_ON = ("model.", "bench.", "model_paths", "+model_paths", "sample_image", "train_")
 """The caller's overrides kept when another model or the preset's suite is composed."""
 

@@ -34,7 +34,9 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_config_search_path, get_args_parser
+from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -157,15 +159,17 @@ def check_command_line(
     valid names, or a value the cheap checks refuse.
 
     The argument list is read by Hydra's own parser (``hydra/_internal/utils.py:get_args_parser``); a sweep
-    (``-m seed=0,1``) is checked with the first value of each sweep. Commands that do not compose
-    ``conf_dir`` (``--config-dir``, ``--config-path``, ``--shell-completion``, ``--experimental-rerun``) are left
-    to Hydra. With ``study_names``, the study names are registered first (``name_studies``).
+    (``-m seed=0,1``) is checked with the first value of each sweep. A user's ``--config-dir`` is searched as Hydra
+    searches it (``user_config_dir``, ``config_search``). Commands that do not compose ``conf_dir``
+    (``--config-path``, ``--shell-completion``, ``--experimental-rerun``) are left to Hydra. With ``study_names``,
+    the study names are registered first (``name_studies``).
     """
     args = get_args_parser().parse_args(argv)
-    if args.config_dir or args.config_path or args.shell_completion or args.experimental_rerun:
+    if args.config_path or args.shell_completion or args.experimental_rerun:
         return
     name = args.config_name or config_name
-    with initialize_config_dir(config_dir=str(conf_dir), version_base=version_base):
+    extra_dir = user_config_dir(args.config_dir, conf_dir) if args.config_dir else None
+    with config_search(conf_dir, extra_dir, version_base):
         loader = GlobalHydra.instance().config_loader()
         try:
             overrides = OverridesParser.create(config_loader=loader).parse_overrides(args.overrides)
@@ -173,7 +177,7 @@ def check_command_line(
             return  # a syntax error: Hydra's parser message points at the character
         overrides = [override for override in overrides if not override.is_hydra_override()]
         if study_names:
-            name_studies(overrides, conf_dir)
+            name_studies(overrides, [conf_dir] if extra_dir is None else [conf_dir, extra_dir])
         groups = {override.key_or_group for override in overrides if is_group_choice(override, loader)}
         for override in overrides:
             if override.key_or_group in groups:
@@ -186,6 +190,54 @@ def check_command_line(
             return  # not an unknown key: Hydra's own message follows
         if not (args.help or args.hydra_help or args.cfg or args.info):
             cheap_checks(cfg)
+
+
+def user_config_dir(config_dir: str, conf_dir: Path) -> Path | None:
+    """Returns the absolute folder ``--config-dir`` names, or None when it is ``conf_dir`` itself (``python
+    src/train.py --config-dir conf`` in a checkout); raises ``ConfigError`` when it is no folder, or when a config
+    in it has the path of a shipped one.
+
+    Hydra searches ``--config-dir`` after the primary config folder (``hydra/_internal/utils.py:run_hydra``,
+    ``add_conf_dir``: the folder goes before ``structured://``, behind the package's ``conf/``), and a config is
+    read from the first folder that has it (``hydra/_internal/config_repository.py:ConfigRepository.load_config``).
+    A user's new files therefore extend the shipped groups, but a file named like a shipped one would be ignored
+    without a word: that is refused here, naming both and the way to override a shipped default instead.
+    """
+    folder = Path(os.path.abspath(config_dir))  # as Hydra resolves it (add_conf_dir)
+    if not folder.is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no folder {folder}; name a folder of your own configs")
+    if folder.resolve() == conf_dir.resolve():
+        return None
+    mine = [path.relative_to(folder) for path in folder.rglob("*.yaml")]
+    shadowed = sorted(str(relative) for relative in mine if (conf_dir / relative).is_file())
+    if shadowed:
+        listed = ", ".join(f"{folder / relative} (shipped: conf/{relative})" for relative in shadowed[:3])
+        more = f" and {len(shadowed) - 3} more" if len(shadowed) > 3 else ""
+        raise ConfigError(
+            f"--config-dir {config_dir}: {listed}{more} would be ignored: Hydra reads the shipped conf/ first and "
+            "searches --config-dir after it. Give yours a new name (a new group option: model/my_tiny.yaml, then "
+            "model=my_tiny), or override shipped defaults in a primary config of your own (defaults: [train, _self_], "
+            "then your keys) run with --config-name <its name> (docs/install.md)"
+        )
+    return folder
+
+
+@contextmanager
+def config_search(conf_dir: Path, extra_dir: Path | None, version_base: str | None) -> Iterator[None]:
+    """Within this block, Hydra's compose API reads ``conf_dir`` and then ``extra_dir`` (a user's ``--config-dir``),
+    in the order ``hydra.main`` searches them: the search path ``initialize_config_dir`` builds
+    (``hydra/_internal/utils.py:create_config_search_path``), with ``extra_dir`` placed as ``run_hydra``'s
+    ``add_conf_dir`` places it (before ``structured://``). ``initialize_config_dir`` restores Hydra's global state
+    on leaving."""
+    with initialize_config_dir(config_dir=str(conf_dir), version_base=version_base):
+        if extra_dir is not None:
+            search_path = create_config_search_path(str(conf_dir))
+            search_path.prepend(
+                provider="command-line", path=f"file://{extra_dir}", anchor=SearchPathQuery(provider="schema")
+            )
+            GlobalHydra.instance().clear()
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+        yield
 
 
 def check_keys(compose_with: Callable[[list[str]], DictConfig], overrides: list[Any], groups: set[str]) -> None:
@@ -322,9 +374,10 @@ def closest_keys(typed: str, keys: Iterable[str], n: int = 3) -> list[str]:
     return [key for _, _, key in sorted(scored, key=lambda item: (-item[0], -item[1], item[2]))[:n]]
 
 
-def name_studies(overrides: list[Any], conf_dir: Path) -> None:
-    """Returns None after registering, for each ``experiment=<name>`` without ``conf/experiment/<name>.yaml``, a
-    preset that only sets ``experiment: <name>`` (package ``_global_``, so it replaces the primary config's
+def name_studies(overrides: list[Any], conf_dirs: list[Path]) -> None:
+    """Returns None after registering, for each ``experiment=<name>`` without ``<conf dir>/experiment/<name>.yaml``
+    in any of ``conf_dirs`` (the package's and a user's ``--config-dir``), a preset that only sets
+    ``experiment: <name>`` (package ``_global_``, so it replaces the primary config's
     ``experiment`` as a preset file would); raises ``ConfigError`` for a name that is not one plain folder name.
 
     The preset goes to Hydra's ConfigStore, which every config search path reads (``structured://``,
@@ -332,7 +385,7 @@ def name_studies(overrides: list[Any], conf_dir: Path) -> None:
     group choice, in a single run and in each job of a sweep (``-m experiment=a,b``). A name close to a preset's
     (a typo of ``tiny_demo``?) is still a study of its own, said in one line on stderr.
     """
-    presets = [path.stem for path in (conf_dir / STUDY_GROUP).glob("*.yaml")]
+    presets = [path.stem for folder in conf_dirs for path in (folder / STUDY_GROUP).glob("*.yaml")]
     for override in overrides:
         if override.key_or_group != STUDY_GROUP or override.is_delete():
             continue

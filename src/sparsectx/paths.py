@@ -1,5 +1,6 @@
 """Output paths as pure functions of the config: one results leaf per (experiment, model, method, pruner,
-budget, benchmark), one training directory per (experiment, model, method, pruner, budget).
+budget, benchmark), one training directory per (experiment, model, method, pruner, budget); and where the
+package's own files are (``PACKAGE_DIR``, ``CONF_DIR``), in a checkout and in an installed wheel alike.
 
 Every name that becomes a path component is checked where it becomes one (``path_name``): a name from the
 config or from a file (a trained checkpoint's ``config.yaml``) cannot lead a write outside ``results_root``
@@ -11,6 +12,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+"""The installed package's folder: ``src/sparsectx`` in a checkout, ``site-packages/sparsectx`` from a wheel."""
+CONF_DIR = (PACKAGE_DIR / "conf").resolve()
+"""Hydra's config folder, the one source of defaults. The package ships it as ``sparsectx/conf``: in a checkout
+that is a link to the repository's ``conf/`` (so this resolves to it, as every ``conf/...`` path in messages and
+docs says), in a wheel a copy of it (``[tool.setuptools.package-data]``). The entry scripts' ``config_path="../conf"``
+names the same folder from ``src/`` and from the package's ``sparsectx/scripts/``."""
 
 PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 """What a name that becomes one folder or file name may spell: ASCII letters, digits and ``. _ + -``, starting

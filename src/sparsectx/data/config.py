@@ -9,12 +9,12 @@ is an error that names the key.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 
 from sparsectx.checks import check_choice
+from sparsectx.paths import CONF_DIR
 
 # Families that teach (dense description) but must never be scored: a benchmark may not use them.
 TRAIN_ONLY_FAMILIES = frozenset({"describe"})
@@ -282,7 +282,7 @@ class MediaConfig:
             )
 
 
-MEDIA_CONFIG = Path(__file__).resolve().parents[3] / "conf" / "data" / "media" / "limits.yaml"
+MEDIA_CONFIG = CONF_DIR / "data" / "media" / "limits.yaml"
 """The media limits every reader and decoder of images and video applies (``sparsectx.data.media``)."""
 
 

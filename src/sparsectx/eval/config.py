@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -24,6 +23,7 @@ from sparsectx.engine.config import EngineConfig
 from sparsectx.eval.scorers import SCORERS
 from sparsectx.generation import DecodingConfig
 from sparsectx.models import ModelConfig
+from sparsectx.paths import CONF_DIR  # the package's conf/ (a checkout's, or a wheel's copy); re-exported here
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.tracking import LoggerConfig
 
@@ -389,10 +389,6 @@ def load_eval_config(cfg: DictConfig) -> EvalConfig:
     """Returns the composed config as a checked ``EvalConfig``; unknown, missing or mistyped keys raise."""
     merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
-
-
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
-"""The checkout's ``conf/`` (the package is installed from its checkout: ``pip install -e .``)."""
 
 
 def compose_bench(name: str, overrides: Sequence[str] = ()) -> BenchSpec:

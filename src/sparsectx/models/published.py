@@ -15,9 +15,11 @@ from typing import Any
 
 import yaml
 
+from sparsectx.paths import CONF_DIR
+
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "assets" / "published"
 """The folder of published checkpoint files, one subfolder per checkpoint."""
-MODEL_CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "model"
+MODEL_CONF_DIR = CONF_DIR / "model"
 """The model presets (``conf/model/<name>.yaml``); their ``path`` is the checkpoint's hub id."""
 
 

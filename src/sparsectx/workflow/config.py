@@ -12,10 +12,13 @@ from typing import Any
 import jsonschema
 import yaml
 
+from sparsectx.paths import CONF_DIR  # Hydra's config folder; re-exported as sparsectx.workflow.CONF_DIR
+
 REPO_DIR = Path(__file__).resolve().parents[3]
-CONF_DIR = REPO_DIR / "conf"
-"""Hydra's config directory (the entry points in ``src/`` use ``config_path="../conf"``)."""
-SCHEMA_PATH = REPO_DIR / "workflow" / "schemas" / "config.schema.yaml"
+"""The checkout: the Snakefile, ``workflow/`` and ``src/*.py`` that a study's DAG runs are there, not in a wheel."""
+SCHEMA_PATH = (Path(__file__).resolve().parent / "schemas" / "config.schema.yaml").resolve()
+"""The grid's schema, ``workflow/schemas/`` of the checkout (the package's ``sparsectx/workflow/schemas`` links to
+it; a wheel ships a copy, which ``make_tables`` reads)."""
 
 
 def load_yaml(path: Path) -> Any:

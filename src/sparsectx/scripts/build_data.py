@@ -1,0 +1,1 @@
+../../build_data.py

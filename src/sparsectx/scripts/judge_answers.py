@@ -1,0 +1,1 @@
+../../judge_answers.py

@@ -1,0 +1,1 @@
+../../make_html_report.py

@@ -1,0 +1,1 @@
+../../vlmeval_score.py
