@@ -53,6 +53,7 @@ from sparsectx.redact import redact
 from sparsectx.run_tags import AUTO, resolved_tag, run_label, typed_overrides
 from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
+from sparsectx.training.accelerate_config import accelerator_arguments, check_accelerate_environment
 from sparsectx.training.batches import TrainingSet, require_training_file
 from sparsectx.training.config import TrainConfig, load_train_config, run_defining
 from sparsectx.training.contexts import MicroBatch
@@ -104,16 +105,18 @@ class RunResult:
 def run(cfg: DictConfig) -> RunResult:
     """Returns the finished run after training (or resuming) the method ``cfg`` describes.
 
-    The config is checked completely before the model loads; a resume state with different run-defining keys
-    raises before any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
+    The config is checked completely before the model loads, accelerate's exported settings against it first
+    (``sparsectx.training.accelerate_config``); a resume state with different run-defining keys raises before
+    any work. A NaN/inf loss raises ``NonFiniteLossError`` and leaves the last good state.
     """
     cfg = with_resolved_run_tag(cfg)
     tc = load_train_config(cfg)
+    check_accelerate_environment(tc, os.environ)  # accelerate launch's exported settings against this config
     require_training_file(tc.train_data)  # before anything is loaded or written
     tc.pruner.check_model(resolve_checkpoint(tc.model))  # an in-LLM K against the LLM's depth, from config.json alone
     check_device(tc.model.device)  # before Accelerator, which would fall back to the CPU without a word
     resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    accelerator = Accelerator(cpu=tc.model.device == "cpu")
+    accelerator = Accelerator(**accelerator_arguments(tc))  # mixed precision off: model.dtype decides
     if accelerator.is_main_process:  # a paper-stated setting this run changes: the protocol card lists it too
         for line in run_deviations(cfg, "train"):
             log.warning("protocol: %s", line)

@@ -10,9 +10,10 @@ Units (``shard_model``): every decoder layer, every other direct child of the te
 (``embed_tokens``, ``norm``) and ``lm_head``. Each is a module the adapter calls, so its forward hooks gather
 it, and each is its own FSDP root (no unit wraps the whole model). The vision tower stays replicated: the
 grouped attention and the GEMM-aligned MLP read its weights directly, and it is small (0.7B at 7B); when it
-trains (``method.train_vision``) its gradients are summed by all-reduce as under ``none``. Tied embeddings
-(``embed_tokens`` and ``lm_head`` sharing one weight, as in the 3B models and the tiny model) stay replicated
-too: a unit of two modules must sit below a root unit, which this layout has none of.
+trains (``method.train_vision``) its gradients are summed after backward, one all-reduce per tensor
+(``sum_replicated_gradients``; under ``none`` DDP's buckets sum them, ``sparsectx.training.replication``).
+Tied embeddings (``embed_tokens`` and ``lm_head`` sharing one weight, as in the 3B models and the tiny model)
+stay replicated too: a unit of two modules must sit below a root unit, which this layout has none of.
 
 Gradients: every unit reduce-scatters its gradient after each micro-batch's backward with divide factor 1, a
 SUM over processes, so the synced gradient is exactly ∇L (``sparsectx.training.update``'s contract). Every

@@ -3,20 +3,23 @@
 Loss scaling (gradient accumulation and multiple processes). The step loss is
 ``L = Σ_{processes} Σ_{micro-batches} ℓ_j`` where each ``ℓ_j`` is divided by a count taken over the WHOLE
 step: ``StepCounts`` sums the planned positions (or sequences) of every micro-batch on every process before
-any backward. Each process backpropagates its own ``ℓ_j`` unscaled, and after the last micro-batch the
-gradients of the trainable tensors are SUMMED over processes (``torch.distributed.all_reduce``, op SUM).
+any backward. Each process backpropagates its own ``ℓ_j`` unscaled, accumulating over its micro-batches, and
+the last micro-batch's backward SUMS the gradients of the trainable tensors over processes: DDP's reducer
+all-reduces them (op SUM) in buckets as backward produces them, overlapping the rest of backward
+(``sparsectx.training.replication``; the model is not wrapped in DDP, whose forward the adapter never calls).
 The result is exactly ∇L: no division by the number of micro-batches or processes appears anywhere, so
-1×4 == 4×1 == 2 processes × 2 (tested for accumulation). The model is not wrapped in DDP because the adapter
-calls the language model directly; Accelerate provides the process group, device placement and reductions.
+1×4 == 4×1 == 2 processes × 2 (tested for accumulation), element for element the per-tensor sum DDP replaced.
+Accelerate provides the process group, device placement and reductions.
 Under ``distributed.strategy=fsdp`` the sharded tensors' gradients are summed by FSDP2's reduce-scatter in
 each backward instead (divide factor 1, ``sparsectx.training.sharding``), the replicated ones (a trained vision
-tower) by the same all-reduce, and the clip norm is taken over the shards: the same ∇L (tested against one
-process).
+tower) by one all-reduce per tensor after backward, and the clip norm is taken over the shards: the same ∇L
+(tested against one process).
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +34,7 @@ from sparsectx.training.contexts import MicroBatch, prepare_step
 from sparsectx.training.groups import Draw, prepare_groups, reused_groups, stored_rollouts
 from sparsectx.training.memory import offloaded_teacher_logits
 from sparsectx.training.prefetch import Batch, HostInputs, HostPrefetch
+from sparsectx.training.replication import GradientSync
 from sparsectx.training.rl import rl_metrics
 from sparsectx.training.schedules import BUDGET_SCHEDULES, LAYER_SCHEDULES, epic_teacher_budget
 from sparsectx.training.sharding import clip_gradients, gathered, is_sharded, sum_replicated_gradients
@@ -82,9 +86,7 @@ def build_optimizer(
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
     adamw = adamw_class(cfg.memory.optimizer_states)
-    optimizer = adamw(
-        [g for g in groups if g["params"]], lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps
-    )
+    optimizer = adamw([g for g in groups if g["params"]], lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
     factor = LRFactor(optim.warmup_steps, cfg.steps, optim.lr_schedule)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
@@ -121,6 +123,9 @@ class Trainer:
     rollouts: dict[str, Any] | None = None
     trace: TokenTrace | None = None
     """The current step's per-token collector when it is traced (``token_trace``; never saved), else None."""
+    gradient_sync: GradientSync | None = None
+    """DDP's gradient sum over processes without sharding (``replicated_sync`` builds it at the first step), or
+    None before that, on one process and under fsdp."""
 
     def generator(self, stream: str, micro: int, device: torch.device | str) -> torch.Generator:
         """Returns a generator seeded by (seed, stream, step, process, micro-batch) on ``device``."""
@@ -220,6 +225,16 @@ def step_counts(micro: list[MicroBatch], accelerator: Accelerator) -> StepCounts
     return StepCounts(sequences=int(total[0]), tokens=int(total[1]))
 
 
+def replicated_sync(trainer: Trainer) -> GradientSync | None:
+    """Returns the trainer's DDP gradient sum when several processes hold the whole model (built on first use,
+    once the trainable tensors are final: after sharding and resume), else None (one process, or fsdp)."""
+    if trainer.accelerator.num_processes == 1 or is_sharded(trainer.student):
+        return None
+    if trainer.gradient_sync is None:
+        trainer.gradient_sync = GradientSync(trainer.student.trainable)
+    return trainer.gradient_sync
+
+
 def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[MicroBatch], float]:
     """Returns (summed statistics, micro-batches, budget) after backpropagating every micro-batch of the step
     (``micro_loss`` fills ``Trainer.trace`` on a traced step).
@@ -238,9 +253,12 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
         stored = list(offloaded_teacher_logits(student, cfg.method.teacher.kind, micro))
     totals: dict[str, float] = {}
     problems = []
+    sync = replicated_sync(trainer)
     for j, (mb, teacher) in enumerate(zip(micro, stored, strict=True)):
         generator = trainer.generator("positions", j, device)
-        loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher, trace=trainer.trace)
+        synced = j == len(micro) - 1  # the step's last backward sums the gradients over processes
+        with nullcontext() if sync is None else sync.loss_pass(synced):
+            loss, stats = micro_loss(cfg, student, mb, counts, generator, stored_teacher=teacher, trace=trainer.trace)
         finite = bool(torch.isfinite(loss))
         if not finite:  # no backward: the gradients stay finite, the update will not happen
             problems.append(
@@ -248,8 +266,8 @@ def accumulate_gradients(trainer: Trainer) -> tuple[dict[str, float], list[Micro
                 f"(budget {budget:.4f}, samples {[it.index for it in mb.items]}, prefix lengths "
                 f"{mb.valid.sum(-1).tolist()}, normalisers {counts})"
             )
-        if is_sharded(student):  # each backward reduce-scatters: every process runs it, or none does
-            check_finite(trainer, problems)
+        if is_sharded(student) or (sync is not None and synced):  # a backward that communicates: every process
+            check_finite(trainer, problems)  # runs it, or none does
         if not finite:
             continue
         with mode(student.model, training=True):  # a checkpointed layer recomputes in backward in this mode
@@ -323,19 +341,17 @@ def check_finite(trainer: Trainer, problems: list[str]) -> None:
 
 
 def sync_gradients(trainer: Trainer) -> None:
-    """Returns None after summing the trainable tensors' gradients over processes (a no-op on one process).
+    """Returns None once the trainable tensors' gradients are summed over processes (a no-op on one process).
 
-    Under fsdp the sharded tensors' gradients were summed in backward; only the replicated ones remain.
+    Without sharding DDP summed them in the step's last backward (``replicated_sync``): this checks that every
+    one was. Under fsdp the sharded tensors' gradients were summed in each backward; the replicated ones are
+    summed here.
     """
-    if trainer.accelerator.num_processes == 1:
-        return
-    if is_sharded(trainer.student):
+    sync = replicated_sync(trainer)
+    if sync is not None:
+        sync.check_synced()
+    elif trainer.accelerator.num_processes > 1:
         sum_replicated_gradients(list(trainer.student.trainable.values()))
-        return
-    for param in trainer.student.trainable.values():
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        torch.distributed.all_reduce(param.grad, op=torch.distributed.ReduceOp.SUM)
 
 
 def apply_update(trainer: Trainer) -> float:
@@ -358,7 +374,8 @@ def apply_update(trainer: Trainer) -> float:
         )
     trainer.optimizer.step()
     trainer.scheduler.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
+    # DDP's gradients are views into its buckets: zeroed in place they stay views (no second copy next step)
+    trainer.optimizer.zero_grad(set_to_none=trainer.gradient_sync is None)
     if trainer.student.ema is not None:  # after optimizer.step(), never before (spec §1.8)
         trainer.student.ema.update(trainer.student.trainable)
     return norm
