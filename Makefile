@@ -5,27 +5,43 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLMEVAL_ENV ?= .vlmeval-env
 VLMEVAL_STAMP := $(VLMEVAL_ENV)/.installed
+VLMEVAL_HOOK := $(VLMEVAL_ENV)/.sparsectx-hook
 LMMS_ENV ?= .lmms-env
 LMMS_STAMP := $(LMMS_ENV)/.installed
 # make test also builds the two harness environments (docs/harnesses.md: about 9 GB and 3 minutes), so the
 # tests that compare with VLMEvalKit and lmms-eval run instead of skipping; HARNESS_ENVS=0 leaves them out.
 # Their installs skip pip's cache: its copy of the CUDA wheels would double their disk footprint.
 HARNESS_ENVS ?= 1
-TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_STAMP) $(LMMS_STAMP))
+TEST_ENVS := $(if $(filter 1,$(HARNESS_ENVS)),$(VLMEVAL_HOOK) $(LMMS_STAMP))
+# make test also installs Debian's chromium (about 300 MB) when it is missing and apt-get is usable (as root), so the
+# HTML report's browser test (tests/report/test_html_report.py) runs instead of skipping; BROWSER_TESTS=0 leaves it out.
+BROWSER_TESTS ?= 1
+TEST_BROWSER := $(if $(filter 1,$(BROWSER_TESTS)),chromium)
 
-.PHONY: demo study test test-long lint clean-results protocol-cards rehearse slurm-demo test-slurm vlmeval-env lmms-env
+.PHONY: demo study test test-long lint constraints clean-results protocol-cards rehearse slurm-demo test-slurm vlmeval-env lmms-env chromium
 
-$(STAMP): pyproject.toml
+# Through constraints.txt, the pinned stack: CI and a user get the same versions of every distribution.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: the index's build of that version (CUDA from PyPI on Linux x86-64, CPU elsewhere)
+	$(BIN)/python -m pip install --quiet torch==2.13.0 -c constraints.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -c constraints.txt
+	touch $(STAMP)
+
+# After changing a dependency in pyproject.toml: install without the old pins (pip changes only what the change
+# needs), then pin what is installed (scripts/write_constraints.py; docs/install.md). Commit both files.
+constraints:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python scripts/write_constraints.py constraints.txt
 	touch $(STAMP)
 
 # The suite runs on a worker per core (pytest-xdist), a test file per worker at a time: the files that hold
 # slow end-to-end runs go first (tests/conftest.py). One worker: `.venv/bin/python -m pytest -q`.
-test: $(STAMP) $(TEST_ENVS)
+test: $(STAMP) $(TEST_ENVS) $(TEST_BROWSER)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slurm_long and not long"
 
 # The real-scheduler tests too long for CI (as root, like make slurm-demo; docs/testing.md): a training job stopped
@@ -105,7 +121,23 @@ $(VLMEVAL_STAMP): pyproject.toml
 	$(VLMEVAL_ENV)/bin/python -c "import vlmeval, torchvision, sparsectx"
 	touch $(VLMEVAL_STAMP)
 
-vlmeval-env: $(VLMEVAL_STAMP)
+# VLMEvalKit's own run.py finds SparsectxVLM (--config class, --model names of $SPARSECTX_VLMEVAL_MODELS): a .pth file
+# installs sparsectx.integrations.vlmeval_register's import hook at interpreter start; the vlmeval package is not edited.
+$(VLMEVAL_HOOK): $(VLMEVAL_STAMP)
+	$(VLMEVAL_ENV)/bin/python -m sparsectx.integrations.vlmeval_register
+	$(VLMEVAL_ENV)/bin/python -c "import vlmeval.vlm; assert hasattr(vlmeval.vlm, 'SparsectxVLM')"
+	touch $(VLMEVAL_HOOK)
+
+vlmeval-env: $(VLMEVAL_HOOK)
+
+# Debian's chromium for the report's browser test (docs/report.md). Where it is missing and cannot be installed (not
+# root, no apt-get, no network), a line says so and the test skips with the same command.
+CHROMIUM_INSTALL := apt-get install -y --no-install-recommends chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && $(CHROMIUM_INSTALL) || echo "chromium: $(CHROMIUM_INSTALL) failed; the browser test skips"; \
+		else echo "chromium: not installed and apt-get is not usable here (needs root): run $(CHROMIUM_INSTALL)"; fi; }
 
 # lmms-eval's environment (docs/harnesses.md), with the project's CPU torch. lmms-eval 0.7.3 pins wandb==0.25.0,
 # which the project's wandb-workspaces (wandb>=0.28.2) excludes: it goes in without its own dependencies, then

@@ -97,15 +97,22 @@ def harness_layout() -> BenchLayout:
 
 def image_bytes_of(cell: str | Sequence[str]) -> bytes:
     """Returns the encoded bytes of a TSV ``image`` cell (base64; the first image of a multi-image row)."""
-    first = cell if isinstance(cell, str) else cell[0]
-    return base64.b64decode(first)
+    return images_of(cell)[0]
 
 
-def text_item(image_bytes: bytes, text: str) -> Item:
-    """Returns an ``Item`` for a prompt the adapter did not build (its text is the question as is); its id is
-    a hash of the image and the text, so a random pruner's mask is stable across runs."""
-    digest = hashlib.sha256(image_bytes + text.encode()).hexdigest()[:12]
-    return Item(int(digest, 16), image_bytes, text, {}, "", "", "", "", "", "", {})
+def images_of(cell: str | Sequence[str]) -> list[bytes]:
+    """Returns the encoded bytes of every image of a TSV ``image`` cell in order: one for a base64 string, each
+    of a multi-image row's list (VLMEvalKit's ``ImageBaseDataset`` keeps such a cell as a list of base64 strings,
+    vlmeval/dataset/image_base.py ``__init__``)."""
+    return [base64.b64decode(data) for data in ([cell] if isinstance(cell, str) else cell)]
+
+
+def text_item(image_bytes: bytes, text: str, more_images: Sequence[bytes] = ()) -> Item:
+    """Returns an ``Item`` for a prompt the adapter did not build (its text is the question as is), asked about
+    ``image_bytes`` and then ``more_images`` (a multi-image question: every image reaches the model, in order);
+    its id is a hash of the images and the text, so a random pruner's mask is stable across runs."""
+    digest = hashlib.sha256(b"".join((image_bytes, *more_images)) + text.encode()).hexdigest()[:12]
+    return Item(int(digest, 16), image_bytes, text, {}, "", "", "", "", "", "", {}, more_images=tuple(more_images))
 
 
 @dataclass

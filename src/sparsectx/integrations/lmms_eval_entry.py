@@ -13,6 +13,4 @@ def manifest() -> Any:
     """Returns lmms-eval's ``ModelManifest`` naming ``SparsectxLMM`` as model ``sparsectx``."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
-    return ModelManifest(
-        model_id="sparsectx", simple_class_path="sparsectx.integrations.lmms_eval_model.SparsectxLMM"
-    )
+    return ModelManifest(model_id="sparsectx", simple_class_path="sparsectx.integrations.lmms_eval_model.SparsectxLMM")
