@@ -63,10 +63,17 @@ def _char_tokenizer(specials: list[str], eos: str, template: str) -> PreTrainedT
 
 def _text(tok: PreTrainedTokenizerFast, layers: int) -> dict:
     return {
-        "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
-        "bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
-    }  # fmt: skip
+        "vocab_size": len(tok),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "bos_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
 
 
 def glm_processor_dir(tmp: Path) -> PreTrainedTokenizerFast:
@@ -85,18 +92,32 @@ def tiny_glm46v(tok: PreTrainedTokenizerFast, seed: int, layers: int = 2) -> Glm
     get = tok.convert_tokens_to_ids
     config = Glm46VConfig(
         vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "image_size": 56,
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "image_size": 56,
         },
         text_config={
             **_text(tok, layers),
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
-                                "partial_rotary_factor": 0.5},
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 1, 1],
+                "partial_rotary_factor": 0.5,
+            },
         },
-        image_token_id=get("<|image|>"), video_token_id=get("<|video|>"),
-        image_start_token_id=get("<|begin_of_image|>"), image_end_token_id=get("<|end_of_image|>"),
-        video_start_token_id=get("<|begin_of_video|>"), video_end_token_id=get("<|end_of_video|>"),
-    )  # fmt: skip
+        image_token_id=get("<|image|>"),
+        video_token_id=get("<|video|>"),
+        image_start_token_id=get("<|begin_of_image|>"),
+        image_end_token_id=get("<|end_of_image|>"),
+        video_start_token_id=get("<|begin_of_video|>"),
+        video_end_token_id=get("<|end_of_video|>"),
+    )
     config._attn_implementation = "sdpa"
     return Glm46VForConditionalGeneration(config).eval()
 
@@ -120,14 +141,22 @@ def tiny_llava_onevision(
     get = tok.convert_tokens_to_ids
     config = LlavaOnevisionConfig(
         vision_config={
-            "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-            "num_hidden_layers": 3, "num_attention_heads": 2, "image_size": LLAVA_VIEW, "patch_size": 8,
+            "model_type": "siglip_vision_model",
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 2,
+            "image_size": LLAVA_VIEW,
+            "patch_size": 8,
         },
         text_config={"model_type": "qwen2", **_text(tok, layers), "tie_word_embeddings": False},
-        image_token_index=get("<image>"), video_token_index=get("<video>"),
-        image_grid_pinpoints=LLAVA_PINPOINTS, vision_aspect_ratio=aspect, vision_feature_layer=-1,
+        image_token_index=get("<image>"),
+        video_token_index=get("<video>"),
+        image_grid_pinpoints=LLAVA_PINPOINTS,
+        vision_aspect_ratio=aspect,
+        vision_feature_layer=-1,
         vision_feature_select_strategy="full",
-    )  # fmt: skip
+    )
     config._attn_implementation = "sdpa"
     return LlavaOnevisionForConditionalGeneration(config).eval()
 

@@ -16,9 +16,7 @@ from sparsectx.generation import Generation, SamplingConfig, choose_next
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
 
 
-def _step_inputs(
-    adapter: VLMAdapter, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
-) -> LLMInputs:
+def _step_inputs(adapter: VLMAdapter, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> LLMInputs:
     embeds = adapter.embed_ids(tokens[:, None])
     visual = torch.zeros(tokens.shape[0], 1, dtype=torch.bool, device=tokens.device)
     return LLMInputs(embeds, mask, positions[None, :, None].expand(3, -1, 1), visual, ())

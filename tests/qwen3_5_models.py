@@ -35,19 +35,42 @@ def tiny_qwen3_5(
     types = ["full_attention" if all_full or (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
     config = Qwen3_5Config(
         vision_config={
-            "depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": PATCH, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
+            "depth": 3,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": PATCH,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
         },
         text_config={
-            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
-            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
-            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "layer_types": types, **_text_ids(tok),
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
-                                "mrope_interleaved": True, "partial_rotary_factor": 0.5},
+            "vocab_size": len(tok),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 512,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "layer_types": types,
+            **_text_ids(tok),
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 1, 1],
+                "mrope_interleaved": True,
+                "partial_rotary_factor": 0.5,
+            },
         },
         **_ids(tok),
-    )  # fmt: skip
+    )
     config._attn_implementation = "sdpa"
     return Qwen3_5ForConditionalGeneration(config).eval()
 

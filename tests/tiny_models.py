@@ -20,7 +20,12 @@ from transformers.models.qwen3_vl import Qwen3VLConfig, Qwen3VLForConditionalGen
 from sparsectx.models.processor import ImageTextProcessor
 
 SPECIALS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
     "<|video_pad|>",
 ]
 TEMPLATE = (
@@ -45,7 +50,10 @@ def char_processor(patch_size: int, tmp: Path) -> ImageTextProcessor:
     tok.chat_template = TEMPLATE
     side = patch_size * 2
     images = Qwen2VLImageProcessorPil(
-        min_pixels=(2 * side) ** 2, max_pixels=(8 * side) ** 2, patch_size=patch_size, merge_size=2,
+        min_pixels=(2 * side) ** 2,
+        max_pixels=(8 * side) ** 2,
+        patch_size=patch_size,
+        merge_size=2,
         temporal_patch_size=2,
     )
     tok.save_pretrained(tmp)
@@ -58,8 +66,10 @@ def char_processor(patch_size: int, tmp: Path) -> ImageTextProcessor:
 def _ids(tok: PreTrainedTokenizerFast) -> dict[str, int]:
     get = tok.convert_tokens_to_ids
     return {
-        "image_token_id": get("<|image_pad|>"), "video_token_id": get("<|video_pad|>"),
-        "vision_start_token_id": get("<|vision_start|>"), "vision_end_token_id": get("<|vision_end|>"),
+        "image_token_id": get("<|image_pad|>"),
+        "video_token_id": get("<|video_pad|>"),
+        "vision_start_token_id": get("<|vision_start|>"),
+        "vision_end_token_id": get("<|vision_end|>"),
     }
 
 
@@ -67,20 +77,31 @@ def _text_ids(tok: PreTrainedTokenizerFast) -> dict[str, int]:
     return {"bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
 
 
-def tiny_qwen2_5_vl(
-    tok: PreTrainedTokenizerFast, seed: int, layers: int = 2
-) -> Qwen2_5_VLForConditionalGeneration:
+def tiny_qwen2_5_vl(tok: PreTrainedTokenizerFast, seed: int, layers: int = 2) -> Qwen2_5_VLForConditionalGeneration:
     """Returns a random-weight Qwen2.5-VL: 2 vision blocks (one windowed, one full), a ``layers``-layer LLM."""
     torch.manual_seed(seed)
     config = Qwen2_5_VLConfig(
         vision_config={
-            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 56,
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
             "fullatt_block_indexes": [1],
         },
         text_config={
-            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, **_text_ids(tok),
+            "vocab_size": len(tok),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 512,
+            **_text_ids(tok),
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
         },
         **_ids(tok),
@@ -94,16 +115,33 @@ def tiny_qwen3_vl(tok: PreTrainedTokenizerFast, seed: int, layers: int = 2) -> Q
     torch.manual_seed(seed)
     config = Qwen3VLConfig(
         vision_config={
-            "depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
+            "depth": 3,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0, 1],
         },
         text_config={
-            "vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
+            "vocab_size": len(tok),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 512,
             **_text_ids(tok),
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
-                                "mrope_interleaved": True},
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
         },
         **_ids(tok),
     )

@@ -26,9 +26,7 @@ def check_params(fn: Callable[..., Any], params: Mapping[str, Any], fixed: set[s
         key: dotted config key of the ``params`` block, used in the message.
     """
     signature = inspect.signature(fn).parameters.values()
-    expected = sorted(
-        p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in fixed
-    )
+    expected = sorted(p.name for p in signature if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in fixed)
     missing = [f"{key}.{name}" for name in expected if name not in params]
     unknown = [f"{key}.{name}" for name in params if name not in expected]
     if missing or unknown:

@@ -89,9 +89,7 @@ def _sample_pieces(
         embeds = torch.cat([embeds, adapter.embed_ids(response.to(ids.device))])
         positions = torch.cat([positions, steps.expand(3, -1)], dim=1)
         visual = torch.cat([visual, torch.zeros(response.numel(), dtype=torch.bool, device=visual.device)])
-        late_keep = torch.cat(
-            [late_keep, torch.ones(response.numel(), dtype=torch.bool, device=visual.device)]
-        )
+        late_keep = torch.cat([late_keep, torch.ones(response.numel(), dtype=torch.bool, device=visual.device)])
     return embeds, positions, visual, deepstack, prompt_len, late_keep
 
 

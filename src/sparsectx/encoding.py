@@ -71,10 +71,7 @@ def encode_samples(
     samples, cursor, video_cursor = [], 0, 0
     for row, item in enumerate(items):
         ids = batch["input_ids"][row][batch["attention_mask"][row].bool()]
-        own = (
-            videos[video_cursor : video_cursor + len(item.videos)]
-            + images[cursor : cursor + len(item.images)]
-        )
+        own = videos[video_cursor : video_cursor + len(item.videos)] + images[cursor : cursor + len(item.images)]
         cursor += len(item.images)
         video_cursor += len(item.videos)
         if item.videos:

@@ -68,8 +68,7 @@ def processor_inputs(processor: ImageTextProcessor, items: list[PromptItem]) -> 
                     "(missing or unreadable image file?)"
                 )
     texts = [
-        processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
-        for item in items
+        processor.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True) for item in items
     ]
     images = [image for item in items for image in item.images]
     videos = [video for item in items for video in item.videos]

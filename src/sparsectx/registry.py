@@ -32,9 +32,7 @@ class Registry(Generic[T]):
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise KeyError(
-                f"unknown {self.kind} {name!r}.{hint} Available: {', '.join(sorted(self._entries))}"
-            )
+            raise KeyError(f"unknown {self.kind} {name!r}.{hint} Available: {', '.join(sorted(self._entries))}")
         return self._entries[name]
 
     def names(self) -> list[str]:

@@ -135,9 +135,17 @@ def test_cases_pick_the_statement_for_the_run() -> None:
 
 @pytest.mark.parametrize(
     ("value", "paper", "same"),
-    [(2e-5, 2.0e-5, True), (0.1, 0.1 + 1e-12, True), (0.1, 0.2, False), ([1, 2], [1, 2], True),
-     ([1, 2], [1], False), (True, 1, False), ("a", ["a"], False), (None, None, True)],
-)  # fmt: skip
+    [
+        (2e-5, 2.0e-5, True),
+        (0.1, 0.1 + 1e-12, True),
+        (0.1, 0.2, False),
+        ([1, 2], [1, 2], True),
+        ([1, 2], [1], False),
+        (True, 1, False),
+        ("a", ["a"], False),
+        (None, None, True),
+    ],
+)
 def test_values_compare_as_the_card_means_them(value: object, paper: object, same: bool) -> None:
     assert same_value(value, paper) is same
 

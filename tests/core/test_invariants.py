@@ -37,9 +37,7 @@ def _greedy(max_new: int) -> SamplingConfig:
 
 def _random_selections(samples, budget: float, seed: int) -> list[list[Selection]]:
     gen = torch.Generator().manual_seed(seed)
-    return [
-        [select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples
-    ]
+    return [[select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples]
 
 
 @torch.no_grad()
@@ -60,9 +58,7 @@ def test_budget_one_greedy_text_equals_hf_generate(tiny_vlm):
     items = _items(tiny_vlm.patch)
     tok = tiny_vlm.processor.tokenizer
     batch = processor_inputs(tiny_vlm.processor, items)
-    config = GenerationConfig(
-        max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
-    )
+    config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
     hf = tiny_vlm.adapter.model.generate(**batch, generation_config=config)
     hf_new = hf[:, batch["input_ids"].shape[1] :]
     samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, items)
@@ -127,9 +123,7 @@ def test_kept_tokens_keep_unpruned_positions(tiny_vlm):
         full_pos = full.inputs.positions[:, b][:, full.inputs.attention_mask[b].bool()]
         pruned_pos = pruned.inputs.positions[:, b][:, pruned.inputs.attention_mask[b].bool()]
         visual_full = full_pos[:, full.inputs.visual_mask[b][full.inputs.attention_mask[b].bool()]]
-        kept = torch.cat(
-            [s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)]
-        )
+        kept = torch.cat([s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)])
         visual_pruned = pruned_pos[:, pruned.inputs.visual_mask[b][pruned.inputs.attention_mask[b].bool()]]
         assert torch.equal(visual_pruned, visual_full[:, kept])
         assert torch.equal(pruned_pos[:, -2:], full_pos[:, -2:])
@@ -148,9 +142,7 @@ def test_three_budgets_run_the_vision_tower_once(tiny_vlm):
 
 @torch.no_grad()
 def test_text_only_sample_builds_a_context(tiny_vlm):
-    samples = encode_samples(
-        tiny_vlm.adapter, tiny_vlm.processor, [PromptItem("txt", [], "no image here", "s", "")]
-    )
+    samples = encode_samples(tiny_vlm.adapter, tiny_vlm.processor, [PromptItem("txt", [], "no image here", "s", "")])
     ctx = build_context(tiny_vlm.adapter, samples, [[]])
     assert int(ctx.kept_visual[0]) == 0
     assert ctx.inputs.embeds.shape[1] == samples[0].prompt_ids.numel()

@@ -29,7 +29,9 @@ def test_rope_positions_match_hf(processor, sizes: list[tuple[int, int]]) -> Non
     assert any(h != w for _, h, w in grids) or len(sizes) == 1
 
     want, _ = model.model.get_rope_index(
-        inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"],
+        inputs["input_ids"],
+        inputs["mm_token_type_ids"],
+        image_grid_thw=inputs["image_grid_thw"],
         attention_mask=inputs["attention_mask"],
     )
     got, next_position = rope_positions(inputs["input_ids"][0], model.config.image_token_id, grids)

@@ -56,9 +56,7 @@ def write_llava_cot(root: Path, count: int) -> Path:
     lines = []
     for i in range(count):
         write_image(root, f"coco/train2017/{i:06d}.jpg", i)
-        lines.append(
-            json.dumps(llava_row(i, f"coco/train2017/{i:06d}.jpg", f"Question {i}?", cot_response(i)))
-        )
+        lines.append(json.dumps(llava_row(i, f"coco/train2017/{i:06d}.jpg", f"Question {i}?", cot_response(i))))
     path = root / "train.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -132,9 +130,7 @@ def write_vision_opd(root: Path, count: int) -> Path:
     lines = []
     for i in range(count):
         write_image(root, f"img/{i}.png", 400 + i)
-        lines.append(
-            json.dumps({"id": f"v{i}", "image": f"img/{i}.png", "question": f"Q{i}", "answer": f"A{i}"})
-        )
+        lines.append(json.dumps({"id": f"v{i}", "image": f"img/{i}.png", "question": f"Q{i}", "answer": f"A{i}"}))
     path = root / "train.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -18,9 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_run_writes_the_suite_without_the_processor(tmp_path: Path) -> None:
     report = run(compose_build(small_overrides(tmp_path / "suite", 3)))
     assert report is not None and set(report.files) == {*BENCHES, "train"}
-    assert sorted(p.name for p in (tmp_path / "suite").glob("*.tsv")) == sorted(
-        f"{b}.tsv" for b in [*BENCHES, "train"]
-    )
+    assert sorted(p.name for p in (tmp_path / "suite").glob("*.tsv")) == sorted(f"{b}.tsv" for b in [*BENCHES, "train"])
 
 
 def test_cli_writes_suite_processor_and_resolved_config(tmp_path: Path) -> None:

@@ -218,9 +218,7 @@ def test_describe_lists_every_object_once(small_suite) -> None:
         objects = _scene(item).objects
         parts = item.answer.split("; ")
         assert len(parts) == len(objects)
-        assert Counter(re.sub(r"^an? (.+) at .+$", r"\1", p) for p in parts) == Counter(
-            o.name for o in objects
-        )
+        assert Counter(re.sub(r"^an? (.+) at .+$", r"\1", p) for p in parts) == Counter(o.name for o in objects)
 
 
 @pytest.mark.parametrize("family", FAMILIES.names())

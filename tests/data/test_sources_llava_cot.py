@@ -47,15 +47,9 @@ def test_builds_the_quota_readable_by_training(tmp_path: Path) -> None:
     assert len(set(ids)) == 7
     for item in items:
         i = int(item.extra["source_id"][1:])
-        assert (
-            item.question == f"Question {i}?"
-            and item.answer == f"answer {i}"
-            and item.category == "llava_cot"
-        )
+        assert item.question == f"Question {i}?" and item.answer == f"answer {i}" and item.category == "llava_cot"
         assert item.image_bytes == png(i)  # the downloaded file's bytes, unchanged
-        assert item.trace.startswith(f"<think>plan {i}") and item.trace.endswith(
-            f"<answer>answer {i}</answer>"
-        )
+        assert item.trace.startswith(f"<think>plan {i}") and item.trace.endswith(f"<answer>answer {i}</answer>")
     counts = json.loads((tmp_path / "t.report.json").read_text())["sources"]["llava_cot"]
     assert counts == {
         "quota": 7,
@@ -83,9 +77,7 @@ def test_missing_image_names_file_and_row(tmp_path: Path) -> None:
         (tmp_path / "cot" / f"coco/train2017/{i:06d}.jpg").unlink()
     out = tmp_path / "t.tsv"
     with pytest.raises(ValueError, match=rf"{jsonl} line \d+: image missing: image file .* does not exist"):
-        build_training_set(
-            recipe("llava_cot", cot_recipe(tmp_path / "cot", out, 3, "training_set.skip_budget=0"))
-        )
+        build_training_set(recipe("llava_cot", cot_recipe(tmp_path / "cot", out, 3, "training_set.skip_budget=0")))
     assert not out.exists() and not list(tmp_path.glob(".t.tsv*"))  # nothing half-written
 
 
@@ -96,9 +88,7 @@ def test_malformed_row_names_file_and_row(tmp_path: Path) -> None:
     jsonl.write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=rf"{jsonl} line 4: malformed row: unparseable JSON"):
         build_training_set(
-            recipe(
-                "llava_cot", cot_recipe(tmp_path / "cot", tmp_path / "t.tsv", 3, "training_set.skip_budget=0")
-            )
+            recipe("llava_cot", cot_recipe(tmp_path / "cot", tmp_path / "t.tsv", 3, "training_set.skip_budget=0"))
         )
 
 
@@ -134,9 +124,7 @@ def test_bad_rows_within_budget_are_counted_by_reason(tmp_path: Path) -> None:
     report = json.loads(out.with_suffix(".report.json").read_text())["sources"]["llava_cot"]
     assert report["first_row_per_reason"]["empty question"].startswith(f"{jsonl} line 2: ")
     assert {item.extra["source_id"] for item in read_tsv(out)[0]} == {f"r{i}" for i in range(6, 12)}
-    with pytest.raises(
-        ValueError, match=rf"{jsonl} line \d+: .* dropped row 6, over training_set.skip_budget=5"
-    ):
+    with pytest.raises(ValueError, match=rf"{jsonl} line \d+: .* dropped row 6, over training_set.skip_budget=5"):
         build_training_set(recipe("llava_cot", cot_recipe(root, out, 6, "training_set.skip_budget=5")))
 
 
@@ -178,9 +166,7 @@ def test_openmmreasoner_parquet_with_embedded_images(tmp_path: Path) -> None:
     for item in items:
         i = int(item.extra["source_id"][1:])
         assert item.question == f"Solve {i}" and item.answer == str(i)
-        assert item.trace == f"<think>work {i}</think><answer>{i}</answer>" and item.image_bytes == png(
-            500 + i
-        )
+        assert item.trace == f"<think>work {i}</think><answer>{i}</answer>" and item.image_bytes == png(500 + i)
 
 
 def test_cli_writes_the_recipe_and_its_resolved_config_beside_it(tmp_path: Path) -> None:

@@ -88,9 +88,7 @@ def test_quotas_batches_and_rows_as_training_reads_them(downloads: list[str], tm
     assert all(not c.skipped for c in counts.values())
 
 
-def test_same_seeds_same_bytes_and_each_seed_moves_only_its_sources(
-    downloads: list[str], tmp_path: Path
-) -> None:
+def test_same_seeds_same_bytes_and_each_seed_moves_only_its_sources(downloads: list[str], tmp_path: Path) -> None:
     first, again = tmp_path / "a.tsv", tmp_path / "b.tsv"
     build(downloads, first)
     build(downloads, again)
@@ -121,15 +119,11 @@ def test_missing_parquet_image_names_the_parquet_file_and_row(downloads: list[st
         build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=0")
 
 
-def test_a_fetched_image_that_is_not_the_annotated_one_is_dropped(
-    downloads: list[str], tmp_path: Path
-) -> None:
+def test_a_fetched_image_that_is_not_the_annotated_one_is_dropped(downloads: list[str], tmp_path: Path) -> None:
     for row in range(16):  # the URLs now serve other pictures: every hash differs
         pixmo_image(tmp_path, row).write_bytes(png(900 + row))
     parquet = tmp_path / "pixmo" / "train-00000-of-00001.parquet"
-    with pytest.raises(
-        ValueError, match=rf"{parquet} row \d+: image sha256 mismatch: .* is not the annotated image"
-    ):
+    with pytest.raises(ValueError, match=rf"{parquet} row \d+: image sha256 mismatch: .* is not the annotated image"):
         build(downloads, tmp_path / "lt.tsv", "training_set.skip_budget=0")
     for row in range(16):
         pixmo_image(tmp_path, row).write_bytes(png(300 + row if row >= 6 else 900 + row))

@@ -34,9 +34,7 @@ def test_lt14k_geometry_gives_the_same_mix_in_every_batch() -> None:
     slots = interleave(quotas)
     batches = [Counter(slots[start : start + 80]) for start in range(0, 14000, 80)]
     assert len(batches) == 175
-    assert all(
-        batch == Counter({"llava": 32, "onethinker": 24, "pixmo": 16, "vision_opd": 8}) for batch in batches
-    )
+    assert all(batch == Counter({"llava": 32, "onethinker": 24, "pixmo": 16, "vision_opd": 8}) for batch in batches)
 
 
 def test_ties_go_to_the_source_listed_first() -> None:

@@ -138,9 +138,7 @@ def test_unterminated_quote_is_reported_with_the_lines_it_swallowed(tmp_path: Pa
 
 def test_real_vlmevalkit_file_without_our_columns(tmp_path: Path) -> None:
     good = base64.b64encode(_png((9, 9, 9))).decode()
-    header = _line(
-        "index", "question", "hint", "A", "B", "C", "D", "answer", "category", "l2-category", "image"
-    )
+    header = _line("index", "question", "hint", "A", "B", "C", "D", "answer", "category", "l2-category", "image")
     row = _line("42", "Which?", "nan", "cat", "dog", "nan", "", "B", "attr", "fine", good)
     path = tmp_path / "MMBench.tsv"
     path.write_text(header + row)

@@ -16,9 +16,7 @@ from sparsectx.engine import DecodeEngine, pruned_prompts
 
 from .test_engine_oracle import _contexts, _oracle, _sampling
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler"
-)
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler")
 
 
 @torch.no_grad()

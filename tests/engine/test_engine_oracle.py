@@ -24,9 +24,7 @@ from sparsectx.pruning import select_tokens
 def _items(patch: int) -> list[PromptItem]:
     sizes = [(8, 6), (4, 4), (6, 8), (10, 4), (4, 6), (6, 6), (8, 8)]
     items = [
-        PromptItem(
-            f"img{i}", [noise_image(patch * w, patch * h, i)], "what is it?" * (1 + i % 3), "sys", "go"
-        )
+        PromptItem(f"img{i}", [noise_image(patch * w, patch * h, i)], "what is it?" * (1 + i % 3), "sys", "go")
         for i, (w, h) in enumerate(sizes)
     ]
     pair = [noise_image(patch * 4, patch * 6, 9), noise_image(patch * 6, patch * 4, 10)]
@@ -82,9 +80,11 @@ def test_greedy_equals_reference_loop_with_refills(tiny_vlm, slots):
     engine = DecodeEngine(adapter, tok, default_engine(sync_every=3))
     finished = []
     ours = engine.generate(
-        pruned_prompts(adapter, samples, selections), sampling, slots=slots,
+        pruned_prompts(adapter, samples, selections),
+        sampling,
+        slots=slots,
         on_finish=lambda i, g: finished.append(i),
-    )  # fmt: skip
+    )
     assert sorted(finished) == list(range(len(samples)))
     for ref, got in zip(reference, ours, strict=True):
         assert got.token_ids.tolist() == ref.token_ids.tolist()
@@ -99,9 +99,7 @@ def test_engine_equals_batched_reference_loop(tiny_vlm):
     tok = tiny_vlm.processor.tokenizer
     sampling = _sampling(12, [])
     reference = reference_generate(adapter, tok, build_context(adapter, samples, selections), sampling, None)
-    ours = DecodeEngine(adapter, tok, default_engine()).generate(
-        pruned_prompts(adapter, samples, selections), sampling
-    )
+    ours = DecodeEngine(adapter, tok, default_engine()).generate(pruned_prompts(adapter, samples, selections), sampling)
     assert [g.token_ids.tolist() for g in ours] == [g.token_ids.tolist() for g in reference]
 
 
@@ -189,13 +187,9 @@ def test_pruned_prompts_share_only_repeated_objects(tiny_vlm):
     adapter, samples, selections = _contexts(tiny_vlm, seed=6)
     distinct = pruned_prompts(adapter, samples[:3], selections[:3])
     assert distinct.shared is None
-    grouped = pruned_prompts(
-        adapter, [samples[0]] * 2 + [samples[1]] * 2, [selections[0]] * 2 + [selections[1]] * 2
-    )
+    grouped = pruned_prompts(adapter, [samples[0]] * 2 + [samples[1]] * 2, [selections[0]] * 2 + [selections[1]] * 2)
     assert grouped.shared == [0, 0, 2, 2]
     equal_not_same = [list(selections[0]), list(selections[0])]  # equal lists of the same Selection objects
     assert pruned_prompts(adapter, [samples[0]] * 2, equal_not_same).shared == [0, 0]
     copied = [selections[0], [type(s)(s.indices.clone(), s.embeds, s.deepstack) for s in selections[0]]]
-    assert (
-        pruned_prompts(adapter, [samples[0]] * 2, copied).shared is None
-    )  # other objects: never assumed equal
+    assert pruned_prompts(adapter, [samples[0]] * 2, copied).shared is None  # other objects: never assumed equal

@@ -34,9 +34,7 @@ def _greedy(model, batch, pad: int, eos: list[int] | None) -> list[int]:  # noqa
 def test_the_engine_stops_at_a_generation_config_eos_as_hf_generate_does(tiny_vlm, monkeypatch) -> None:
     adapter, processor = tiny_vlm.adapter, tiny_vlm.processor
     tok, model = processor.tokenizer, tiny_vlm.adapter.model
-    items = [
-        PromptItem("0", [noise_image(tiny_vlm.patch * 4, tiny_vlm.patch * 6, 1)], "how many?", "sys", "")
-    ]
+    items = [PromptItem("0", [noise_image(tiny_vlm.patch * 4, tiny_vlm.patch * 6, 1)], "how many?", "sys", "")]
     batch = processor_inputs(processor, items)
     free = _greedy(model, batch, tok.pad_token_id, None)
     cut = next(i for i in range(2, NEW) if free[i] not in free[:i] and free[i] != tok.eos_token_id)

@@ -73,8 +73,7 @@ def _key_masked_logits(adapter, samples, selections, responses, layer: int):
         return args, {**kwargs, "attention_mask": bias}
 
     hooks = [
-        layer_.register_forward_pre_hook(swap, with_kwargs=True)
-        for layer_ in adapter.language_model.layers[layer:]
+        layer_.register_forward_pre_hook(swap, with_kwargs=True) for layer_ in adapter.language_model.layers[layer:]
     ]
     try:
         return response_logits(adapter, full)
@@ -99,9 +98,7 @@ def test_removal_at_layer_k_equals_key_masking(tiny, name, layer):
     assert torch.equal(mask, mask_p)
     torch.testing.assert_close(logits[mask], masked[mask], atol=1e-4, rtol=0)
     # The oracle differs from keeping every token: the drop changed something.
-    unpruned, _ = response_logits(
-        adapter, build_context(adapter, samples, [keep_all(s) for s in samples], responses)
-    )
+    unpruned, _ = response_logits(adapter, build_context(adapter, samples, [keep_all(s) for s in samples], responses))
     assert (unpruned[mask] - logits[mask]).abs().max() > 1e-3
 
 
@@ -182,13 +179,8 @@ def test_selection_is_prompt_only(tiny, name):
     width = ctx.inputs.embeds.shape[1]
     for row, (sample, sel) in enumerate(zip(samples, prompt_only, strict=True)):
         start = width - sample.prompt_ids.numel() - responses[row].numel()
-        for s, sig in zip(
-            sel, image_signals(signals, row, sample, start, adapter.image_token_id), strict=True
-        ):
-            assert (
-                PRUNERS.get(name)(sig, s.indices.numel(), **PRUNERS_UNDER_TEST[name]).tolist()
-                == s.indices.tolist()
-            )
+        for s, sig in zip(sel, image_signals(signals, row, sample, start, adapter.image_token_id), strict=True):
+            assert PRUNERS.get(name)(sig, s.indices.numel(), **PRUNERS_UNDER_TEST[name]).tolist() == s.indices.tolist()
 
 
 def _reference_signals(adapter, processor, item, layer: int):
@@ -313,9 +305,7 @@ def test_fused_prefill_selection_equals_the_separate_pass(tiny, name):
     assert ctx.kept_visual.tolist() == separate.kept_visual.tolist()
     real = separate.inputs.late.keep
     reference = adapter.run_llm(separate.inputs, None)
-    torch.testing.assert_close(
-        adapter.logits(hidden[real]), adapter.logits(reference[real]), atol=1e-5, rtol=0
-    )
+    torch.testing.assert_close(adapter.logits(hidden[real]), adapter.logits(reference[real]), atol=1e-5, rtol=0)
     sampling = SamplingConfig(6, False, 1.0, 1.0, 0, [], honour_stops=False)
     engine = DecodeEngine(adapter, processor.tokenizer, default_engine())
     one_pass = engine.generate(fused_prompts(adapter, samples, name, 0.3, params, 2), sampling, slots=2)

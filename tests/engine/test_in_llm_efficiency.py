@@ -85,10 +85,17 @@ def test_efficiency_mode_counts_layers_before_k(tmp_path: Path, name):
     model_dir = _four_layer_dir(tmp_path, "qwen2_5_vl", weights=False)
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 1, SIDE)}
     overrides = [
-        f"pruner={name}", "bench=syn_ocr", "mode=efficiency", "efficiency.bench=syn_ocr",
-        "efficiency.budgets=[0.25]", "efficiency.num_items=1", "efficiency.repetitions=1", "efficiency.warmup=0",
-        "efficiency.decode_tokens=3", "efficiency.count_flops=true",
-    ]  # fmt: skip
+        f"pruner={name}",
+        "bench=syn_ocr",
+        "mode=efficiency",
+        "efficiency.bench=syn_ocr",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=1",
+        "efficiency.repetitions=1",
+        "efficiency.warmup=0",
+        "efficiency.decode_tokens=3",
+        "efficiency.count_flops=true",
+    ]
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
     full, pruned = json.loads(out.read_text())["budgets"]
     assert pruned["kept_visual"] == 4 and full["kept_visual"] == 16
@@ -106,9 +113,7 @@ def test_greedy_evaluation_runs_with_an_in_llm_pruner(tmp_path: Path, name):
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 3, SIDE)}
     overrides = [f"pruner={name}", "bench=syn_ocr", "budget=0.25", "batch_size=2", "queue_size=2"]
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
-    predictions = [
-        json.loads(line) for line in (out.parent / "syn_ocr.predictions.jsonl").read_text().splitlines()
-    ]
+    predictions = [json.loads(line) for line in (out.parent / "syn_ocr.predictions.jsonl").read_text().splitlines()]
     assert [p["kept_visual"] for p in predictions] == [4, 4, 4]
 
 
@@ -132,17 +137,19 @@ def test_passk_draws_from_one_in_llm_context(tmp_path: Path, name):
     model_dir = _four_layer_dir(tmp_path, "qwen2_5_vl", weights=True)
     bench = {"syn_count": write_bench(tmp_path / "syn_count.tsv", "syn_count", 2, SIDE)}
     overrides = [
-        f"pruner={name}", "bench=syn_count", "mode=passk", "budget=0.25", "passk.n=3", "passk.sample_batch=2",
-        "passk.max_new_tokens=3", "passk.hit_m=[1]",
-    ]  # fmt: skip
+        f"pruner={name}",
+        "bench=syn_count",
+        "mode=passk",
+        "budget=0.25",
+        "passk.n=3",
+        "passk.sample_batch=2",
+        "passk.max_new_tokens=3",
+        "passk.hit_m=[1]",
+    ]
     full_leaf = tmp_path / "full"  # the full-context model "solved" both items: both are in the cohort
-    append_jsonl(
-        full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(2)]
-    )
+    append_jsonl(full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(2)])
     overrides.append(f"passk.full_context_leaf={full_leaf}")
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
-    draws = [
-        json.loads(line) for line in out.with_name("syn_count.passk.samples.jsonl").read_text().splitlines()
-    ]
+    draws = [json.loads(line) for line in out.with_name("syn_count.passk.samples.jsonl").read_text().splitlines()]
     sparse = [d for d in draws if d["condition"] == "sparse"]
     assert len(sparse) == 2 and all(len(d["samples"]) == 3 and len(d["kept_indices"][0]) == 4 for d in sparse)

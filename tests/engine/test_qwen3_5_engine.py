@@ -105,8 +105,9 @@ def test_a_slot_step_updates_the_states_in_place_as_hf_dynamic_cache_does(hybrid
     step = DecodeStep(adapter, cache, capture=False, compiled=False)
     linear = [i for i, states in enumerate(cache.layers) if states is not None]
     assert linear == [0, 1, 2] and cache.keys[3] is not None and cache.keys[0] is None
-    pointers = [(cache.layers[i].conv_states[0].data_ptr(), cache.layers[i].recurrent_states[0].data_ptr())
-                for i in linear]  # fmt: skip
+    pointers = [
+        (cache.layers[i].conv_states[0].data_ptr(), cache.layers[i].recurrent_states[0].data_ptr()) for i in linear
+    ]
     width = ctx.inputs.embeds.shape[1]
     cache.load([3, 0, 1], prefill, [ctx.inputs.attention_mask] * len(cache.keys))
     tokens = torch.tensor([7, 8, 9])
@@ -116,20 +117,14 @@ def test_a_slot_step_updates_the_states_in_place_as_hf_dynamic_cache_does(hybrid
     # HF's own decode step on its DynamicCache: the same token at the same position, the prompt's padding mask.
     mask = torch.cat([ctx.inputs.attention_mask, torch.ones(3, 1, dtype=torch.long)], dim=1)
     positions = ctx.next_position.view(1, -1, 1).expand(3, -1, 1)
-    inputs = LLMInputs(
-        adapter.embed_ids(tokens[:, None]), mask, positions, torch.zeros(3, 1, dtype=torch.bool)
-    )
+    inputs = LLMInputs(adapter.embed_ids(tokens[:, None]), mask, positions, torch.zeros(3, 1, dtype=torch.bool))
     want = adapter.logits(adapter.run_llm(inputs, prefill)[:, -1])
     torch.testing.assert_close(step.logits[[3, 0, 1]], want, atol=1e-5, rtol=0)
     for i, (conv_ptr, rec_ptr) in zip(linear, pointers, strict=True):
         states = cache.layers[i]
-        assert (
-            states.conv_states[0].data_ptr() == conv_ptr and states.recurrent_states[0].data_ptr() == rec_ptr
-        )
+        assert states.conv_states[0].data_ptr() == conv_ptr and states.recurrent_states[0].data_ptr() == rec_ptr
         torch.testing.assert_close(states.conv_states[0][[3, 0, 1]], prefill.layers[i].conv_states[0])
-        torch.testing.assert_close(
-            states.recurrent_states[0][[3, 0, 1]], prefill.layers[i].recurrent_states[0]
-        )
+        torch.testing.assert_close(states.recurrent_states[0][[3, 0, 1]], prefill.layers[i].recurrent_states[0])
     assert torch.equal(cache.write_index[[3, 0, 1]], torch.full((3,), width + 1))
     assert torch.isfinite(step.logits[2]).all()  # the empty slot decodes finite numbers
 

@@ -11,9 +11,20 @@ import pytest
 from sparsectx.eval.aggregate import recovery, retain_ratio, retain_ratios
 
 BENCHMARKS = (
-    "MME", "MMStar", "MathVista", "MathVerse", "MMMU-Pro", "Hallusion", "CVBench",
-    "LogicVista", "BLINK", "VisOnlyQA", "HR4K", "MME-RW-Lite", "RealWorldQA",
-)  # fmt: skip
+    "MME",
+    "MMStar",
+    "MathVista",
+    "MathVerse",
+    "MMMU-Pro",
+    "Hallusion",
+    "CVBench",
+    "LogicVista",
+    "BLINK",
+    "VisOnlyQA",
+    "HR4K",
+    "MME-RW-Lite",
+    "RealWorldQA",
+)
 
 # Budget (%), method, the 13 scores, Avg₁₃ -- copied row by row from the paper's text.
 TABLE1_TEXT = """
@@ -49,9 +60,7 @@ def _scores(key):
 FULL = _scores(("Vanilla", 100))
 
 
-@pytest.mark.parametrize(
-    "key", [("Vanilla", 10), ("SCOPD", 10), ("SCOPD+", 10), ("Vanilla", 20)], ids=lambda k: f"{k}"
-)
+@pytest.mark.parametrize("key", [("Vanilla", 10), ("SCOPD", 10), ("SCOPD+", 10), ("Vanilla", 20)], ids=lambda k: f"{k}")
 def test_table1_headline_avg13(key):
     assert round(retain_ratio(_scores(key), FULL), 2) == TABLE1[key][13]
 
@@ -78,9 +87,7 @@ Random-SCOPD+     2207.62 54.87 49.87 41.57 53.80 56.86 88.85
 FastV-Vanilla     1954.39 49.40 47.45 36.35 49.60 55.42 81.47
 FastV-SCOPD+      2096.13 51.53 49.55 38.78 51.80 58.82 86.03
 """
-TABLE23 = {
-    f[0]: [float(x) for x in f[1:]] for f in (line.split() for line in TABLE23_TEXT.strip().splitlines())
-}
+TABLE23 = {f[0]: [float(x) for x in f[1:]] for f in (line.split() for line in TABLE23_TEXT.strip().splitlines())}
 # Questions per benchmark where the count is public: MMStar 1500, BLINK val 1901, RealWorldQA 765.
 ITEM_COUNTS = {"MMStar": 1500, "BLINK": 1901, "RealWorldQA": 765}
 
@@ -102,8 +109,7 @@ def test_table2_and_3_avg6_within_display_rounding(name):
 
 def _unrounded(scores: dict[str, float]) -> dict[str, float]:
     return {
-        b: round(v * ITEM_COUNTS[b] / 100) / ITEM_COUNTS[b] * 100 if b in ITEM_COUNTS else v
-        for b, v in scores.items()
+        b: round(v * ITEM_COUNTS[b] / 100) / ITEM_COUNTS[b] * 100 if b in ITEM_COUNTS else v for b, v in scores.items()
     }
 
 

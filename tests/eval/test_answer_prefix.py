@@ -55,9 +55,18 @@ def _item(index: int) -> Item:
     buffer = io.BytesIO()
     noise_image(64, 64, seed=index).save(buffer, format="PNG")
     return Item(
-        index=index, image_bytes=buffer.getvalue(), question=f"How many shapes are there {index}?", options={},
-        answer="42", category="", family="", subset="", trace="", scene="", extra={},
-    )  # fmt: skip
+        index=index,
+        image_bytes=buffer.getvalue(),
+        question=f"How many shapes are there {index}?",
+        options={},
+        answer="42",
+        category="",
+        family="",
+        subset="",
+        trace="",
+        scene="",
+        extra={},
+    )
 
 
 def _messages() -> list[dict]:

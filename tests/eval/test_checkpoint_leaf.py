@@ -42,9 +42,13 @@ def fake_checkpoint(model_dir: Path, runs: Path, method: str, with_config: bool 
     (checkpoint / CHECKPOINT_INFO).write_text(json.dumps({**info, "weights_sha256": digests}))
     if with_config:
         config = {
-            "experiment": "dev", "seed": 0, "budget": 0.1, "model": {"name": "tiny"},
-            "method": {"name": method, "prefix": "rollout"}, "pruner": {"name": "visionzip"},
-        }  # fmt: skip
+            "experiment": "dev",
+            "seed": 0,
+            "budget": 0.1,
+            "model": {"name": "tiny"},
+            "method": {"name": method, "prefix": "rollout"},
+            "pruner": {"name": "visionzip"},
+        }
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     return checkpoint
 
@@ -96,8 +100,13 @@ def test_record_holds_the_training_run(model_dir, tmp_path):
     record = training_record(fake_checkpoint(model_dir, tmp_path / "runs", "lt_opd"))
     assert record is not None
     assert {k: record[k] for k in ("method", "pruner", "budget", "seed", "config_hash", "steps")} == {
-        "method": "lt_opd", "pruner": "visionzip", "budget": 0.1, "seed": 0, "config_hash": "abc123", "steps": 4
-    }  # fmt: skip
+        "method": "lt_opd",
+        "pruner": "visionzip",
+        "budget": 0.1,
+        "seed": 0,
+        "config_hash": "abc123",
+        "steps": 4,
+    }
 
 
 def test_hydra_run_dir_takes_the_checkpoints_method(model_dir, tmp_path):
@@ -106,12 +115,8 @@ def test_hydra_run_dir_takes_the_checkpoints_method(model_dir, tmp_path):
     OmegaConf.register_new_resolver("budget_tag", budget_tag, replace=True)
     OmegaConf.register_new_resolver("leaf_method", leaf_method, replace=True)
     with initialize_config_dir(version_base=None, config_dir=str(CONF)):
-        cfg = compose(
-            "evaluate", overrides=[f"checkpoint={checkpoint}", "budget=0.1"], return_hydra_config=True
-        )
+        cfg = compose("evaluate", overrides=[f"checkpoint={checkpoint}", "budget=0.1"], return_hydra_config=True)
         assert cfg.hydra.run.dir == "results/dev/tiny/scopd/visionzip/0.1"
-        bad = compose(
-            "evaluate", overrides=[f"checkpoint={checkpoint}", "method=sft"], return_hydra_config=True
-        )
+        bad = compose("evaluate", overrides=[f"checkpoint={checkpoint}", "method=sft"], return_hydra_config=True)
         with pytest.raises(Exception, match="conflicts"):
             _ = bad.hydra.run.dir

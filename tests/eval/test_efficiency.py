@@ -91,10 +91,16 @@ def test_efficiency_mode_on_a_config_only_directory(tmp_path: Path):
     assert not list(model_dir.glob("*.safetensors"))
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 2, SIDE)}
     overrides = [
-        "bench=syn_ocr", "mode=efficiency", "efficiency.bench=syn_ocr", "efficiency.budgets=[0.25]",
-        "efficiency.num_items=1", "efficiency.repetitions=3", "efficiency.warmup=1",
-        "efficiency.decode_tokens=3", "efficiency.count_flops=true",
-    ]  # fmt: skip
+        "bench=syn_ocr",
+        "mode=efficiency",
+        "efficiency.bench=syn_ocr",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=1",
+        "efficiency.repetitions=3",
+        "efficiency.warmup=1",
+        "efficiency.decode_tokens=3",
+        "efficiency.count_flops=true",
+    ]
     cfg = compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)])
     out = run(cfg)[0]
     assert out == tmp_path / "results" / "dev" / "tiny" / "base" / "visionzip" / "efficiency.json"
@@ -127,14 +133,24 @@ def test_efficiency_of_a_real_size_architecture_on_gpu(tmp_path: Path):
     model_dir = build_model_dir(tmp_path / "qwen2_5_vl_7b", "qwen2_5_vl", weights=False)
     config = json.loads((model_dir / "config.json").read_text())
     config["vision_config"].update(
-        depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
-        window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
-    )  # fmt: skip
+        depth=32,
+        hidden_size=1280,
+        intermediate_size=3420,
+        num_heads=16,
+        out_hidden_size=3584,
+        window_size=112,
+        fullatt_block_indexes=[7, 15, 23, 31],
+    )
     config["text_config"].update(
-        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-        num_key_value_heads=4, max_position_embeddings=128000, vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        max_position_embeddings=128000,
+        vocab_size=152064,
         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
-    )  # fmt: skip
+    )
     config["text_config"].pop("layer_types", None)  # rebuilt for 28 layers
     (model_dir / "config.json").write_text(json.dumps(config))
     images = json.loads((model_dir / "preprocessor_config.json").read_text())
@@ -142,11 +158,18 @@ def test_efficiency_of_a_real_size_architecture_on_gpu(tmp_path: Path):
     (model_dir / "preprocessor_config.json").write_text(json.dumps(images))
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 2, 896)}
     overrides = [
-        "bench=syn_ocr", "mode=efficiency", "efficiency.bench=syn_ocr", "efficiency.budgets=[0.05,0.1]",
-        "efficiency.num_items=2", "efficiency.repetitions=3", "efficiency.warmup=1",
-        "efficiency.decode_tokens=32", "efficiency.count_flops=true", "model.device=cuda",
+        "bench=syn_ocr",
+        "mode=efficiency",
+        "efficiency.bench=syn_ocr",
+        "efficiency.budgets=[0.05,0.1]",
+        "efficiency.num_items=2",
+        "efficiency.repetitions=3",
+        "efficiency.warmup=1",
+        "efficiency.decode_tokens=32",
+        "efficiency.count_flops=true",
+        "model.device=cuda",
         "model.dtype=bfloat16",
-    ]  # fmt: skip
+    ]
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
     payload = json.loads(out.read_text())
     for row in payload["budgets"]:  # shown with -s

@@ -175,10 +175,17 @@ def test_ltopd_mode_end_to_end_on_textvqas_layout(tmp_path: Path):
     model_dir = build_model_dir(tmp_path / "config_only", "qwen2_5_vl", weights=False)
     path = _textvqa_file(tmp_path / "TextVQA_VAL.tsv")
     overrides = [
-        "bench=textvqa", "mode=efficiency", "efficiency.bench=textvqa", "efficiency.protocol=ltopd",
-        "efficiency.budgets=[0.25]", "efficiency.num_items=null", "efficiency.min_answer_tokens=15",
-        "efficiency.repetitions=3", "efficiency.warmup=1", "efficiency.decode_tokens=6",
-    ]  # fmt: skip
+        "bench=textvqa",
+        "mode=efficiency",
+        "efficiency.bench=textvqa",
+        "efficiency.protocol=ltopd",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=null",
+        "efficiency.min_answer_tokens=15",
+        "efficiency.repetitions=3",
+        "efficiency.warmup=1",
+        "efficiency.decode_tokens=6",
+    ]
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", {"textvqa": path}, 4)]))[0]
     payload = json.loads(out.read_text())
     # the character-level test tokenizer: "a bottle of coca cola" (21), "new york city hall" (18),

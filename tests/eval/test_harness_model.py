@@ -34,9 +34,14 @@ def mcq_tsv(path: Path, n: int) -> Path:
 
 
 OVERRIDES = [
-    "model=tiny", "pruner=random", "budget=0.1", "bench=syn_mcq", "bench.syn_mcq.max_new_tokens=24",
-    "bench.syn_mcq.scorer=mcq_vlmeval", "batch_size=4",
-]  # fmt: skip
+    "model=tiny",
+    "pruner=random",
+    "budget=0.1",
+    "bench=syn_mcq",
+    "bench.syn_mcq.max_new_tokens=24",
+    "bench.syn_mcq.scorer=mcq_vlmeval",
+    "batch_size=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +83,13 @@ def test_item_from_row_equals_the_tsv_reader(leaf: tuple[Path, Path]) -> None:
     for item, row in zip(items, _raw_rows(tsv), strict=True):
         mine = item_from_row(row, image_bytes_of(row["image"]))
         assert (mine.index, mine.image_bytes, mine.question, mine.options, mine.answer, mine.category) == (
-            item.index, item.image_bytes, item.question, item.options, item.answer, item.category,
-        )  # fmt: skip
+            item.index,
+            item.image_bytes,
+            item.question,
+            item.options,
+            item.answer,
+            item.category,
+        )
 
 
 def test_pandas_cells_read_as_the_tsv_reader_reads_them() -> None:
@@ -94,10 +104,7 @@ def test_pandas_cells_read_as_the_tsv_reader_reads_them() -> None:
     }
     item = item_from_row(row, b"png")
     assert item.options == {"A": "yes"} and item.index == "VD_figure_1_0_0_1" and item.category == ""
-    assert (
-        formatted(item, "Answer with the option's letter.").question
-        == "q\nA. yes\nAnswer with the option's letter."
-    )
+    assert formatted(item, "Answer with the option's letter.").question == "q\nA. yes\nAnswer with the option's letter."
 
 
 def test_bad_overrides_fail_as_evaluate_fails() -> None:

@@ -96,11 +96,7 @@ def test_only_undecided_items_are_judged_and_decided_ones_never_change(tmp_path,
     want = score_items(spec.scorer, scored, spec.headline).metrics
     assert block["metrics"] == want
     after = json.loads(result.read_text())
-    assert (
-        after["judged"] == block
-        and after["score"] == before["score"]
-        and after["metrics"] == before["metrics"]
-    )
+    assert after["judged"] == block and after["score"] == before["score"] and after["metrics"] == before["metrics"]
 
 
 def _tiny_chat_model(directory: Path) -> Path:
@@ -114,10 +110,16 @@ def _tiny_chat_model(directory: Path) -> Path:
     tok.chat_template = TEMPLATE
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, eos_token_id=tok.eos_token_id,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+    )
     Qwen2ForCausalLM(config).save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
@@ -131,13 +133,15 @@ def test_tiny_chat_model_judge_records_its_raw_output(tmp_path):
     block = judge_result(_config(result, judge))
     records = [json.loads(line) for line in (result.parent / "pope.judge.jsonl").read_text().splitlines()]
     assert {r["id"] for r in records} == _ref_undecided("pope", result)
-    tok = AutoTokenizer.from_pretrained(
-        model_dir
-    )  # as a user loads it (Qwen2Tokenizer from config.json here)
+    tok = AutoTokenizer.from_pretrained(model_dir)  # as a user loads it (Qwen2Tokenizer from config.json here)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     for record in records:  # the reference: plain greedy generate on the recorded prompt
-        ids = tok.apply_chat_template([{"role": "user", "content": record["prompt"]}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True)["input_ids"]  # fmt: skip
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": record["prompt"]}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"]
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=8, do_sample=False)
         assert record["judge_output"] == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
@@ -170,8 +174,12 @@ def test_openai_compatible_endpoint_judges_with_the_served_model(tmp_path, monke
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("SPARSECTX_TEST_JUDGE_KEY", "sk-test")
     result = _leaf(tmp_path, "pope")
-    judge = JudgeConfig(backend="openai", model="served-judge", base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                        api_key_env="SPARSECTX_TEST_JUDGE_KEY")  # fmt: skip
+    judge = JudgeConfig(
+        backend="openai",
+        model="served-judge",
+        base_url=f"http://127.0.0.1:{server.server_port}/v1",
+        api_key_env="SPARSECTX_TEST_JUDGE_KEY",
+    )
     _Endpoint.seen.clear()
     try:
         block = judge_result(_config(result, judge))

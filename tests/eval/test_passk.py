@@ -49,9 +49,7 @@ def test_curve_averages_problems():
 def test_hit_at_least():
     assert hit_at_least([True, False, True], 2)
     assert not hit_at_least([True, False, False], 2)
-    assert hit_rate([[True, True, False], [True, False, False], [True, True, True]], 2) == pytest.approx(
-        2 / 3
-    )
+    assert hit_rate([[True, True, False], [True, False, False], [True, True, True]], 2) == pytest.approx(2 / 3)
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(0, 0, 1), (4, 5, 1), (4, 1, 0), (4, 1, 5), (4, -1, 1)])

@@ -26,9 +26,14 @@ from .vlmeval_cases import write_tsv as write_rows
 def _mcq(index: int, question: str, options: list[str], gold: str, letters: str = "ABCD", **extra: str) -> dict:
     """Returns one row ``index, question, <letters>, answer, category, image`` (+ ``extra``)."""
     return {
-        "index": str(index), "question": question, **_lettered(options, letters), "answer": gold,
-        "category": "c", "image": png_b64(index + 1), **extra,
-    }  # fmt: skip
+        "index": str(index),
+        "question": question,
+        **_lettered(options, letters),
+        "answer": gold,
+        "category": "c",
+        "image": png_b64(index + 1),
+        **extra,
+    }
 
 
 def _mmstar() -> list[dict]:
@@ -41,13 +46,13 @@ def _mmstar() -> list[dict]:
             "What is the main topic?\nOptions: A: sport, B: food, C: travel, D: music",
             ["sport", "food", "travel", "music"],
             "A",
-        ),  # fmt: skip
+        ),
         _mcq(
             3,
             "How long is the bar?\nOptions: A: 2.5, B: 3, C: 1,000, D: about 4",
             ["2.5", "3", "1,000", "about 4"],
             "C",
-        ),  # fmt: skip
+        ),
         _mcq(4, "What is the total price?\nOptions: A: 1,250.5, B: 12, C: -3, D: 0", ["1,250.5", "12", "-3", "0"], "A"),
     ]
 
@@ -118,9 +123,13 @@ def _mmmu() -> list[dict]:
 
 
 FILES = {
-    "mmstar": [_mmstar()], "cvbench": _cvbench(), "blink": [_blink()], "logicvista": [_logicvista()],
-    "mmmu_pro": [_mmmu_pro()], "mmmu": [_mmmu()],
-}  # fmt: skip
+    "mmstar": [_mmstar()],
+    "cvbench": _cvbench(),
+    "blink": [_blink()],
+    "logicvista": [_logicvista()],
+    "mmmu_pro": [_mmmu_pro()],
+    "mmmu": [_mmmu()],
+}
 """Benchmark -> the rows of each of its files, in the real file's layout."""
 
 EXPECTED = {
@@ -157,16 +166,20 @@ def test_plain_numbers_and_inline_options() -> None:
     assert all(is_plain_number(x) for x in plain)
     assert not any(is_plain_number(x) for x in ["1,00", "5 cm", "1/2", "50%", "3.", ".5", "", "three"])
     assert split_inline_options("How many? Choices: A. 3 B. 1,000 C) 5 (D) 7.5") == (
-        "How many?", {"A": "3", "B": "1,000", "C": "5", "D": "7.5"},
-    )  # fmt: skip
+        "How many?",
+        {"A": "3", "B": "1,000", "C": "5", "D": "7.5"},
+    )
     assert split_inline_options("Which comes next? Select from A-E") == ("Which comes next? Select from A-E", {})
 
 
 def _summary(n_items: int, greedy: float, p1: float, p4: float, hit: float, mean: float) -> dict:
     return {
-        "n_items": n_items, "greedy_accuracy": greedy, "pass_at_k": {"1": p1, "4": p4},
-        "hit_at_least": {"4": hit}, "mean_correct_samples": mean,
-    }  # fmt: skip
+        "n_items": n_items,
+        "greedy_accuracy": greedy,
+        "pass_at_k": {"1": p1, "4": p4},
+        "hit_at_least": {"4": hit},
+        "mean_correct_samples": mean,
+    }
 
 
 def _source(bench: str, size: int, sparse: dict | None, control: dict | None) -> dict:
@@ -183,9 +196,12 @@ def test_pooling_weights_each_source_by_its_items() -> None:
         "cvbench": {"rows": 10, "size": 3},
     }
     assert pooled["sparse"] == {
-        "n_items": 4, "greedy_accuracy": 25.0, "pass_at_k": {"1": 40.0, "4": 70.0},
-        "hit_at_least": {"4": 25.0}, "mean_correct_samples": 1.75,
-    }  # fmt: skip
+        "n_items": 4,
+        "greedy_accuracy": 25.0,
+        "pass_at_k": {"1": 40.0, "4": 70.0},
+        "hit_at_least": {"4": 25.0},
+        "mean_correct_samples": 1.75,
+    }
     assert pooled["no_image"]["n_items"] == 1 and pooled["no_image"]["pass_at_k"]["4"] == 0.0
     with pytest.raises(ValueError, match="differ"):
         pool_passk([a, {**b, "n": 8}])
@@ -207,10 +223,21 @@ def _numeric_mcq(path: Path) -> Path:
     """Writes three multiple-choice rows whose options are numbers (asked without them under paper_numeric)."""
     options = {"A": "1", "B": "2", "C": "3", "D": "4"}
     items = [
-        Item(index=i, image_bytes=_png(i, SIDE), question="How many stars are there?", options=options, answer="C",
-             category="count", family="", subset="", trace="", scene="", extra={})
+        Item(
+            index=i,
+            image_bytes=_png(i, SIDE),
+            question="How many stars are there?",
+            options=options,
+            answer="C",
+            category="count",
+            family="",
+            subset="",
+            trace="",
+            scene="",
+            extra={},
+        )
         for i in range(3)
-    ]  # fmt: skip
+    ]
     write_tsv(path, items)
     return path
 
@@ -233,19 +260,36 @@ def test_paper_numeric_pools_sources_with_caps(model_dir: Path, tmp_path: Path, 
         "syn_pope": write_bench(tmp_path / "syn_pope.tsv", "syn_pope", 3, SIDE),
     }
     overrides = [
-        "bench=[syn_count,syn_mcq,syn_pope]", "mode=passk", "budget=0.25", "passk.n=4", "passk.sample_batch=4",
-        "passk.max_new_tokens=4", "passk.hit_m=[1,4]", "passk.cohort=paper_numeric", "+passk.source_caps.syn_count=2",
+        "bench=[syn_count,syn_mcq,syn_pope]",
+        "mode=passk",
+        "budget=0.25",
+        "passk.n=4",
+        "passk.sample_batch=4",
+        "passk.max_new_tokens=4",
+        "passk.hit_m=[1,4]",
+        "passk.cohort=paper_numeric",
+        "+passk.source_caps.syn_count=2",
         *base_overrides(model_dir, tmp_path / "results", benches, 4),
-    ]  # fmt: skip
+    ]
     outs = run(compose_eval(overrides))
     assert [p.name for p in outs] == [
-        "syn_count.passk.json", "syn_mcq.passk.json", "syn_pope.passk.json", "passk_pool.json",
-    ]  # fmt: skip
+        "syn_count.passk.json",
+        "syn_mcq.passk.json",
+        "syn_pope.passk.json",
+        "passk_pool.json",
+    ]
     count, mcq, pope = (json.loads(p.read_text()) for p in outs[:3])
     assert count["cohort"]["protocol"] == "paper_numeric" and count["scorer"] == "number_match"
     assert count["cohort"]["counts"] == {
-        "rows": 4, "free_form": 4, "options_removed": 0, "qualified": 4, "checked": 4, "solved": 4, "cap": 2, "size": 2,
-    }  # fmt: skip
+        "rows": 4,
+        "free_form": 4,
+        "options_removed": 0,
+        "qualified": 4,
+        "checked": 4,
+        "solved": 4,
+        "cap": 2,
+        "size": 2,
+    }
     assert len(count["cohort"]["ids"]) == 2 and count["cohort"]["ids"] == sorted(count["cohort"]["ids"])
     assert mcq["cohort"]["counts"]["options_removed"] == 3 and mcq["cohort"]["ids"] == ["0", "1", "2"]
     assert mcq["sparse"]["greedy_accuracy"] == 100.0  # "3" is the gold option's text, scored as a number

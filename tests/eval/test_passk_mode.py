@@ -16,9 +16,13 @@ from sparsectx.io import append_jsonl, read_jsonl
 from .test_runner_support import SIDE, base_overrides, build_model_dir, compose_eval, write_bench
 
 PASSK = [
-    "mode=passk", "budget=0.25", "passk.n=4", "passk.sample_batch=3", "passk.max_new_tokens=4",
+    "mode=passk",
+    "budget=0.25",
+    "passk.n=4",
+    "passk.sample_batch=3",
+    "passk.max_new_tokens=4",
     "passk.hit_m=[1,3]",
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +49,11 @@ def test_passk_on_a_tiny_model_writes_its_json(model_dir, tmp_path):
         assert set(summary["hit_at_least"]) == {"1", "3"}
     draws = read_jsonl(out.with_name("syn_count.passk.samples.jsonl"))
     assert [(d["id"], d["condition"]) for d in draws] == [
-        ("0", "sparse"), ("0", "no_image"), ("2", "sparse"), ("2", "no_image"),
-    ]  # fmt: skip
+        ("0", "sparse"),
+        ("0", "no_image"),
+        ("2", "sparse"),
+        ("2", "no_image"),
+    ]
     assert all(len(d["samples"]) == 4 for d in draws)
     sparse = draws[0]
     assert len(sparse["kept_indices"]) == 1 and len(sparse["kept_indices"][0]) == 4  # 25% of 16, once

@@ -28,10 +28,26 @@ from .test_runner_support import (
 )
 
 REQUIRED = {
-    "method", "pruner", "budget", "benchmark", "score", "scorer_version", "scorer", "extractor_version",
-    "metrics", "n_rows", "n_scored", "skipped", "extraction", "n_failed", "generation", "model", "seed",
-    "wall_time_s", "provenance",
-}  # fmt: skip
+    "method",
+    "pruner",
+    "budget",
+    "benchmark",
+    "score",
+    "scorer_version",
+    "scorer",
+    "extractor_version",
+    "metrics",
+    "n_rows",
+    "n_scored",
+    "skipped",
+    "extraction",
+    "n_failed",
+    "generation",
+    "model",
+    "seed",
+    "wall_time_s",
+    "provenance",
+}
 PROVENANCE = {"config", "config_hash", "git", "packages", "hardware", "schema_version"}
 
 
@@ -61,8 +77,11 @@ def test_suite_end_to_end_rerun_skips_and_force_reruns(model_dir, benches, tmp_p
         result = json.loads((leaf / f"{bench}.json").read_text())
         assert set(result) >= REQUIRED and set(result["provenance"]) >= PROVENANCE
         assert (result["benchmark"], result["budget"], result["pruner"], result["method"]) == (
-            bench, 0.25, "visionzip", "base",
-        )  # fmt: skip
+            bench,
+            0.25,
+            "visionzip",
+            "base",
+        )
         assert result["n_scored"] == 3 and result["mean_kept_visual"] == 4  # round(0.25 * 16) per image
         assert result["generation"]["stop_strings"] == ["</answer>"] and not result["generation"]["do_sample"]
         rows = read_jsonl(leaf / f"{bench}.predictions.jsonl")
@@ -142,8 +161,10 @@ def test_fallback_is_scored_and_counted_and_failures_fail(model_dir, benches, tm
     assert result["n_failed"] == 1 and result["score"] == pytest.approx(200 / 3)
     rows = read_jsonl(result_file.with_name("syn_count.predictions.jsonl"))
     assert [(r["status"], r["answer"], r["correct"]) for r in rows] == [
-        ("tagged", "3", True), ("fallback", "There are 3 circles.", True), ("empty", None, False),
-    ]  # fmt: skip
+        ("tagged", "3", True),
+        ("fallback", "There are 3 circles.", True),
+        ("empty", None, False),
+    ]
     monkeypatch.setattr(DecodeEngine, "generate", _fake_generate(texts))
     with pytest.raises(RuntimeError, match="max_failure_rate"):
         run(_cfg(model_dir, tmp_path, benches, "force=true", "max_failure_rate=0.2", only="syn_count"))

@@ -75,7 +75,7 @@ def write_bench(path: Path, bench: str, n: int, side: int) -> Path:
                 trace="",
                 scene="",
                 extra={},
-            )  # fmt: skip
+            )
         )
     write_tsv(path, items)
     return path

@@ -315,13 +315,22 @@ def test_mmbench_circular_agrees_with_vlmeval_group_by_group():
         for row in rows:
             items.append(
                 ScoredItem(
-                    id=f"{qid}-{row['r']}", prediction=row["prediction"], reference=row["GT"],
-                    options=row["choices"], group=qid, category=category.get(qid, "z"),
+                    id=f"{qid}-{row['r']}",
+                    prediction=row["prediction"],
+                    reference=row["GT"],
+                    options=row["choices"],
+                    group=qid,
+                    category=category.get(qid, "z"),
                 )
-            )  # fmt: skip
+            )
     assert ref == {
-        "all_letters": 1, "by_text": 1, "one_wrong": 0, "one_unread": 0, "lone_A_article": 1, "far_letter": 0,
-    }  # fmt: skip
+        "all_letters": 1,
+        "by_text": 1,
+        "one_wrong": 0,
+        "one_unread": 0,
+        "lone_A_article": 1,
+        "far_letter": 0,
+    }
     m = score_items("mmbench_circular", items).metrics
     assert m["score"] == pytest.approx(100 * sum(ref.values()) / len(ref))
     assert m["category/x"] == 100.0
@@ -428,10 +437,7 @@ def test_textvqa_items_agree_with_evalai_and_vlmeval(prediction, answers):
 
 
 def test_textvqa_aggregates_and_the_readings_differ():
-    items = [
-        ScoredItem(id=str(i), prediction=p, reference="", answers=tuple(a))
-        for i, (p, a) in enumerate(VQA_CASES)
-    ]
+    items = [ScoredItem(id=str(i), prediction=p, reference="", answers=tuple(a)) for i, (p, a) in enumerate(VQA_CASES)]
     m = score_items("vqa_soft", items).metrics
     evalai = [ref_textvqa_score(p, a, ref_evalai_processor) for p, a in VQA_CASES]
     vlmeval = [ref_textvqa_score(p, a, ref_vlmeval_process_answer) for p, a in VQA_CASES]

@@ -74,11 +74,18 @@ def _spec(scorer: str, subset_field: str = "none") -> BenchSpec:
 
 OPTIONS = {"A": "cat", "B": "dog", "C": "bird", "D": "fish"}
 HR_ROWS = [  # (cycle, category, gold, prediction): cycles of unequal sizes, a category absent in cycle 2
-    ("1", "single", "A", "A"), ("1", "single", "B", "The answer is B."), ("1", "cross", "C", "D"),
-    ("1", "cross", "D", "fish"), ("1", "single", "A", "I think C or D"), ("2", "single", "B", "B"),
-    ("2", "single", "C", "bird"), ("3", "cross", "A", "Sorry, I cannot answer."), ("3", "single", "D", "D."),
-    ("3", "cross", "B", "cat"), ("3", "single", "C", "C"),
-]  # fmt: skip
+    ("1", "single", "A", "A"),
+    ("1", "single", "B", "The answer is B."),
+    ("1", "cross", "C", "D"),
+    ("1", "cross", "D", "fish"),
+    ("1", "single", "A", "I think C or D"),
+    ("2", "single", "B", "B"),
+    ("2", "single", "C", "bird"),
+    ("3", "cross", "A", "Sorry, I cannot answer."),
+    ("3", "single", "D", "D."),
+    ("3", "cross", "B", "cat"),
+    ("3", "single", "C", "C"),
+]
 
 
 def test_hrbench_averages_cycles_as_report_acc_hrbench():
@@ -96,11 +103,7 @@ def test_hrbench_averages_cycles_as_report_acc_hrbench():
     assert got["score"] == pytest.approx(100 * ref[("Average", "all")])
     for (cycle, task), accuracy in ref.items():
         key = (
-            f"category/{task}"
-            if cycle == "Average"
-            else f"cycle/{cycle}"
-            if task == "all"
-            else f"cycle/{cycle}/{task}"
+            f"category/{task}" if cycle == "Average" else f"cycle/{cycle}" if task == "all" else f"cycle/{cycle}/{task}"
         )
         if (cycle, task) != ("Average", "all"):
             assert got[key] == pytest.approx(100 * accuracy), key
@@ -110,10 +113,17 @@ def test_hrbench_averages_cycles_as_report_acc_hrbench():
 
 
 MMMU_ROWS = [  # (options, gold, prediction): open questions have no options and a text gold
-    (OPTIONS, "B", "B"), (OPTIONS, "C", "The answer is bird"), ({}, "42", "The answer is 42"),
-    ({}, "42", "41"), ({}, "x^2", "A"), ({}, "Paris", "B"), ({}, "7", "Other Answers"), (OPTIONS, "A", "dog"),
-    ({}, "blue", "It is blue."), ({}, "3", None),
-]  # fmt: skip
+    (OPTIONS, "B", "B"),
+    (OPTIONS, "C", "The answer is bird"),
+    ({}, "42", "The answer is 42"),
+    ({}, "42", "41"),
+    ({}, "x^2", "A"),
+    ({}, "Paris", "B"),
+    ({}, "7", "Other Answers"),
+    (OPTIONS, "A", "dog"),
+    ({}, "blue", "It is blue."),
+    ({}, "3", None),
+]
 
 
 def test_mmmu_open_questions_follow_mmmu_preproc():
@@ -147,10 +157,17 @@ def ref_cvbench(rows):
 
 
 CV_ROWS = [  # (source, gold, prediction): sources of unequal sizes, so the formula is not the plain mean
-    ("ADE20K", "A", "A"), ("ADE20K", "B", "(B) dog"), ("ADE20K", "C", "D"), ("COCO", "A", "cat"),
-    ("COCO", "B", "C"), ("COCO", "D", "D"), ("COCO", "A", "A"), ("COCO", "C", "no idea"),
-    ("Omni3D", "A", "B"), ("Omni3D", "B", "B"),
-]  # fmt: skip
+    ("ADE20K", "A", "A"),
+    ("ADE20K", "B", "(B) dog"),
+    ("ADE20K", "C", "D"),
+    ("COCO", "A", "cat"),
+    ("COCO", "B", "C"),
+    ("COCO", "D", "D"),
+    ("COCO", "A", "A"),
+    ("COCO", "C", "no idea"),
+    ("Omni3D", "A", "B"),
+    ("Omni3D", "B", "B"),
+]
 
 
 def test_cvbench_averages_sources_as_its_authors_formula():
@@ -173,7 +190,9 @@ def test_cvbench_refuses_unknown_or_absent_sources():
     bad = [scored_item(_item(0, "q", OPTIONS, "A", "Count", {"source": "KITTI"}), spec, "A")]
     with pytest.raises(ValueError, match=r"source 'KITTI', which is not one of"):
         score_items("cvbench", bad)
-    two_d_only = [scored_item(_item(i, "q", OPTIONS, "A", "Count", {"source": s}), spec, "A")
-                  for i, s in enumerate(["ADE20K", "COCO"])]  # fmt: skip
+    two_d_only = [
+        scored_item(_item(i, "q", OPTIONS, "A", "Count", {"source": s}), spec, "A")
+        for i, s in enumerate(["ADE20K", "COCO"])
+    ]
     with pytest.raises(ValueError, match=r"no item from source \['Omni3D'\]"):
         score_items("cvbench", two_d_only)

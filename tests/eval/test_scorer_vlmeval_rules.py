@@ -92,9 +92,7 @@ def ref_pope_rating(rows):
         f1_score = 2 * (precision * recall) / (precision + recall) if (precision + recall) != 0 else 0
         return f1_score, precision, recall
 
-    data = [
-        dict(row, category=c) for row in ref_score_rows(rows) for c in row["category"].split(",")
-    ]  # explode
+    data = [dict(row, category=c) for row in ref_score_rows(rows) for c in row["category"].split(",")]  # explode
 
     def rate(sub):
         y_true = [1 if i == "Yes" else 0 for i in (r["answer"] for r in sub)]
@@ -182,12 +180,42 @@ def ref_hallusion_rating(rows):
 # --- predictions that exercise the rules ---------------------------------------------------------------
 
 EDGE_PREDICTIONS = [
-    "Yes", "No.", "YES!", "no", "yes and no", "Yes, there is a dog but no cat.", "It could be yes or no",
-    "There is no dog.", "I do not think so", "not sure", "<answer>Yes</answer>", "<b>No</b>", "**Yes**",
-    "Yes:", "'yes'", "yes/no", "yes_no", "yes,no", "(yes)", "answer: ( no )", "\\boxed{yes}",
-    "No, 3,5 of them", "Yes,I count 1,2", "yes,no 1,2", "No—definitely", "no-one is there", "It's a yes",
-    "." * 40 + "yes", "." * 20 + "yes", "Yes.\nNo.", "Yes\tindeed", "[No]", "yes.no", "yes. 5.5", "",
-]  # fmt: skip
+    "Yes",
+    "No.",
+    "YES!",
+    "no",
+    "yes and no",
+    "Yes, there is a dog but no cat.",
+    "It could be yes or no",
+    "There is no dog.",
+    "I do not think so",
+    "not sure",
+    "<answer>Yes</answer>",
+    "<b>No</b>",
+    "**Yes**",
+    "Yes:",
+    "'yes'",
+    "yes/no",
+    "yes_no",
+    "yes,no",
+    "(yes)",
+    "answer: ( no )",
+    "\\boxed{yes}",
+    "No, 3,5 of them",
+    "Yes,I count 1,2",
+    "yes,no 1,2",
+    "No—definitely",
+    "no-one is there",
+    "It's a yes",
+    "." * 40 + "yes",
+    "." * 20 + "yes",
+    "Yes.\nNo.",
+    "Yes\tindeed",
+    "[No]",
+    "yes.no",
+    "yes. 5.5",
+    "",
+]
 
 
 def _gold(answer):
@@ -219,9 +247,7 @@ def _pope_rows():
 def test_pope_aggregates_equal_pope_rating():
     rows = _pope_rows()
     items = [
-        ScoredItem(
-            id=str(r["index"]), prediction=r["prediction"], reference=_gold(r["answer"]), subset=r["category"]
-        )
+        ScoredItem(id=str(r["index"]), prediction=r["prediction"], reference=_gold(r["answer"]), subset=r["category"])
         for r in rows
     ]
     m = score_items("pope", items, "f1").metrics
@@ -245,9 +271,21 @@ def test_pope_unknown_subset_names_column_and_value():
 
 
 MME_CATEGORIES = [
-    "OCR", "artwork", "celebrity", "color", "count", "existence", "landmark", "position", "posters", "scene",
-    "code_reasoning", "commonsense_reasoning", "numerical_calculation", "text_translation",
-]  # fmt: skip
+    "OCR",
+    "artwork",
+    "celebrity",
+    "color",
+    "count",
+    "existence",
+    "landmark",
+    "position",
+    "posters",
+    "scene",
+    "code_reasoning",
+    "commonsense_reasoning",
+    "numerical_calculation",
+    "text_translation",
+]
 
 
 def _mme_rows():
@@ -255,11 +293,7 @@ def _mme_rows():
     for c, category in enumerate(MME_CATEGORIES):
         for image in range(2):
             # the same image_path in two categories: one pair in each (VLMEvalKit keys by category first)
-            path = (
-                "shared.png"
-                if image == 0 and category in ("count", "existence")
-                else f"{category}/{image}.png"
-            )
+            path = "shared.png" if image == 0 and category in ("count", "existence") else f"{category}/{image}.png"
             for answer in ("Yes", "No"):
                 pred = EDGE_PREDICTIONS[(7 * c + 3 * image + k) % len(EDGE_PREDICTIONS)]
                 rows.append(
@@ -298,9 +332,18 @@ def test_mme_aggregates_equal_mme_rating():
 
 def _item(index, category, extra, image=b"same picture"):
     return Item(
-        index=index, image_bytes=image, question="q", options={}, answer="Yes", category=category,
-        family="", subset="", trace="", scene="", extra=extra,
-    )  # fmt: skip
+        index=index,
+        image_bytes=image,
+        question="q",
+        options={},
+        answer="Yes",
+        category=category,
+        family="",
+        subset="",
+        trace="",
+        scene="",
+        extra=extra,
+    )
 
 
 def test_protocol_pairs_mme_by_image_path_and_reads_l2_category():
@@ -355,16 +398,12 @@ def test_hallusionbench_aggregates_equal_hallusion_rating():
     assert len(set(ref["Overall"])) == 3  # aAcc, fAcc and qAcc differ on these rows
     for split, (a, f, q) in ref.items():
         if split != "Overall":
-            assert (m[f"{split}/aAcc"], m[f"{split}/fAcc"], m[f"{split}/qAcc"]) == pytest.approx((a, f, q)), (
-                split
-            )
+            assert (m[f"{split}/aAcc"], m[f"{split}/fAcc"], m[f"{split}/qAcc"]) == pytest.approx((a, f, q)), split
 
 
 def test_hallusionbench_index_without_ids_is_an_error():
     with pytest.raises(ValueError, match="column 'index'"):
-        score_items(
-            "hallusionbench", [ScoredItem(id="12", prediction="yes", reference="yes", subset="chart")]
-        )
+        score_items("hallusionbench", [ScoredItem(id="12", prediction="yes", reference="yes", subset="chart")])
 
 
 def test_runner_names_the_file_when_pope_refuses_a_category():

@@ -82,9 +82,7 @@ def test_ocrbench_containment_out_of_1000():
         ),
         ScoredItem(id="2", prediction="x ^ { 2 } + 1", reference="x^{2}+1", category=hme),
         ScoredItem(id="3", prediction="X^{2}+1", reference="x^{2}+1", category=hme),  # case kept for HME
-        ScoredItem(
-            id="4", prediction="Paris", reference="", answers=("London", "paris"), category="Doc-oriented VQA"
-        ),
+        ScoredItem(id="4", prediction="Paris", reference="", answers=("London", "paris"), category="Doc-oriented VQA"),
         ScoredItem(id="5", prediction=None, reference="stop", category="Regular Text Recognition"),
     ]
     m = score_items("ocrbench", items).metrics

@@ -64,9 +64,7 @@ def test_mme_rejects_broken_pairs_and_unknown_categories():
     with pytest.raises(ValueError, match="exactly 2"):
         score_items("mme", [_mme("1", "e1", "existence", "yes", "yes")])
     with pytest.raises(ValueError, match="category 'Existence'"):
-        score_items(
-            "mme", [_mme("1", "e1", "Existence", "yes", "yes"), _mme("2", "e1", "Existence", "no", "no")]
-        )
+        score_items("mme", [_mme("1", "e1", "Existence", "yes", "yes"), _mme("2", "e1", "Existence", "no", "no")])
 
 
 def _pope(qid, subset, pred, gold):

@@ -162,8 +162,12 @@ def test_two_processes_then_a_merge_write_one_process_bytes(model_dir, tsv, refe
     shards = [
         subprocess.Popen(
             [sys.executable, str(ROOT / "src" / "evaluate.py"), *overrides, "shard.count=2", f"shard.index={i}"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     for shard in shards:
@@ -227,9 +231,16 @@ def test_too_many_shards_fail_before_the_model_loads(model_dir, tsv, tmp_path, m
 def test_torchrun_ranks_merge_after_a_barrier(model_dir, tsv, reference, results, tmp_path):
     overrides = _overrides(model_dir, results, tsv)
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "src" / "evaluate.py"), *overrides, "shard.from_env=torchrun",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "src" / "evaluate.py"),
+        *overrides,
+        "shard.from_env=torchrun",
+    ]
     env = _child_env(torch.get_num_threads())
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -34,19 +34,22 @@ def test_the_summary_names_benchmark_metric_score_counts_and_path(model_dir: Pat
         float(line.split()[2])  # the score
 
 
-def test_evaluate_py_prints_the_summary_and_logs_progress_to_its_log_file(
-    model_dir: Path, tmp_path: Path
-) -> None:
+def test_evaluate_py_prints_the_summary_and_logs_progress_to_its_log_file(model_dir: Path, tmp_path: Path) -> None:
     tsv = write_bench(tmp_path / "syn_count.tsv", "syn_count", 2, SIDE)
     args = [
         *base_overrides(model_dir, tmp_path / "results", {"syn_count": tsv}, 4),
-        "bench=syn_count", "budget=0.5",
-    ]  # fmt: skip
+        "bench=syn_count",
+        "budget=0.5",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, str(ROOT / "src" / "evaluate.py"), *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     leaf = tmp_path / "results" / "dev" / "tiny" / "base" / "visionzip" / "0.5"
     summary = "syn_count        number_match"

@@ -67,9 +67,7 @@ def test_video_ratings_flatten_by_position_and_give_their_headlines() -> None:
 
 def test_missing_column_names_the_file_and_the_column(tmp_path: Path) -> None:
     rows, _ = CASES["mme"][-1]()
-    data = write_tsv(
-        tmp_path / "MME.tsv", [{k: v for k, v in row.items() if k != "image_path"} for row in rows]
-    )
+    data = write_tsv(tmp_path / "MME.tsv", [{k: v for k, v in row.items() if k != "image_path"} for row in rows])
     header, by_index = read_rows(data)
     with pytest.raises(ValueError, match=r"MME\.tsv: no column 'image_path'.*scorer 'mme'"):
         check_columns(data, header, "mme", by_index)
@@ -80,9 +78,7 @@ def test_unknown_pope_category_names_the_row_and_the_column(tmp_path: Path) -> N
     rows[3]["category"] = "popular,hard"
     data = write_tsv(tmp_path / "POPE.tsv", rows)
     header, by_index = read_rows(data)
-    with pytest.raises(
-        ValueError, match=r"POPE\.tsv: row index 3 has category 'popular,hard' \(column 'category'\)"
-    ):
+    with pytest.raises(ValueError, match=r"POPE\.tsv: row index 3 has category 'popular,hard' \(column 'category'\)"):
         check_columns(data, header, "pope", by_index)
 
 
@@ -97,8 +93,10 @@ def test_lower_case_yes_no_answers_are_refused(tmp_path: Path) -> None:
 
 
 def test_hallusionbench_index_without_ids_is_refused(tmp_path: Path) -> None:
-    data = write_tsv(tmp_path / "HB.tsv", [{"index": "7", "question": "q", "answer": "Yes", "category": "VD",
-                                             "l2-category": "chart"}])  # fmt: skip
+    data = write_tsv(
+        tmp_path / "HB.tsv",
+        [{"index": "7", "question": "q", "answer": "Yes", "category": "VD", "l2-category": "chart"}],
+    )
     header, rows = read_rows(data)
     with pytest.raises(ValueError, match=r"index '7' \(column 'index'\)"):
         check_columns(data, header, "hallusionbench", rows)
@@ -121,9 +119,7 @@ def test_broken_environment_names_the_make_target_and_writes_nothing(tmp_path: P
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python").symlink_to(sys.executable)
     before = out.read_bytes()
-    with pytest.raises(
-        RuntimeError, match=r"environment is broken \(import vlmeval failed.*make vlmeval-env"
-    ):
+    with pytest.raises(RuntimeError, match=r"environment is broken \(import vlmeval failed.*make vlmeval-env"):
         score_with_vlmeval(BridgeConfig(result=str(out), env=str(env)))
     assert out.read_bytes() == before
 
@@ -194,9 +190,7 @@ def test_vlmeval_evaluate_gives_the_project_scorers_figures(tmp_path: Path, benc
     out = _leaf(tmp_path, bench)
     project = json.loads(out.read_text())["metrics"]
     block = score_with_vlmeval(BridgeConfig(result=str(out), env=str(env)))
-    assert (
-        block["agrees"] is True and block["dataset"] == CASES[bench][0] and block["judge"] == "exact_matching"
-    )
+    assert block["agrees"] is True and block["dataset"] == CASES[bench][0] and block["judge"] == "exact_matching"
     pairs = _pairs(bench, block["metrics"], project)
     assert [p for p in pairs if abs(p[1] - p[2]) > 1e-9] == []
     assert len({round(theirs, 6) for _, theirs, _ in pairs}) > 1  # the cases are not all one value
@@ -224,17 +218,19 @@ def test_a_leaf_written_by_evaluate_scores_alike_in_vlmeval(tmp_path: Path) -> N
         build = compose("build_data", overrides=[f"data.out_dir={tmp_path}", "processor.write=false"])
     items, _ = generate_bench(load_build_config(build).data, "syn_pope")
     data = tmp_path / "POPE.tsv"  # VLMEvalKit's layout: Yes/No answers, the subset in category
-    write_items(
-        data, [replace(it, answer=it.answer.strip().capitalize(), category=it.subset) for it in items[:18]]
-    )
+    write_items(data, [replace(it, answer=it.answer.strip().capitalize(), category=it.subset) for it in items[:18]])
     overrides = [
-        "model=tiny", "pruner=visionzip", "budget=0.1", "bench=syn_pope", f"bench.syn_pope.path={data}",
-        "bench.syn_pope.dataset_name=POPE", "bench.syn_pope.subset_field=category", "logger=none",
+        "model=tiny",
+        "pruner=visionzip",
+        "budget=0.1",
+        "bench=syn_pope",
+        f"bench.syn_pope.path={data}",
+        "bench.syn_pope.dataset_name=POPE",
+        "bench.syn_pope.subset_field=category",
+        "logger=none",
         f"results_root={tmp_path / 'results'}",
-    ]  # fmt: skip
+    ]
     (result,) = run(compose_eval(overrides))
     block = score_with_vlmeval(BridgeConfig(result=str(result), env=str(env)))
     assert block["agrees"] is True and block["n"] == 18 and block["dataset"] == "POPE"
-    assert (
-        json.loads(result.read_text())["vlmeval"]["project_score"] == json.loads(result.read_text())["score"]
-    )
+    assert json.loads(result.read_text())["vlmeval"]["project_score"] == json.loads(result.read_text())["score"]

@@ -39,9 +39,23 @@ def require_vlmeval_env() -> Path:
 
 
 YN_PREDICTIONS = [
-    "Yes", "no", "**Yes**", "Yes, there is one.", "yes and no", "There is no dog.", "", None, "Yes.",
-    "NO", "I cannot tell", "Yes\n", "no,", "Not at all", "yes!", "(no)",
-]  # fmt: skip
+    "Yes",
+    "no",
+    "**Yes**",
+    "Yes, there is one.",
+    "yes and no",
+    "There is no dog.",
+    "",
+    None,
+    "Yes.",
+    "NO",
+    "I cannot tell",
+    "Yes\n",
+    "no,",
+    "Not at all",
+    "yes!",
+    "(no)",
+]
 """Yes/no answers for the rules' edge cases: markup, both words, punctuation, empty, extraction miss."""
 
 
@@ -57,19 +71,34 @@ def pope_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     ]
     rows = [
         {
-            "index": str(i), "image": png_b64(i), "question": f"Is there a thing {i} in the image?",
-            "answer": "Yes" if i % 3 else "No", "category": categories[i % len(categories)],
+            "index": str(i),
+            "image": png_b64(i),
+            "question": f"Is there a thing {i} in the image?",
+            "answer": "Yes" if i % 3 else "No",
+            "category": categories[i % len(categories)],
             "image_source": f"COCO_{i}",
         }
         for i in range(len(YN_PREDICTIONS))
-    ]  # fmt: skip
+    ]
     return rows, list(YN_PREDICTIONS)
 
 
 MME_CATEGORIES = (
-    "OCR", "artwork", "celebrity", "color", "count", "existence", "landmark", "position", "posters", "scene",
-    "code_reasoning", "commonsense_reasoning", "numerical_calculation", "text_translation",
-)  # fmt: skip
+    "OCR",
+    "artwork",
+    "celebrity",
+    "color",
+    "count",
+    "existence",
+    "landmark",
+    "position",
+    "posters",
+    "scene",
+    "code_reasoning",
+    "commonsense_reasoning",
+    "numerical_calculation",
+    "text_translation",
+)
 
 
 def mme_rows() -> tuple[list[dict[str, str]], list[str | None]]:
@@ -82,10 +111,14 @@ def mme_rows() -> tuple[list[dict[str, str]], list[str | None]]:
                 i = len(rows)
                 rows.append(
                     {
-                        "index": str(i), "image": png_b64(i), "question": f"Is it {category} {i}?",
-                        "answer": answer, "category": category, "image_path": image_path,
+                        "index": str(i),
+                        "image": png_b64(i),
+                        "question": f"Is it {category} {i}?",
+                        "answer": answer,
+                        "category": category,
+                        "image_path": image_path,
                     }
-                )  # fmt: skip
+                )
                 preds.append(YN_PREDICTIONS[(i * 5) % len(YN_PREDICTIONS)])
     return rows, preds
 
@@ -104,19 +137,32 @@ def hallusionbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
                         image = png_b64(i) if q == 0 else rows[-1]["index"]  # question 1 shares question 0's
                         rows.append(
                             {
-                                "index": index, "image": image, "question": f"Is it so {i}?",
-                                "answer": "Yes" if (s + f + q + i // 8) % 2 else "No", "category": category,
+                                "index": index,
+                                "image": image,
+                                "question": f"Is it so {i}?",
+                                "answer": "Yes" if (s + f + q + i // 8) % 2 else "No",
+                                "category": category,
                                 "l2-category": l2,
                             }
-                        )  # fmt: skip
+                        )
                         preds.append(YN_PREDICTIONS[(i * 3 + 1) % len(YN_PREDICTIONS)] if i % 4 else "Yes")
     return rows, preds
 
 
 MCQ_PREDICTIONS = [
-    "A", "The answer is B.", "I think C or D", "D. cat", "a", "Sorry, I cannot answer.", "cat", "(D) dog",
-    "The picture shows a bird", "B", None, "D",
-]  # fmt: skip
+    "A",
+    "The answer is B.",
+    "I think C or D",
+    "D. cat",
+    "a",
+    "Sorry, I cannot answer.",
+    "cat",
+    "(D) dog",
+    "The picture shows a bird",
+    "B",
+    None,
+    "D",
+]
 
 
 def mmbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
@@ -129,18 +175,33 @@ def mmbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
             gold = "ABCD"[rotated.index(texts[q])]
             rows.append(
                 {
-                    "index": str(q + k * 1_000_000), "image": png_b64(q), "question": f"Which animal {q}?",
-                    "hint": "", **dict(zip("ABCD", rotated, strict=True)), "answer": gold,
-                    "category": ["identity", "count", "color"][q], "l2-category": "perception", "split": "dev",
+                    "index": str(q + k * 1_000_000),
+                    "image": png_b64(q),
+                    "question": f"Which animal {q}?",
+                    "hint": "",
+                    **dict(zip("ABCD", rotated, strict=True)),
+                    "answer": gold,
+                    "category": ["identity", "count", "color"][q],
+                    "l2-category": "perception",
+                    "split": "dev",
                 }
-            )  # fmt: skip
+            )
     return rows, list(MCQ_PREDICTIONS)  # row i is question i % 3 in rotation i // 3: question 0 passes
 
 
 HR_PREDICTIONS = [
-    "A", "The answer is B.", "D", "fish", "I think C or D", "B", "bird", "Sorry, I cannot answer.", "D.", "cat",
+    "A",
+    "The answer is B.",
+    "D",
+    "fish",
+    "I think C or D",
+    "B",
+    "bird",
+    "Sorry, I cannot answer.",
+    "D.",
+    "cat",
     "C",
-]  # fmt: skip
+]
 
 
 def hrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
@@ -162,55 +223,93 @@ def hrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     golds = "ABCDABCADBC"
     rows = [
         {
-            "index": str(i), "image": png_b64(i), "question": f"Which animal {i}?", "A": "cat", "B": "dog",
-            "C": "bird", "D": "fish", "answer": golds[i], "category": categories[i], "cycle_category": cycles[i],
+            "index": str(i),
+            "image": png_b64(i),
+            "question": f"Which animal {i}?",
+            "A": "cat",
+            "B": "dog",
+            "C": "bird",
+            "D": "fish",
+            "answer": golds[i],
+            "category": categories[i],
+            "cycle_category": cycles[i],
         }
         for i in range(len(cycles))
-    ]  # fmt: skip
+    ]
     return rows, list(HR_PREDICTIONS)
 
 
 def mmmu_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     """Returns MMMU_DEV_VAL.tsv-like rows (one split): option questions and open ones (no options)."""
     cases = [
-        ("B", True, "B"), ("C", True, "The answer is bird"), ("42", False, "The answer is 42"), ("42", False, "41"),
-        ("x^2", False, "A"), ("Paris", False, "B"), ("7", False, "Other Answers"), ("A", True, "dog"),
-        ("blue", False, "It is blue."), ("3", False, None),
-    ]  # fmt: skip
+        ("B", True, "B"),
+        ("C", True, "The answer is bird"),
+        ("42", False, "The answer is 42"),
+        ("42", False, "41"),
+        ("x^2", False, "A"),
+        ("Paris", False, "B"),
+        ("7", False, "Other Answers"),
+        ("A", True, "dog"),
+        ("blue", False, "It is blue."),
+        ("3", False, None),
+    ]
     rows = []
     for i, (answer, options, _) in enumerate(cases):
         choices = {"A": "cat", "B": "dog", "C": "bird", "D": "fish"} if options else {}
         rows.append(
             {
-                "index": str(i), "image": png_b64(i), "question": f"Question {i}?", "A": "", "B": "", "C": "",
-                "D": "", **choices, "answer": answer, "category": "Art" if i % 2 else "Math",
+                "index": str(i),
+                "image": png_b64(i),
+                "question": f"Question {i}?",
+                "A": "",
+                "B": "",
+                "C": "",
+                "D": "",
+                **choices,
+                "answer": answer,
+                "category": "Art" if i % 2 else "Math",
                 "split": "validation",
             }
-        )  # fmt: skip
+        )
     return rows, [pred for *_, pred in cases]
 
 
 OCR_CATEGORIES = (
-    "Regular Text Recognition", "Handwriting Recognition", "Scene Text-centric VQA", "Doc-oriented VQA",
-    "Key Information Extraction", "Handwritten Mathematical Expression Recognition",
-)  # fmt: skip
+    "Regular Text Recognition",
+    "Handwriting Recognition",
+    "Scene Text-centric VQA",
+    "Doc-oriented VQA",
+    "Key Information Extraction",
+    "Handwritten Mathematical Expression Recognition",
+)
 
 
 def ocrbench_rows() -> tuple[list[dict[str, str]], list[str | None]]:
     """Returns OCRBench.tsv-like rows (answer lists) with case, newline, tab and space edge cases."""
     cases = [
-        ("['Hello World']", "it says hello world"), ("['STOP', 'stop sign']", "Stop"),
-        ("['12 5']", "125"), ("['a\\nb']", "A B"), ("['Total']", "to tal"), ("['x^2 + 1']", "x^2+1"),
-        ("['x^{2}']", "x ^ { 2 }"), ("['\\\\frac{a}{b}']", "\\frac{a}\t{b}"), ("['Cafe']", ""),
-        ("['Open']", None), ("['ok']", "OK\n"), ("['2024']", "in 2024."),
-    ]  # fmt: skip
+        ("['Hello World']", "it says hello world"),
+        ("['STOP', 'stop sign']", "Stop"),
+        ("['12 5']", "125"),
+        ("['a\\nb']", "A B"),
+        ("['Total']", "to tal"),
+        ("['x^2 + 1']", "x^2+1"),
+        ("['x^{2}']", "x ^ { 2 }"),
+        ("['\\\\frac{a}{b}']", "\\frac{a}\t{b}"),
+        ("['Cafe']", ""),
+        ("['Open']", None),
+        ("['ok']", "OK\n"),
+        ("['2024']", "in 2024."),
+    ]
     rows = [
         {
-            "index": str(i), "image": png_b64(i), "question": f"What is written {i}?", "answer": answer,
+            "index": str(i),
+            "image": png_b64(i),
+            "question": f"What is written {i}?",
+            "answer": answer,
             "category": OCR_CATEGORIES[i % len(OCR_CATEGORIES)],
         }
         for i, (answer, _) in enumerate(cases)
-    ]  # fmt: skip
+    ]
     return rows, [pred for _, pred in cases]
 
 
@@ -248,22 +347,23 @@ def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: l
     assert not skipped and len(items) == len(predictions)
     leaf = root / "leaf"
     answers = dict(zip((sample_id(item) for item in items), predictions, strict=True))
-    report = score_items(
-        scorer, [scored_item(item, spec, answers[sample_id(item)]) for item in items], spec.headline
-    )
+    report = score_items(scorer, [scored_item(item, spec, answers[sample_id(item)]) for item in items], spec.headline)
     preds = predictions_path(leaf, bench)
     preds.parent.mkdir(parents=True, exist_ok=True)
     preds.write_text(
         "".join(
-            json.dumps({"id": i, "answer": a, "output": f"<answer>{a}</answer>"}) + "\n"
-            for i, a in answers.items()
+            json.dumps({"id": i, "answer": a, "output": f"<answer>{a}</answer>"}) + "\n" for i, a in answers.items()
         )
     )
     payload = {
-        "benchmark": bench, "scorer": scorer, "score": report.metrics["score"], "metrics": report.metrics,
-        "n_scored": len(items), "n_rows": len(items),
+        "benchmark": bench,
+        "scorer": scorer,
+        "score": report.metrics["score"],
+        "metrics": report.metrics,
+        "n_scored": len(items),
+        "n_rows": len(items),
         "provenance": {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_digest(data)}},
-    }  # fmt: skip
+    }
     out = result_path(leaf, bench)
     out.write_text(json.dumps(payload, indent=2))
     return out

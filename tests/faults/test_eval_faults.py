@@ -32,9 +32,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cfg(model_dir: Path, results: Path, tsv: Path, *extra: str):
-    return compose_eval(
-        [f"bench={BENCH}", *base_overrides(model_dir, results, {BENCH: tsv}, 4), "budget=0.25", *extra]
-    )
+    return compose_eval([f"bench={BENCH}", *base_overrides(model_dir, results, {BENCH: tsv}, 4), "budget=0.25", *extra])
 
 
 def _damage(tsv: Path, rows: dict[int, str]) -> None:
@@ -129,9 +127,7 @@ def test_passk_cohort_file_changed_in_place_is_recomputed(model_dir, tmp_path):
     assert json.loads(out.read_text())["cohort"]["ids"] == ["0"]
     cohort.unlink()
     append_jsonl(cohort, [{"id": str(i), "correct": i != 1} for i in range(3)])  # the reference rerun
-    assert json.loads(run(_cfg(model_dir, tmp_path / "results", tsv, *extra))[0].read_text())["cohort"][
-        "ids"
-    ] == [
+    assert json.loads(run(_cfg(model_dir, tmp_path / "results", tsv, *extra))[0].read_text())["cohort"]["ids"] == [
         "0",
         "2",
     ]
@@ -148,10 +144,7 @@ def test_damaged_result_json_is_recomputed_not_trusted(model_dir, tmp_path, dama
     out.write_text(bad[damage])
     run(_cfg(model_dir, results, tsv))
     again = json.loads(out.read_text())
-    assert (
-        again["score"] == good["score"]
-        and again["provenance"]["config_hash"] == good["provenance"]["config_hash"]
-    )
+    assert again["score"] == good["score"] and again["provenance"]["config_hash"] == good["provenance"]["config_hash"]
 
 
 KILLER = """
@@ -200,9 +193,7 @@ def test_sigkill_mid_benchmark_resumes_to_identical_predictions(model_dir, tmp_p
     script = tmp_path / "kill.py"
     tests = str(Path(__file__).resolve().parents[1])
     script.write_text(KILLER.format(tests=tests, kill_at=3, torn=torn))
-    proc = subprocess.run(
-        [sys.executable, str(script), json.dumps(overrides)], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, str(script), json.dumps(overrides)], capture_output=True, text=True)
     assert proc.returncode == -9, proc.stderr[-2000:]
     out = result_path(_leaf(results), BENCH)
     assert not out.exists()  # no result JSON until the benchmark is complete

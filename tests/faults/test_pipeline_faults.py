@@ -39,17 +39,24 @@ REDUCED = {
         "pruners": {"visionzip": {}},
         "benchmarks": {BENCH: {}},
         "methods": {},
-        "tables": {"main": {"models": ["tiny"], "benchmarks": [BENCH], "rows": [
-            {"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.1]}]}},
+        "tables": {
+            "main": {
+                "models": ["tiny"],
+                "benchmarks": [BENCH],
+                "rows": [{"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.1]}],
+            }
+        },
         "passk": None,
         "efficiency": None,
     },
     "hydra_overrides": {
-        "build_data": [*(f"data.benches.{b}.size=12" for b in wf.load_yaml(wf.CONF_DIR / "data/tiny.yaml")["benches"]),
-                       "data.train.size=12"],
+        "build_data": [
+            *(f"data.benches.{b}.size=12" for b in wf.load_yaml(wf.CONF_DIR / "data/tiny.yaml")["benches"]),
+            "data.train.size=12",
+        ],
         "evaluate": [f"bench.{BENCH}.max_new_tokens=24"],
     },
-}  # fmt: skip
+}
 LEAF = f"results/tiny/tiny/base/visionzip/0.1/{BENCH}.json"
 
 
@@ -70,8 +77,13 @@ def snakemake(workdir: Path, *args: str, entry: list[str] | None = None) -> list
 def test_prebuilt_data_never_stands_in_for_the_pipeline_data_job(tmp_path: Path) -> None:
     # the README's `python src/build_data.py`, here at another size (the full suite has 100 items each)
     sizes = [f"data.benches.{b}.size=6" for b in wf.load_yaml(wf.CONF_DIR / "data/tiny.yaml")["benches"]]
-    built = subprocess.run([PYTHON, str(ROOT / "src/build_data.py"), *sizes, "data.train.size=6"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    built = subprocess.run(
+        [PYTHON, str(ROOT / "src/build_data.py"), *sizes, "data.train.size=6"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     assert (tmp_path / f"data/tiny/{BENCH}.tsv").is_file()
     config = tmp_path / "reduced.yaml"
@@ -113,8 +125,10 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     entry = demo_entry()
     job = subprocess.Popen(
         snakemake(tmp_path, "--snakefile", str(snakefile), "--config", "sleep=60", entry=entry),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     locks = tmp_path / ".snakemake" / "locks"
     deadline = time.monotonic() + 60
     while not any(locks.glob("*.lock")) and job.poll() is None and time.monotonic() < deadline:
@@ -126,8 +140,10 @@ def test_a_killed_pipeline_restarts_through_the_demo_entry_without_unlock(tmp_pa
     assert any(locks.glob("sparsectx-entry.*.json")), "the entry recorded no host beside the lock"
     again = subprocess.run(
         snakemake(tmp_path, "--snakefile", str(snakefile), "--config", "sleep=0", "--rerun-incomplete", entry=entry),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = again.stdout + again.stderr
     assert "LockException" not in output and "cannot be locked" not in output, output[-3000:]
     assert again.returncode == 0, output[-3000:]
@@ -314,8 +330,9 @@ def test_wrappers_of_this_entry_and_runs_elsewhere_do_not_hold_the_lock(tmp_path
         started(other.pid)
         probe = "from sparsectx import pipeline as p; print(sorted(p.snakemake_processes(p.Path.cwd())))"
         wrapper = f"{shlex.quote(PYTHON)} -c {shlex.quote(probe)}; true"  # `; true`: bash stays the parent
-        done = subprocess.run(["bash", "-c", wrapper, "run-snakemake.sh"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", wrapper, "run-snakemake.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
     finally:
         other.kill()
         other.wait()
@@ -326,8 +343,9 @@ def test_wrappers_of_this_entry_and_runs_elsewhere_do_not_hold_the_lock(tmp_path
 # ---- finding 8: errors that name the key or the file ---------------------------------------------------------
 @pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
 def test_a_non_numeric_budget_names_the_key_the_value_and_the_fix(tmp_path: Path, script: str) -> None:
-    run = subprocess.run([PYTHON, str(ROOT / "src" / script), "budget=abc"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [PYTHON, str(ROOT / "src" / script), "budget=abc"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode != 0
     assert "budget='abc' is not a number" in run.stderr and "e.g. budget=0.1" in run.stderr, run.stderr[-2000:]
 

@@ -39,9 +39,7 @@ def _reads_of(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
     return reads
 
 
-def test_the_state_payload_is_hashed_as_it_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_state_payload_is_hashed_as_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reads = _reads_of(monkeypatch, ckpt.STATE_FILE)
     _save(tmp_path / "state", step=1)
     assert reads == []  # never read back to be hashed
@@ -99,9 +97,7 @@ def test_a_full_disk_while_saving_state_names_the_file_and_the_space_it_needs(
     _save(state, step=1)
     before = {p.name: p.read_bytes() for p in state.iterdir()}
     full_disk(monkeypatch, where, 4096)
-    with pytest.raises(
-        OSError, match=r"No space left on device while writing .*trainer\.pt.*needs about"
-    ) as caught:
+    with pytest.raises(OSError, match=r"No space left on device while writing .*trainer\.pt.*needs about") as caught:
         _save(state, step=2)
     assert caught.value.errno == errno.ENOSPC and str(state) in str(caught.value)
     assert {p.name: p.read_bytes() for p in state.iterdir()} == before  # the last state is whole

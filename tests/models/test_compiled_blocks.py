@@ -23,9 +23,7 @@ from sparsectx.models.vision_mlp import align_vision_mlps
 
 BUILDERS = {"qwen2_5_vl": (tiny_qwen2_5_vl, 14), "qwen3_vl": (tiny_qwen3_vl, 16)}
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
-pytestmark = pytest.mark.skipif(
-    shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler"
-)
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler")
 
 
 @pytest.fixture(scope="module", params=[(f, d) for f in sorted(BUILDERS) for d in DEVICES], ids=str)
@@ -40,10 +38,7 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     compiled = copy.deepcopy(eager)
     blocks = cb.block_lists(compiled)
     assert cb.compile_blocks(compiled, True) == len(blocks["vision"]) + len(blocks["decoder"])
-    images = [
-        noise_image(w, h, seed)
-        for seed, (w, h) in enumerate([(4 * patch, 6 * patch), (6 * patch, 4 * patch)])
-    ]
+    images = [noise_image(w, h, seed) for seed, (w, h) in enumerate([(4 * patch, 6 * patch), (6 * patch, 4 * patch)])]
     inputs = processor.image_processor(images=images, return_tensors="pt")
     pixels, grid = inputs["pixel_values"].float().to(device), inputs["image_grid_thw"].to(device)
     return adapter_for(eager, 8), adapter_for(compiled, 8), pixels, grid
@@ -64,9 +59,7 @@ def _llm_inputs(adapter, seed: int) -> LLMInputs:
 @torch.no_grad()
 def test_vision_tower_and_signals_equal_eager(pair) -> None:
     eager, compiled, pixels, grid = pair
-    for got, want in zip(
-        compiled.encode_images(pixels, grid), eager.encode_images(pixels, grid), strict=True
-    ):
+    for got, want in zip(compiled.encode_images(pixels, grid), eager.encode_images(pixels, grid), strict=True):
         for name in ("embeds", "attention_received", "keys"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-5, rtol=1e-5)
         for g, w in zip(got.deepstack, want.deepstack, strict=True):

@@ -24,9 +24,7 @@ SIZES = {
     "qwen3_vl": [(96, 160), (128, 64), (64, 64), (160, 96)],
 }
 BUILDERS = {"qwen2_5_vl": (tiny_qwen2_5_vl, 14), "qwen3_vl": (tiny_qwen3_vl, 16)}
-QKV_GAIN = (
-    10.0  # peaked attention, so a wrong block, segment or order shows (see test_grouped_vision_attention)
-)
+QKV_GAIN = 10.0  # peaked attention, so a wrong block, segment or order shows (see test_grouped_vision_attention)
 PROBE = MergerProbe(probes=3, step=0.05, seed=11)
 
 
@@ -115,9 +113,7 @@ def test_object_and_last_block_attention_match_eager_weights(family, monkeypatch
 def test_baseline_signals_are_unchanged_and_extras_absent(family):
     _, model, _, pixels, grid, _ = family
     plain = _adapter(model, "hf", VisionSignals()).encode_images(pixels, grid)
-    extra = _adapter(model, "hf", VisionSignals(object_attention=True, merger_probe=PROBE)).encode_images(
-        pixels, grid
-    )
+    extra = _adapter(model, "hf", VisionSignals(object_attention=True, merger_probe=PROBE)).encode_images(pixels, grid)
     for a, b in zip(plain, extra, strict=True):
         assert a.object_attention is None and a.merger_sensitivity is None
         for field in ("embeds", "attention_received", "keys"):
@@ -160,14 +156,10 @@ def test_merger_sensitivity_matches_float64_finite_differences(family, monkeypat
     if name == "qwen2_5_vl":
         assert (got.double() - want[torch.argsort(order)]).abs().max() > 1e-3  # block order would fail
     other = _adapter(model, vision_attention, VisionSignals(merger_probe=MergerProbe(3, 0.05, seed=12)))
-    assert not torch.equal(
-        torch.cat([im.merger_sensitivity for im in other.encode_images(pixels, grid)]), got
-    )
+    assert not torch.equal(torch.cat([im.merger_sensitivity for im in other.encode_images(pixels, grid)]), got)
 
 
-@pytest.mark.parametrize(
-    "pruner, params", [("hiprune", {"alpha": 1.0}), ("zoo_prune", {"probes": 4, "step": 0.01})]
-)
+@pytest.mark.parametrize("pruner, params", [("hiprune", {"alpha": 1.0}), ("zoo_prune", {"probes": 4, "step": 0.01})])
 @torch.no_grad()
 def test_declared_pruners_run_on_encoded_samples(family, pruner, params):
     """encode_samples (the eval/training/Pass@K/efficiency path) with the pruner's declaration: one tower

@@ -15,8 +15,6 @@ def test_table_4_schedules_glm_and_the_llava_stand_in_and_footnotes_llava_1_5() 
         assert wf.TrainRun(model, "lt_opd", "cdpruner", 0.05) in grid.train_runs
     missing = [m for m in wf.missing_cells(grid) if m.cell.model == "llava_onevision_1_5_4b"]
     assert missing and {m.block for m in missing} == {"model_families"}
-    assert all(
-        m.reason.startswith("model llava_onevision_1_5_4b: LLaVA-OneVision-1.5 has no class") for m in missing
-    )
+    assert all(m.reason.startswith("model llava_onevision_1_5_4b: LLaVA-OneVision-1.5 has no class") for m in missing)
     assert not [c for c in cells if c.model == "llava_onevision_1_5_4b"]
     assert grid.unknown_conf_names() == []

@@ -56,9 +56,7 @@ def test_llava_signals_equal_siglips_own_attention_weights(tmp_path) -> None:
         (image,) = sample.images
         assert views[0] > 1 and image.num_tokens > side * side + 1  # tiled: base view, tiles and newlines
         torch.testing.assert_close(image.attention_received, want[:, 0], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(
-            image.attention_received[: side * side].sum(), torch.tensor(side * side * 1.0)
-        )
+        torch.testing.assert_close(image.attention_received[: side * side].sum(), torch.tensor(side * side * 1.0))
         assert image.keys.shape == (image.num_tokens, 16) and torch.isfinite(image.keys).all()
 
 
@@ -73,8 +71,9 @@ def test_llava_downscaled_mosaic_equals_hf_and_keeps_exactly_k(tmp_path) -> None
     samples = encode_samples(adapter, processor, items)
     ctx = build_context(adapter, samples, [keep_all(s) for s in samples])
     ours = adapter.logits(adapter.run_llm(ctx.inputs, None))
-    torch.testing.assert_close(ours[ctx.inputs.attention_mask.bool()], reference[batch["attention_mask"].bool()],
-                               atol=1e-5, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        ours[ctx.inputs.attention_mask.bool()], reference[batch["attention_mask"].bool()], atol=1e-5, rtol=0
+    )
     gen = torch.Generator().manual_seed(0)
     for sample in samples:
         (image,) = sample.images
@@ -106,9 +105,7 @@ def _model_config(path: str, tile_budget: str | None) -> ModelConfig:
 
 
 def test_tile_budget_on_a_qwen_checkpoint_is_a_config_error_naming_the_key() -> None:
-    with pytest.raises(
-        ValueError, match=r"model\.tile_budget='pooled' applies to tiled families \(llava_onevision\)"
-    ):
+    with pytest.raises(ValueError, match=r"model\.tile_budget='pooled' applies to tiled families \(llava_onevision\)"):
         load_model(_model_config("package:tiny-vlm", "pooled"))
     with pytest.raises(ValueError, match=r"model\.tile_budget"):
         _model_config("package:tiny-vlm", "per_tile")
@@ -116,19 +113,26 @@ def test_tile_budget_on_a_qwen_checkpoint_is_a_config_error_naming_the_key() -> 
 
 def test_a_llava_checkpoint_without_tile_budget_is_a_config_error(tmp_path) -> None:
     family_model("llava_onevision", tmp_path)  # config.json and processor files (training tests load weights)
-    with pytest.raises(
-        ValueError, match=r"model\.tile_budget is null but 'llava_onevision'.*tile_budget=pooled"
-    ):
+    with pytest.raises(ValueError, match=r"model\.tile_budget is null but 'llava_onevision'.*tile_budget=pooled"):
         load_model(_model_config(str(tmp_path), None))
 
 
 def test_unsupported_families_name_the_supported_ones(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llavaonevision1_5"}))
-    with pytest.raises(KeyError, match=r"'llavaonevision1_5' has no adapter \(LLaVA-OneVision-1\.5 has no class"
-                                      r" in transformers 5\.17.*supported: .*glm46v, llava_onevision"):  # fmt: skip
+    with pytest.raises(
+        KeyError,
+        match=r"'llavaonevision1_5' has no adapter \(LLaVA-OneVision-1\.5 has no class"
+        r" in transformers 5\.17.*supported: .*glm46v, llava_onevision",
+    ):
         load_model(_model_config(str(tmp_path), None))
-    config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     with pytest.raises(KeyError, match=r"'llama' has no adapter; supported: .*glm46v, llava_onevision"):
         adapter_for(LlamaForCausalLM(config), signal_chunk=8)
 

@@ -53,9 +53,7 @@ def _items(family: str) -> list[PromptItem]:
 
 def _random(samples, budget: float, seed: int) -> list[list[Selection]]:  # noqa: ANN001
     gen = torch.Generator().manual_seed(seed)
-    return [
-        [select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples
-    ]
+    return [[select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples]
 
 
 def hf_inputs(family: str, batch) -> dict:  # noqa: ANN001
@@ -82,17 +80,11 @@ def test_budget_one_greedy_text_equals_hf_generate(tiny) -> None:  # noqa: ANN00
     family, model, adapter, processor = tiny
     items, tok = _items(family), processor.tokenizer
     batch = processor_inputs(processor, items)
-    config = GenerationConfig(
-        max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
-    )
-    hf = model.generate(**hf_inputs(family, batch), generation_config=config)[
-        :, batch["input_ids"].shape[1] :
-    ]
+    config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    hf = model.generate(**hf_inputs(family, batch), generation_config=config)[:, batch["input_ids"].shape[1] :]
     samples = encode_samples(adapter, processor, items)
     prompts = pruned_prompts(adapter, samples, [keep_all(s) for s in samples])
-    ours = DecodeEngine(adapter, tok, default_engine()).generate(
-        prompts, SamplingConfig(12, False, 1.0, 1.0, 0, [])
-    )
+    ours = DecodeEngine(adapter, tok, default_engine()).generate(prompts, SamplingConfig(12, False, 1.0, 1.0, 0, []))
     for row, gen in zip(hf, ours, strict=True):
         assert gen.token_ids.numel() > 0
         assert gen.token_ids.tolist() == row[: gen.token_ids.numel()].tolist()
@@ -136,9 +128,7 @@ def test_kept_tokens_keep_unpruned_positions(tiny) -> None:  # noqa: ANN001
             pruned.inputs.positions[:, b][:, pruned_real],
         )
         visual_full = full_pos[:, full.inputs.visual_mask[b][full_real]]
-        kept = torch.cat(
-            [s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)]
-        )
+        kept = torch.cat([s.indices + sum(im.num_tokens for im in sample.images[:i]) for i, s in enumerate(sel)])
         assert torch.equal(pruned_pos[:, pruned.inputs.visual_mask[b][pruned_real]], visual_full[:, kept])
         assert torch.equal(pruned_pos[:, -2:], full_pos[:, -2:])
         assert pruned.next_position[b] == full.next_position[b] == sample.next_position + 2

@@ -16,8 +16,7 @@ def test_threaded_preprocessing_equals_one_sequential_call() -> None:
     source = resolve_model_path("package:tiny-vlm")
     sizes = [(448, 448), (300, 200), (97, 450), (448, 448), (640, 480), (28, 56), (512, 300)]
     items = [
-        PromptItem(f"s{i}", [noise_image(w, h, seed=i)], f"q{i}?", "sys", "think", "")
-        for i, (w, h) in enumerate(sizes)
+        PromptItem(f"s{i}", [noise_image(w, h, seed=i)], f"q{i}?", "sys", "think", "") for i, (w, h) in enumerate(sizes)
     ]
     sequential = processor_inputs(load_processor(source, image_workers=1), items)
     threaded = processor_inputs(load_processor(source, image_workers=4), items)

@@ -62,9 +62,7 @@ def _items(patch: int) -> list[PromptItem]:
 
 def _random(samples, budget: float, seed: int) -> list[list[Selection]]:
     gen = torch.Generator().manual_seed(seed)
-    return [
-        [select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples
-    ]
+    return [[select_tokens("random", im, s.question_embeds, budget, gen, {}) for im in s.images] for s in samples]
 
 
 def test_hybrid_fixture_has_both_layer_types(hybrid) -> None:
@@ -90,9 +88,7 @@ def test_budget_one_equals_plain_hf_model_logits(hybrid) -> None:
 def test_budget_one_greedy_text_equals_hf_generate(hybrid) -> None:
     items, tok = _items(hybrid.patch), hybrid.processor.tokenizer
     batch = processor_inputs(hybrid.processor, items)
-    config = GenerationConfig(
-        max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
-    )
+    config = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
     hf = hybrid.adapter.model.generate(**batch, generation_config=config)[:, batch["input_ids"].shape[1] :]
     samples = encode_samples(hybrid.adapter, hybrid.processor, items)
     prompts = pruned_prompts(hybrid.adapter, samples, [keep_all(s) for s in samples])
@@ -110,9 +106,11 @@ def test_kept_tokens_keep_the_positions_of_get_rope_index(hybrid) -> None:
     adapter, items = hybrid.adapter, _items(hybrid.patch)
     batch = processor_inputs(hybrid.processor, items)
     want, deltas = adapter.model.model.get_rope_index(
-        batch["input_ids"], batch["mm_token_type_ids"], image_grid_thw=batch["image_grid_thw"],
+        batch["input_ids"],
+        batch["mm_token_type_ids"],
+        image_grid_thw=batch["image_grid_thw"],
         attention_mask=batch["attention_mask"],
-    )  # fmt: skip
+    )
     samples = encode_samples(adapter, hybrid.processor, items)
     selections = _random(samples, 0.2, seed=11)
     pruned = build_context(adapter, samples, selections, [torch.tensor([5, 6])] * 3)
@@ -197,9 +195,7 @@ def test_in_llm_pruners_are_a_config_error_naming_the_key(hybrid) -> None:
     samples = encode_samples(adapter, hybrid.processor, _items(hybrid.patch))
     for name in IN_LLM_PRUNERS:
         params = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))["params"]
-        with pytest.raises(
-            ValueError, match=r"pruner\.stage=llm \(pruner\.layer=2\).*qwen3_5.*linear attention"
-        ):
+        with pytest.raises(ValueError, match=r"pruner\.stage=llm \(pruner\.layer=2\).*qwen3_5.*linear attention"):
             select_in_llm(adapter, samples, name, 0.3, params, 2)
     ctx = build_context(adapter, samples, [keep_all(s) for s in samples])
     ctx.inputs.late = LateDrop(3, ctx.inputs.attention_mask.bool())
@@ -208,8 +204,14 @@ def test_in_llm_pruners_are_a_config_error_naming_the_key(hybrid) -> None:
 
 
 def test_an_unsupported_family_names_qwen3_5_among_the_supported() -> None:
-    config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     with pytest.raises(KeyError, match=r"'llama' has no adapter; supported: .*qwen3_5"):
         adapter_for(LlamaForCausalLM(config), signal_chunk=8)
 
@@ -221,9 +223,7 @@ def test_signals_are_the_towers_own_eager_attention(vision_attention: str, hybri
     set_vision_attention(model, vision_attention)
     adapter = adapter_for(model, signal_chunk=8)
     adapter.vision_signals = VisionSignals(object_attention=True)
-    images = [
-        noise_image(hybrid.patch * w, hybrid.patch * h, seed) for seed, (w, h) in enumerate([(6, 4), (4, 8)])
-    ]
+    images = [noise_image(hybrid.patch * w, hybrid.patch * h, seed) for seed, (w, h) in enumerate([(6, 4), (4, 8)])]
     inputs = hybrid.processor.image_processor(images=images, return_tensors="pt")
     got = adapter.encode_images(inputs["pixel_values"], inputs["image_grid_thw"])
     # Reference: the tower under HF's eager attention, each block's weights per image, mean over heads, summed

@@ -20,9 +20,7 @@ from sparsectx.models import compiled_blocks as cb
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.vision_mlp import align_vision_mlps
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler"
-)
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor's CPU backend needs a C compiler")
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +33,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory):
     compiled = copy.deepcopy(eager)
     blocks = cb.block_lists(compiled)
     assert cb.compile_blocks(compiled, True) == len(blocks["vision"]) + len(blocks["decoder"]) == 3 + 4
-    images = [
-        noise_image(w, h, seed)
-        for seed, (w, h) in enumerate([(4 * PATCH, 6 * PATCH), (6 * PATCH, 4 * PATCH)])
-    ]
+    images = [noise_image(w, h, seed) for seed, (w, h) in enumerate([(4 * PATCH, 6 * PATCH), (6 * PATCH, 4 * PATCH)])]
     inputs = processor.image_processor(images=images, return_tensors="pt")
     return (
         adapter_for(eager, 8),
@@ -51,9 +46,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory):
 @torch.no_grad()
 def test_vision_tower_and_signals_equal_eager(pair) -> None:
     eager, compiled, pixels, grid = pair
-    for got, want in zip(
-        compiled.encode_images(pixels, grid), eager.encode_images(pixels, grid), strict=True
-    ):
+    for got, want in zip(compiled.encode_images(pixels, grid), eager.encode_images(pixels, grid), strict=True):
         for name in ("embeds", "attention_received", "keys"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-5, rtol=1e-5)
         assert got.deepstack == want.deepstack == ()

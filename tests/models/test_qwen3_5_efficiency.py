@@ -52,9 +52,7 @@ def _prompt(patch: int) -> PromptItem:
 
 def _context(hybrid, budget: float):
     samples = encode_samples(hybrid.adapter, hybrid.processor, [_prompt(hybrid.patch)])
-    return build_context(
-        hybrid.adapter, samples, select_visual(hybrid.adapter, samples, RANDOM, budget, 0, "t")
-    )
+    return build_context(hybrid.adapter, samples, select_visual(hybrid.adapter, samples, RANDOM, budget, 0, "t"))
 
 
 def _by_module(fn) -> dict[str, dict[str, int]]:
@@ -87,16 +85,12 @@ def test_prefill_parts_match_the_counted_modules(hybrid, budget: float) -> None:
     scores = _sum(counts, layers=full, parts=("self_attn",)) - parts["attention_proj"]
     assert parts["attention_scores"] == scores
     assert parts["mlp"] == _sum(counts, layers=full + linear, parts=("mlp",))
-    assert parts["linear_proj"] == _sum(
-        counts, layers=linear, parts=tuple(f"linear_attn.{p}" for p in LINEAR_PROJ)
-    )
+    assert parts["linear_proj"] == _sum(counts, layers=linear, parts=tuple(f"linear_attn.{p}" for p in LINEAR_PROJ))
     # HF's causal_conv1d_fn pads by K - 1 on both sides and keeps the first L of its L + K - 1 outputs.
     width, kernel = ctx.inputs.embeds.shape[1], text.linear_conv_kernel_dim
     assert parts["linear_conv"] * (width + kernel - 1) == _conv(counts) * width
     assert parts["lm_head"] == sum(counts["Linear"].values())  # the LM head, called on its own
-    assert (
-        parts["linear_core"] == 3 * ctx.inputs.embeds.shape[1] * linear_token_flops(text)["linear_core"] > 0
-    )
+    assert parts["linear_core"] == 3 * ctx.inputs.embeds.shape[1] * linear_token_flops(text)["linear_core"] > 0
 
 
 @torch.no_grad()
@@ -108,8 +102,12 @@ def test_one_decode_step_matches_the_counted_tally_but_the_recurrent_update(hybr
     adapter.run_llm(ctx.inputs, cache)
     width = ctx.inputs.embeds.shape[1]
     mask = torch.cat([ctx.inputs.attention_mask, torch.ones(1, 1, dtype=torch.long)], dim=1)
-    step = LLMInputs(adapter.embed_ids(torch.tensor([[7]])), mask, ctx.next_position.view(1, 1, 1).expand(3, 1, 1),
-                     torch.zeros(1, 1, dtype=torch.bool))  # fmt: skip
+    step = LLMInputs(
+        adapter.embed_ids(torch.tensor([[7]])),
+        mask,
+        ctx.next_position.view(1, 1, 1).expand(3, 1, 1),
+        torch.zeros(1, 1, dtype=torch.bool),
+    )
     counts = _by_module(lambda: adapter.logits(adapter.run_llm(step, cache)))
     per_token = linear_token_flops(text)
     # HF's causal_conv1d_update convolves the K-window plus the new input: 2 outputs, the last one kept.
@@ -129,8 +127,9 @@ def test_cache_bytes_equal_the_real_hybrid_cache(hybrid) -> None:
     adapter.run_llm(ctx.inputs, cache)
     real = 0
     for layer in cache.layers:
-        tensors = (layer.keys, layer.values) if hasattr(layer, "keys") else (
-            layer.conv_states[0], layer.recurrent_states[0])  # fmt: skip
+        tensors = (
+            (layer.keys, layer.values) if hasattr(layer, "keys") else (layer.conv_states[0], layer.recurrent_states[0])
+        )
         real += sum(t.numel() * t.element_size() for t in tensors)
     width = ctx.inputs.embeds.shape[1]
     assert kv_cache_bytes(text, width, 4, None) == real
@@ -143,9 +142,7 @@ def test_vision_flops_match_the_counted_tally(hybrid) -> None:
     grid = batch["image_grid_thw"]
     counted = counted_flops(lambda: hybrid.adapter.visual(batch["pixel_values"], grid_thw=grid))
     config = hybrid.adapter.model.config.vision_config
-    assert vision_flops(config, "qwen3_5", [tuple(g) for g in grid.tolist()]) == pytest.approx(
-        counted, rel=0.02
-    )
+    assert vision_flops(config, "qwen3_5", [tuple(g) for g in grid.tolist()]) == pytest.approx(counted, rel=0.02)
 
 
 def test_efficiency_mode_end_to_end_on_a_saved_checkpoint(tmp_path) -> None:
@@ -154,10 +151,16 @@ def test_efficiency_mode_end_to_end_on_a_saved_checkpoint(tmp_path) -> None:
     tiny_qwen3_5(processor.tokenizer, seed=0).save_pretrained(model_dir)
     bench = {"syn_ocr": write_bench(tmp_path / "syn_ocr.tsv", "syn_ocr", 2, SIDE)}
     overrides = [
-        "bench=syn_ocr", "mode=efficiency", "efficiency.bench=syn_ocr", "efficiency.budgets=[0.25]",
-        "efficiency.num_items=1", "efficiency.repetitions=1", "efficiency.warmup=0", "efficiency.decode_tokens=3",
+        "bench=syn_ocr",
+        "mode=efficiency",
+        "efficiency.bench=syn_ocr",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=1",
+        "efficiency.repetitions=1",
+        "efficiency.warmup=0",
+        "efficiency.decode_tokens=3",
         "efficiency.count_flops=false",
-    ]  # fmt: skip
+    ]
     out = run(compose_eval([*overrides, *base_overrides(model_dir, tmp_path / "results", bench, 4)]))[0]
     full, pruned = json.loads(out.read_text())["budgets"]
     text = tiny_qwen3_5(processor.tokenizer, seed=0).config.get_text_config()
@@ -165,7 +168,5 @@ def test_efficiency_mode_end_to_end_on_a_saved_checkpoint(tmp_path) -> None:
     assert pruned["kv_cache_bytes"] - states == pytest.approx(
         (full["kv_cache_bytes"] - states) * pruned["prefill_len"] / full["prefill_len"]
     )
-    assert (
-        0 < pruned["ratios"]["prefill_flops"] < 1 and pruned["flops"]["vision"] == full["flops"]["vision"] > 0
-    )
+    assert 0 < pruned["ratios"]["prefill_flops"] < 1 and pruned["flops"]["vision"] == full["flops"]["vision"] > 0
     assert {"linear_proj", "linear_conv", "linear_core"} <= set(full["flops"]["prefill_parts"])

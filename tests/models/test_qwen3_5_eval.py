@@ -41,8 +41,6 @@ def test_evaluation_with_a_pre_llm_pruner_writes_complete_results(model_dir, tmp
 
 
 def test_evaluation_with_an_in_llm_pruner_is_a_config_error(model_dir, tmp_path) -> None:
-    with pytest.raises(
-        ValueError, match=r"pruner\.stage=llm \(pruner\.layer=2\) is not supported on .*'qwen3_5'"
-    ):
+    with pytest.raises(ValueError, match=r"pruner\.stage=llm \(pruner\.layer=2\) is not supported on .*'qwen3_5'"):
         run(compose_eval([*_overrides(model_dir, tmp_path), "pruner=fastv"]))
     assert not list((tmp_path / "results").rglob("*.json"))

@@ -84,10 +84,18 @@ def test_one_step_trains_what_the_method_trains(method: str, env, tmp_path) -> N
 
 def _model_config(env: TinyEnv, **changes: object) -> ModelConfig:
     values = dict(
-        name="tiny_qwen3_5", path=str(env.model_dir), dtype="float32", device="cpu", attn_implementation="sdpa",
-        signal_chunk=8, vision_attention="grouped", image_workers=1, vision_mlp_multiple=0, compile_blocks="off",
+        name="tiny_qwen3_5",
+        path=str(env.model_dir),
+        dtype="float32",
+        device="cpu",
+        attn_implementation="sdpa",
+        signal_chunk=8,
+        vision_attention="grouped",
+        image_workers=1,
+        vision_mlp_multiple=0,
+        compile_blocks="off",
         tile_budget=None,
-    )  # fmt: skip
+    )
     return ModelConfig(**{**values, **changes})
 
 

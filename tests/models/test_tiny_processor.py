@@ -153,9 +153,7 @@ def test_project_processor_expands_one_image_to_256_pads(proc_dir: Path, build_c
     batch = processor(text=[text], images=[Image.new("RGB", (448, 448))])
     tokens = processor.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
     start = tokens.index("<|vision_start|>")
-    assert (
-        tokens[start + 1 : start + 257] == ["<|image_pad|>"] * 256 and tokens[start + 257] == "<|vision_end|>"
-    )
+    assert tokens[start + 1 : start + 257] == ["<|image_pad|>"] * 256 and tokens[start + 257] == "<|vision_end|>"
 
 
 AUTO_PROCESSOR_CHECK = textwrap.dedent(
@@ -197,7 +195,5 @@ def test_auto_processor_loads_offline_and_expands_256_pads(proc_dir: Path) -> No
     tokens = result["tokens"]
     assert result["class"] == "Qwen2_5_VLProcessor" and result["grid"] == [[1, 32, 32]]
     start = tokens.index("<|vision_start|>")
-    assert (
-        tokens[start + 1 : start + 257] == ["<|image_pad|>"] * 256 and tokens[start + 257] == "<|vision_end|>"
-    )
+    assert tokens[start + 1 : start + 257] == ["<|image_pad|>"] * 256 and tokens[start + 257] == "<|vision_end|>"
     assert tokens.count("<|image_pad|>") == 256

@@ -82,9 +82,7 @@ def test_in_llm_pruners_keep_k_of_each_video_after_layer_k(pruner: str, tmp_path
 def test_short_clips_are_counted_skips_and_other_families_refuse(tmp_path: Path) -> None:
     bench = _video_bench(tmp_path / "data")
     suite = load_suite_config(OmegaConf.load(CONF / "data" / "tiny.yaml"))
-    family = replace(
-        load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=ROWS
-    )
+    family = replace(load_video_family_config(OmegaConf.load(CONF / "data" / "video" / "tiny_video.yaml")), size=ROWS)
     items = video_items(suite, family)
     items[1] = replace(items[1], frames=items[1].frames[:5])
     write_tsv(bench, items)
@@ -98,9 +96,7 @@ def test_short_clips_are_counted_skips_and_other_families_refuse(tmp_path: Path)
     (out,) = run(compose_eval(overrides))
     result = json.loads(out.read_text())
     assert result["n_rows"] == ROWS and result["n_scored"] == ROWS - 1
-    assert len(result["skipped"]) == 1 and "5 frames, fewer than the 8 requested" in json.dumps(
-        result["skipped"]
-    )
+    assert len(result["skipped"]) == 1 and "5 frames, fewer than the 8 requested" in json.dumps(result["skipped"])
 
     llava, _ = family_model("llava_onevision", tmp_path / "llava")
     llava.save_pretrained(tmp_path / "llava")
@@ -117,9 +113,7 @@ def test_passk_draws_from_a_pruned_video_context(tmp_path: Path) -> None:
     bench = _video_bench(tmp_path / "data")
     model_dir = _model_dir("qwen2_5_vl", tmp_path / "model")
     full = tmp_path / "full"
-    append_jsonl(
-        full / "tiny_video.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(ROWS)]
-    )
+    append_jsonl(full / "tiny_video.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(ROWS)])
     passk = ["mode=passk", "passk.n=2", "passk.sample_batch=2", "passk.max_new_tokens=3", "passk.hit_m=[1]"]
     overrides = [*_overrides(model_dir, tmp_path, bench), "pruner=random", "budget=0.25", *passk]
     (out,) = run(compose_eval([*overrides, f"passk.full_context_leaf={full}"]))
@@ -138,9 +132,14 @@ def test_efficiency_counts_the_video_tower_and_keeps_k_of_the_video(tmp_path: Pa
     bench = _video_bench(tmp_path / "data")
     model_dir = _model_dir("qwen2_5_vl", tmp_path / "model")
     efficiency = [
-        "mode=efficiency", "efficiency.bench=tiny_video", "efficiency.budgets=[0.25]", "efficiency.num_items=1",
-        "efficiency.repetitions=1", "efficiency.warmup=0", "efficiency.decode_tokens=2",
-    ]  # fmt: skip
+        "mode=efficiency",
+        "efficiency.bench=tiny_video",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=1",
+        "efficiency.repetitions=1",
+        "efficiency.warmup=0",
+        "efficiency.decode_tokens=2",
+    ]
     (out,) = run(compose_eval([*_overrides(model_dir, tmp_path, bench), "pruner=random", *efficiency]))
     full, pruned = json.loads(out.read_text())["budgets"]
     assert (full["kept_visual"], pruned["kept_visual"]) == (64, tokens_to_keep(0.25, 64))
@@ -152,13 +151,9 @@ def test_efficiency_counts_the_video_tower_and_keeps_k_of_the_video(tmp_path: Pa
     prompt = PromptItem("0", [], "q", "s", "", videos=[row_video(items[0], source)])
     batch = processor_inputs(tiny.processor, [prompt])
     grid = batch["video_grid_thw"]
-    counted = counted_flops(
-        lambda: tiny.adapter.model.model.visual(batch["pixel_values_videos"], grid_thw=grid)
-    )
+    counted = counted_flops(lambda: tiny.adapter.model.model.visual(batch["pixel_values_videos"], grid_thw=grid))
     vision = tiny.adapter.model.config.vision_config
     assert vision_flops(vision, "qwen2_5_vl", [tuple(grid[0].tolist())]) == pytest.approx(counted, rel=1e-6)
     assert full["flops"]["vision"] == pytest.approx(
-        vision_flops(
-            AutoConfig.from_pretrained(model_dir).vision_config, "qwen2_5_vl", [tuple(grid[0].tolist())]
-        )
+        vision_flops(AutoConfig.from_pretrained(model_dir).vision_config, "qwen2_5_vl", [tuple(grid[0].tolist())])
     )

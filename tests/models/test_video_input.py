@@ -45,9 +45,13 @@ def tiny(request, tmp_path_factory):  # noqa: ANN001, ANN201
 def _rope_index(model, batch) -> torch.Tensor:  # noqa: ANN001
     extra = {"second_per_grid_ts": batch["second_per_grid_ts"]} if "second_per_grid_ts" in batch else {}
     positions, _ = model.model.get_rope_index(
-        batch["input_ids"], batch["mm_token_type_ids"], image_grid_thw=batch.get("image_grid_thw"),
-        video_grid_thw=batch.get("video_grid_thw"), attention_mask=batch["attention_mask"], **extra,
-    )  # fmt: skip
+        batch["input_ids"],
+        batch["mm_token_type_ids"],
+        image_grid_thw=batch.get("image_grid_thw"),
+        video_grid_thw=batch.get("video_grid_thw"),
+        attention_mask=batch["attention_mask"],
+        **extra,
+    )
     return positions
 
 
@@ -69,9 +73,7 @@ def test_budget_one_equals_plain_hf_logits(tiny) -> None:  # noqa: ANN001
 @torch.no_grad()
 def test_budget_one_greedy_text_equals_hf_generate(tiny) -> None:  # noqa: ANN001
     tok = tiny.processor.tokenizer
-    config = GenerationConfig(
-        max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
-    )
+    config = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
     engine = DecodeEngine(tiny.adapter, tok, default_engine())
     for items in item_batches(tiny.name, tiny.patch):
         batch = processor_inputs(tiny.processor, items)
@@ -125,9 +127,7 @@ def test_pruned_video_keeps_exactly_k_of_its_tokens(tiny, pruner: str, budget: f
             assert t == 3 and visual.num_tokens == t * h * w  # 6 frames -> 3 temporal patches, one budget
             selection = select_tokens(pruner, visual, sample.question_embeds, budget, gen, params)
             assert selection.indices.numel() == tokens_to_keep(budget, visual.num_tokens)
-            assert selection.indices.numel() == max(
-                1, min(visual.num_tokens, round(budget * visual.num_tokens))
-            )
+            assert selection.indices.numel() == max(1, min(visual.num_tokens, round(budget * visual.num_tokens)))
     ctx = build_context(tiny.adapter, samples, [keep_all(s) for s in samples])
     assert ctx.kept_visual.tolist() == [sum(im.num_tokens for im in s.images) for s in samples]
 
@@ -178,7 +178,5 @@ def test_a_chat_template_without_video_parts_is_named(tmp_path) -> None:  # noqa
     (tmp_path / "chat_template.jinja").write_text(template.replace(video_part, ""))
     processor = load_processor(tmp_path)
     item = PromptItem("v", [], "what?", "s", "", videos=[synthetic_videos(1)[0][1]])
-    with pytest.raises(
-        ValueError, match=r"1 videos were given but the prompts hold 0 markers .* chat template"
-    ):
+    with pytest.raises(ValueError, match=r"1 videos were given but the prompts hold 0 markers .* chat template"):
         processor_inputs(processor, [item])

@@ -47,7 +47,7 @@ def estimate(record: dict) -> Estimate:
         "train_data.path=unused",
         "runs_root=unused",
         *record["overrides"],
-    ]  # fmt: skip  (bench_train_step.train_config's list)
+    ]
     tc = load_train_config(composed("train", tuple(overrides)))
     shape = train_shape(tc, 1, record["visual_tokens"], record["text_tokens"])
     return training_estimate(arch, shape, engine, plan.allocator_overhead_gb)

@@ -26,13 +26,18 @@ def small_grid(train: list[str], train_gpus: int = 4) -> dict:
         "pruners": {"visionzip": {}},
         "benchmarks": {"mme": {}},
         "methods": {"scopd": {"pruner": "visionzip", "budgets": [0.1]}},
-        "tables": {"main": {"models": ["qwen2_5_vl_7b"], "benchmarks": ["mme"],
-                            "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [1.0, 0.1]}]}},
+        "tables": {
+            "main": {
+                "models": ["qwen2_5_vl_7b"],
+                "benchmarks": ["mme"],
+                "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [1.0, 0.1]}],
+            }
+        },
         "passk": None,
         "report": {},
         "overrides": overrides,
         "resources": resources,
-    }  # fmt: skip
+    }
 
 
 def refusals(replacements: dict, *overrides: str) -> list[str]:

@@ -78,8 +78,11 @@ def test_a_per_leaf_job_is_planned_over_exactly_the_benchmarks_its_leaf_needs() 
     replacements["benchmarks"] = {"mme": {}, "pope": {}}
     main = copy.deepcopy(replacements["tables"]["main"])
     main["benchmarks"] = ["mme", "pope"]
-    only_mme = {"models": ["qwen2_5_vl_7b"], "benchmarks": ["mme"],
-                "rows": [{"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.2]}]}  # fmt: skip
+    only_mme = {
+        "models": ["qwen2_5_vl_7b"],
+        "benchmarks": ["mme"],
+        "rows": [{"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.2]}],
+    }
     replacements["tables"] = {"main": main, "sweep": only_mme}
     per_bench = plan_jobs(load_grid(SCOPD, {**replacements, "eval_jobs": "benchmark"}), load_plan_config())
     per_leaf = plan_jobs(load_grid(SCOPD, {**replacements, "eval_jobs": "leaf"}), load_plan_config())

@@ -46,9 +46,7 @@ def test_patchify_clips_matches_video_patches():
     batch = torch.from_numpy(np.stack([np.stack([np.asarray(f) for f in c]) for c in clips]))
     pixels, grid = patchify_clips(batch, processor.image_mean, processor.image_std, 14, 2, 2)
     assert torch.equal(grid, torch.stack([g for _, g in references]))
-    torch.testing.assert_close(
-        pixels, torch.cat([rows for rows, _ in references]).float(), atol=1e-5, rtol=1e-5
-    )
+    torch.testing.assert_close(pixels, torch.cat([rows for rows, _ in references]).float(), atol=1e-5, rtol=1e-5)
 
 
 def test_patchify_clips_refuses_a_partial_temporal_patch():

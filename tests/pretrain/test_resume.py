@@ -20,22 +20,46 @@ ASSET = Path(__file__).resolve().parents[2] / "src" / "sparsectx" / "assets" / "
 PROCESSOR_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "processor_config.json"]
 # A small architecture and a reduced suite keep one CPU step well under a second.
 SMALL = [
-    "device=cpu", "vision.depth=2", "vision.hidden_size=32", "vision.intermediate_size=64", "vision.num_heads=2",
-    "vision.fullatt_block_indexes=[1]", "text.hidden_size=64", "text.intermediate_size=128",
-    "text.num_hidden_layers=1", "text.num_attention_heads=2", "text.num_key_value_heads=1",
-    "text.mrope_section=[4,6,6]", "data.scene.image_size=112", "data.scene.large_size=[20,28]",
-    "data.scene.small_size=[10,14]", "data.families.ocr.text_scale=[1,2]", "vision.window_size=112",
-    "data.families.detail.num_large=[2,3]", "data.families.detail.num_small=[1,1]",
-    "data.families.count.count=[1,2]", "data.families.count.num_distractors=[1,2]",
-    "data.families.spatial.num_distractors=[1,2]", "data.families.spatial.min_offset=20",
-    "data.families.ocr.num_distractors=[0,1]", "data.families.pope.num_objects=[2,3]",
-    "data.families.mcq.count=[1,2]", "data.families.mcq.num_distractors=[1,2]",
+    "device=cpu",
+    "vision.depth=2",
+    "vision.hidden_size=32",
+    "vision.intermediate_size=64",
+    "vision.num_heads=2",
+    "vision.fullatt_block_indexes=[1]",
+    "text.hidden_size=64",
+    "text.intermediate_size=128",
+    "text.num_hidden_layers=1",
+    "text.num_attention_heads=2",
+    "text.num_key_value_heads=1",
+    "text.mrope_section=[4,6,6]",
+    "data.scene.image_size=112",
+    "data.scene.large_size=[20,28]",
+    "data.scene.small_size=[10,14]",
+    "data.families.ocr.text_scale=[1,2]",
+    "vision.window_size=112",
+    "data.families.detail.num_large=[2,3]",
+    "data.families.detail.num_small=[1,1]",
+    "data.families.count.count=[1,2]",
+    "data.families.count.num_distractors=[1,2]",
+    "data.families.spatial.num_distractors=[1,2]",
+    "data.families.spatial.min_offset=20",
+    "data.families.ocr.num_distractors=[0,1]",
+    "data.families.pope.num_objects=[2,3]",
+    "data.families.mcq.count=[1,2]",
+    "data.families.mcq.num_distractors=[1,2]",
     "data.families.describe.num_objects=[2,3]",
-    "train.batch_size=3", "train.num_workers=0", "train.steps=4", "train.warmup_steps=2", "train.log_every=1",
-    "train.save_every=100", "train.main_threads=1", "train.bf16=false",
+    "train.batch_size=3",
+    "train.num_workers=0",
+    "train.steps=4",
+    "train.warmup_steps=2",
+    "train.log_every=1",
+    "train.save_every=100",
+    "train.main_threads=1",
+    "train.bf16=false",
     *(f"data.benches.{name}.size=6" for name in ["syn_detail", "syn_count", "syn_spatial", "syn_ocr"]),
-    "data.benches.syn_pope.size=6", "data.benches.syn_mcq.size=12",
-]  # fmt: skip
+    "data.benches.syn_pope.size=6",
+    "data.benches.syn_mcq.size=12",
+]
 
 
 def _processor_dir(tmp: Path) -> Path:
@@ -48,9 +72,15 @@ def _processor_dir(tmp: Path) -> Path:
 
 def _run(out: Path, state: Path, time_limit: float) -> dict:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("pretrain_tiny", overrides=[
-            *SMALL, f"out_dir={out}", f"state_dir={state}", f"train.time_limit_s={time_limit}",
-        ])  # fmt: skip
+        cfg = compose(
+            "pretrain_tiny",
+            overrides=[
+                *SMALL,
+                f"out_dir={out}",
+                f"state_dir={state}",
+                f"train.time_limit_s={time_limit}",
+            ],
+        )
     return run(cfg)
 
 

@@ -41,9 +41,7 @@ def setup(tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = build_model(cfg, tokenizer)
     side = cfg.data.scene.image_size // (cfg.vision.patch_size * cfg.vision.spatial_merge_size)
-    stream = PretrainStream(
-        cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg), video_stream(cfg, model)
-    )
+    stream = PretrainStream(cfg.data, tokenizer, (1, side, side), benchmark_hashes(cfg), video_stream(cfg, model))
     return cfg, model, stream, load_processor(folder)
 
 
@@ -64,9 +62,12 @@ def test_a_clip_is_the_evaluation_prompt_with_get_rope_index_positions(setup) ->
     ids = item["ids"][None]
     kinds = (ids == model.config.video_token_id).long() * 2
     want, _ = model.model.get_rope_index(
-        ids, kinds, video_grid_thw=batch["video_grid_thw"], second_per_grid_ts=batch["second_per_grid_ts"],
+        ids,
+        kinds,
+        video_grid_thw=batch["video_grid_thw"],
+        second_per_grid_ts=batch["second_per_grid_ts"],
         attention_mask=torch.ones_like(ids),
-    )  # fmt: skip
+    )
     assert torch.equal(item["positions"], want[:, 0])
     temporal = item["positions"][0, ids[0] == model.config.video_token_id].unique()
     assert (temporal - temporal[0]).tolist() == [
@@ -119,13 +120,16 @@ def test_a_continuation_trains_on_clips_and_keeps_the_first_stage_record(tmp_pat
     for name in PROCESSOR_FILES:
         shutil.copy(ASSET / name, first / name)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        base = compose("pretrain_tiny", overrides=[*SMALL, f"out_dir={first}", f"state_dir={tmp_path / 's1'}",
-                                                   "train.steps=1"])  # fmt: skip
+        base = compose(
+            "pretrain_tiny", overrides=[*SMALL, f"out_dir={first}", f"state_dir={tmp_path / 's1'}", "train.steps=1"]
+        )
     run(base, "stage one")
     second = tmp_path / "second"
     shutil.copytree(first, second)
-    result = run(_compose(f"out_dir={second}", f"init_from={first}", f"state_dir={tmp_path / 's2'}",
-                          "train.steps=2"), "stage two")  # fmt: skip
+    result = run(
+        _compose(f"out_dir={second}", f"init_from={first}", f"state_dir={tmp_path / 's2'}", "train.steps=2"),
+        "stage two",
+    )
     assert result["done"] and all(torch.isfinite(torch.tensor(c["loss"])) for c in result["curve"])
     record = json.loads((second / "training_record.json").read_text())
     assert record["command"] == "stage two" and record["config"]["train"]["videos_per_batch"] == 2
@@ -137,10 +141,7 @@ def test_the_shipped_video_model_continues_the_shipped_image_model() -> None:
     record = json.loads((video / "training_record.json").read_text())
     assert record["earlier_stage"] == json.loads((ASSET / "training_record.json").read_text())
     assert record["complete"] and record["config"]["init_from"] == "src/sparsectx/assets/tiny-vlm"
-    assert (
-        record["config"]["video"]["name"] == "tiny_video"
-        and record["config"]["train"]["videos_per_batch"] > 0
-    )
+    assert record["config"]["video"]["name"] == "tiny_video" and record["config"]["train"]["videos_per_batch"] > 0
     for name in PROCESSOR_FILES:  # one tokenizer and processor: the continuation changes weights only
         assert (video / name).read_bytes() == (ASSET / name).read_bytes(), name
     image, clips = (json.loads((d / "config.json").read_text()) for d in (ASSET, video))

@@ -21,9 +21,13 @@ def signals(n: int, text: int, seed: int, duplicates: bool = False) -> ImageSign
     hidden = torch.randn(n, 5, generator=g, dtype=torch.float64)
     if duplicates and n > 3:
         hidden[1::3] = hidden[0]
-    return ImageSignals(torch.rand(n, generator=g), torch.randn(n, 6, generator=g, dtype=torch.float64).float(),
-                        hidden.float(), torch.randn(text, 6, generator=g, dtype=torch.float64).float(),
-                        torch.randn(text, 5, generator=g, dtype=torch.float64).float())  # fmt: skip
+    return ImageSignals(
+        torch.rand(n, generator=g),
+        torch.randn(n, 6, generator=g, dtype=torch.float64).float(),
+        hidden.float(),
+        torch.randn(text, 6, generator=g, dtype=torch.float64).float(),
+        torch.randn(text, 5, generator=g, dtype=torch.float64).float(),
+    )
 
 
 def brute_force(sig: ImageSignals, k: int, pivot_image: int, pivot_text: int) -> list[int]:

@@ -16,10 +16,7 @@ def cosine_distances(x: torch.Tensor) -> list[list[float]]:
     rows = x.double().tolist()
     norm = [math.sqrt(sum(v * v for v in r)) for r in rows]
     return [
-        [
-            1.0 - sum(a * b for a, b in zip(ri, rj, strict=True)) / (norm[i] * norm[j])
-            for j, rj in enumerate(rows)
-        ]
+        [1.0 - sum(a * b for a, b in zip(ri, rj, strict=True)) / (norm[i] * norm[j]) for j, rj in enumerate(rows)]
         for i, ri in enumerate(rows)
     ]
 

@@ -20,8 +20,13 @@ def signals(n: int, seed: int, ties: bool = False) -> ImageSignals:
     attention = torch.rand(n, generator=g, dtype=torch.float64)
     if ties:
         attention = (attention * 3).floor() / 3
-    return ImageSignals(attention.float(), torch.randn(n, 6, generator=g), torch.randn(n, 5, generator=g),
-                        torch.randn(3, 6, generator=g), torch.randn(3, 5, generator=g))  # fmt: skip
+    return ImageSignals(
+        attention.float(),
+        torch.randn(n, 6, generator=g),
+        torch.randn(n, 5, generator=g),
+        torch.randn(3, 6, generator=g),
+        torch.randn(3, 5, generator=g),
+    )
 
 
 @pytest.mark.parametrize("ties", [False, True])

@@ -125,9 +125,7 @@ def test_selection_is_prompt_only():
     image = grid_image((1, 4, 5), 3)
     picks = {
         tuple(
-            select_tokens(
-                "hiprune", image, q, 0.3, torch.Generator().manual_seed(s), {"alpha": 0.5}
-            ).indices.tolist()
+            select_tokens("hiprune", image, q, 0.3, torch.Generator().manual_seed(s), {"alpha": 0.5}).indices.tolist()
         )
         for s, q in enumerate([torch.zeros(1, 6), torch.randn(4, 6), torch.randn(9, 6) * 100])
     }

@@ -42,14 +42,10 @@ def test_evaluation_keeps_k_per_image(model_dir, tmp_path, pruner):
 @pytest.mark.parametrize("pruner", sorted(OVERRIDES))
 def test_passk_draws_from_one_pruned_context(model_dir, tmp_path, pruner):
     full_leaf = tmp_path / "full"
-    append_jsonl(
-        full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(3)]
-    )
+    append_jsonl(full_leaf / "syn_count.predictions.jsonl", [{"id": str(i), "correct": True} for i in range(3)])
     passk = ["mode=passk", "passk.n=2", "passk.sample_batch=2", "passk.max_new_tokens=3", "passk.hit_m=[1]"]
     out = run(_eval(model_dir, tmp_path, pruner, *passk, f"passk.full_context_leaf={full_leaf}"))[0]
-    sparse = [
-        d for d in read_jsonl(out.with_name("syn_count.passk.samples.jsonl")) if d["condition"] == "sparse"
-    ]
+    sparse = [d for d in read_jsonl(out.with_name("syn_count.passk.samples.jsonl")) if d["condition"] == "sparse"]
     assert sparse and all(len(d["kept_indices"][0]) == 4 for d in sparse)
 
 
@@ -57,9 +53,14 @@ def test_passk_draws_from_one_pruned_context(model_dir, tmp_path, pruner):
 def test_efficiency_mode_counts_the_pruned_prefill(tmp_path, pruner):
     model_dir = build_model_dir(tmp_path / "config_only", "qwen2_5_vl", weights=False)
     efficiency = [
-        "mode=efficiency", "efficiency.bench=syn_count", "efficiency.budgets=[0.25]", "efficiency.num_items=1",
-        "efficiency.repetitions=1", "efficiency.warmup=0", "efficiency.decode_tokens=2",
-    ]  # fmt: skip
+        "mode=efficiency",
+        "efficiency.bench=syn_count",
+        "efficiency.budgets=[0.25]",
+        "efficiency.num_items=1",
+        "efficiency.repetitions=1",
+        "efficiency.warmup=0",
+        "efficiency.decode_tokens=2",
+    ]
     out = run(_eval(model_dir, tmp_path, pruner, *efficiency))[0]
     full, pruned = json.loads(out.read_text())["budgets"]
     assert (full["kept_visual"], pruned["kept_visual"]) == (16, 4)

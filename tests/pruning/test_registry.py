@@ -22,8 +22,15 @@ def keyword_only(name: str) -> list[inspect.Parameter]:
 def test_registered_names_equal_config_stems(pruner_confs):
     assert PRUNERS.names() == sorted(pruner_confs)
     assert PRUNERS.names() == [
-        "cdpruner", "dart", "divprune", "fastv", "hiprune", "random", "visionzip", "zoo_prune",
-    ]  # fmt: skip
+        "cdpruner",
+        "dart",
+        "divprune",
+        "fastv",
+        "hiprune",
+        "random",
+        "visionzip",
+        "zoo_prune",
+    ]
 
 
 @pytest.mark.parametrize("name", PRUNERS.names())

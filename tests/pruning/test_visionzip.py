@@ -99,9 +99,7 @@ def test_bf16_merge_accumulates_in_fp32(make_image):
     selection = run(image, 8, 0.5)
     keep, rows, _ = reference(image, 8, 0.5)
     assert selection.embeds.dtype == torch.bfloat16
-    torch.testing.assert_close(
-        selection.embeds.double(), torch.stack([rows[i][0] for i in keep]), atol=0.05, rtol=0.02
-    )
+    torch.testing.assert_close(selection.embeds.double(), torch.stack([rows[i][0] for i in keep]), atol=0.05, rtol=0.02)
 
 
 @pytest.mark.parametrize(
@@ -150,9 +148,7 @@ def test_old_contextual_share_key_fails_naming_it():
 
 @pytest.mark.parametrize("fraction", [-0.01, 0.0, 1.0, 1.5])
 def test_contextual_fraction_outside_range_names_value(fraction, make_image):
-    with pytest.raises(
-        ValueError, match=rf"pruner.params.contextual_fraction={fraction!r} is outside \(0, 1\)"
-    ):
+    with pytest.raises(ValueError, match=rf"pruner.params.contextual_fraction={fraction!r} is outside \(0, 1\)"):
         run(make_image(10), 3, fraction)
 
 

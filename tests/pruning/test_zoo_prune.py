@@ -21,9 +21,12 @@ def zoo_image(n, seed, d=6, constant=False):
     embeds = torch.randn(n, d, generator=g, dtype=torch.float64)
     sensitivity = torch.full((n,), 2.5, dtype=torch.float64) if constant else torch.rand(n, generator=g) * 3
     return ImageTokens(
-        embeds=embeds.float(), grid=(1, 1, n), attention_received=torch.rand(n, generator=g),
-        keys=torch.randn(n, 4, generator=g), merger_sensitivity=sensitivity.float(),
-    )  # fmt: skip
+        embeds=embeds.float(),
+        grid=(1, 1, n),
+        attention_received=torch.rand(n, generator=g),
+        keys=torch.randn(n, 4, generator=g),
+        merger_sensitivity=sensitivity.float(),
+    )
 
 
 def brute_force(embeds, sensitivity, k):
@@ -31,11 +34,7 @@ def brute_force(embeds, sensitivity, k):
     x = embeds.double()
     s = sensitivity.double()
     n = x.shape[0]
-    w = (
-        (s - s.min()) / (s.max() - s.min() + 1e-8)
-        if s.max() > s.min()
-        else torch.ones(n, dtype=torch.float64)
-    )
+    w = (s - s.min()) / (s.max() - s.min() + 1e-8) if s.max() > s.min() else torch.ones(n, dtype=torch.float64)
     cos = lambda i, j: float(x[i] @ x[j] / (x[i].norm() * x[j].norm()))  # noqa: E731
     picks = [max(range(n), key=lambda i: (float(w[i]), -i))]
     while len(picks) < k:
@@ -77,9 +76,7 @@ def test_exactly_k_tokens_through_the_registry(n, budget):
 def test_near_duplicate_tokens_still_give_k():
     """Zero distances make every remaining score 0: the lowest unpicked index fills, k is still met."""
     embeds = torch.ones(10, 6)
-    image = ImageTokens(
-        embeds, (1, 2, 5), torch.rand(10), torch.randn(10, 4), merger_sensitivity=torch.rand(10)
-    )
+    image = ImageTokens(embeds, (1, 2, 5), torch.rand(10), torch.randn(10, 4), merger_sensitivity=torch.rand(10))
     selection = select_tokens("zoo_prune", image, torch.zeros(1, 6), 0.7, torch.Generator(), PARAMS)
     assert selection.indices.numel() == 7
 
@@ -87,11 +84,7 @@ def test_near_duplicate_tokens_still_give_k():
 def test_selection_is_prompt_only():
     image = zoo_image(30, 2)
     picks = {
-        tuple(
-            select_tokens(
-                "zoo_prune", image, q, 0.2, torch.Generator().manual_seed(s), PARAMS
-            ).indices.tolist()
-        )
+        tuple(select_tokens("zoo_prune", image, q, 0.2, torch.Generator().manual_seed(s), PARAMS).indices.tolist())
         for s, q in enumerate([torch.zeros(1, 6), torch.randn(5, 6), torch.randn(2, 6) * 50])
     }
     assert len(picks) == 1

@@ -17,27 +17,35 @@ SCOPD = {
         "scopd_plus": {"pruner": "visionzip", "budgets": [0.1]},
         "grpo": {"pruner": "visionzip", "budgets": [0.1], "overrides": ["steps=2500"]},
         "scopd_plus_rho_0_5": {
-            "preset": "scopd_plus", "pruner": "visionzip", "budgets": [0.1],
+            "preset": "scopd_plus",
+            "pruner": "visionzip",
+            "budgets": [0.1],
             "overrides": ["method.positions.fraction=0.5"],
         },
     },
     "tables": {
         "main": {
-            "models": ["qwen2_5_vl_7b"], "benchmarks": ["mmstar", "mme"],
+            "models": ["qwen2_5_vl_7b"],
+            "benchmarks": ["mmstar", "mme"],
             "rows": [
                 {"methods": ["base", "grpo", "scopd_plus"], "pruners": ["visionzip"], "budgets": [1.0, 0.1]},
                 {"methods": ["base"], "pruners": ["fastv"], "budgets": [0.1]},
             ],
         },
         "rho_sensitivity": {
-            "kind": "sweep", "models": ["qwen2_5_vl_7b"], "benchmarks": ["mmstar"], "pruner": "visionzip",
-            "budget": 0.1, "reference": "base",
+            "kind": "sweep",
+            "models": ["qwen2_5_vl_7b"],
+            "benchmarks": ["mmstar"],
+            "pruner": "visionzip",
+            "budget": 0.1,
+            "reference": "base",
             "parameter": {"key": "method.positions.fraction", "label": "rho", "percent": True},
             "points": [{"value": 0.1, "method": "scopd_plus"}, {"value": 0.5, "method": "scopd_plus_rho_0_5"}],
         },
     },
     "passk": {
-        "models": ["qwen2_5_vl_7b"], "benchmarks": ["mmstar"],
+        "models": ["qwen2_5_vl_7b"],
+        "benchmarks": ["mmstar"],
         "rows": [{"methods": ["base"], "pruners": ["visionzip"], "budgets": [0.1]}],
     },
     "report": {
@@ -46,7 +54,7 @@ SCOPD = {
         "examples": {"kind": "examples", "blocks": ["main"], "items": 1},
         "token_sensitivity": {"kind": "token_sensitivity", "methods": ["scopd_plus"], "items": 1},
     },
-}  # fmt: skip
+}
 
 LTOPD = {
     "models": {
@@ -61,7 +69,8 @@ LTOPD = {
     "methods": {"lt_opd": {"pruner": "cdpruner", "budgets": [0.05]}},
     "tables": {
         "main": {
-            "models": ["qwen3_5_4b", "llava_onevision_1_5_4b"], "benchmarks": ["textvqa"],
+            "models": ["qwen3_5_4b", "llava_onevision_1_5_4b"],
+            "benchmarks": ["textvqa"],
             "rows": [
                 {"methods": ["base"], "pruners": ["fastv", "cdpruner"], "budgets": [0.05]},
                 {"methods": ["lt_opd"], "pruners": ["cdpruner"], "budgets": [0.05]},
@@ -69,10 +78,11 @@ LTOPD = {
         },
     },
     "efficiency": {
-        "models": ["qwen3_5_4b"], "benchmarks": ["textvqa"],
+        "models": ["qwen3_5_4b"],
+        "benchmarks": ["textvqa"],
         "rows": [{"methods": ["base", "lt_opd"], "pruners": ["cdpruner"], "budgets": [0.05]}],
     },
     "report": {"deviation": {"kind": "deviation", "methods": ["lt_opd"], "window": 1}},
-}  # fmt: skip
+}
 
 SUBSETS = {"scopd_qwen2_5_vl_7b": SCOPD, "ltopd_qwen3_5_4b": LTOPD}

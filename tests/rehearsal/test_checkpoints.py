@@ -180,8 +180,9 @@ def test_greedy_generation_runs_on_cpu(model: str, written) -> None:  # noqa: AN
 
 
 def test_the_same_seed_writes_the_same_bytes(tmp_path: Path) -> None:
-    first, again, other = (write_tiny_checkpoint("qwen3_5_4b", tmp_path / name, seed) for name, seed in
-                           (("a", 0), ("b", 0), ("c", 1)))  # fmt: skip
+    first, again, other = (
+        write_tiny_checkpoint("qwen3_5_4b", tmp_path / name, seed) for name, seed in (("a", 0), ("b", 0), ("c", 1))
+    )
     weights = [(folder / "model.safetensors").read_bytes() for folder in (first, again, other)]
     assert weights[0] == weights[1] != weights[2]
 

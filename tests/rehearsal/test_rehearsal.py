@@ -78,9 +78,14 @@ def test_a_subset_of_each_real_preset_rehearses_clean(tmp_path: Path, experiment
     real_results = ROOT / "results" / experiment
     before = sorted(real_results.rglob("*")) if real_results.exists() else []
     command = [
-        sys.executable, "-m", "sparsectx.rehearsal", f"experiment={experiment}", "cores=2",
-        f"workdir={workdir}", f"grid_file={grid_file}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sparsectx.rehearsal",
+        f"experiment={experiment}",
+        "cores=2",
+        f"workdir={workdir}",
+        f"grid_file={grid_file}",
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     summary = json.loads((workdir / "rehearsal.json").read_text())

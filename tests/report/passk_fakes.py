@@ -23,12 +23,17 @@ def draw_rows(condition: str, greedy: list[bool], correct: list[int], n: int) ->
     has ``correct[i]`` of its ``n`` samples correct (the first ones)."""
     return [
         {
-            "key": f"{i}/{condition}", "id": str(i), "condition": condition, "seed": i, "kept_indices": [],
-            "greedy": {"correct": ok}, "samples": [{"correct": s < c} for s in range(n)],
+            "key": f"{i}/{condition}",
+            "id": str(i),
+            "condition": condition,
+            "seed": i,
+            "kept_indices": [],
+            "greedy": {"correct": ok},
+            "samples": [{"correct": s < c} for s in range(n)],
             "config_hash": CONFIG_HASH,
         }
         for i, (ok, c) in enumerate(zip(greedy, correct, strict=True))
-    ]  # fmt: skip
+    ]
 
 
 def passk_payload(
@@ -42,21 +47,38 @@ def passk_payload(
     floor = None if control is None else control["pass_at_k"][str(n)]
     ids = [r["id"] for r in rows if r["condition"] == "sparse"]
     return {
-        "benchmark": bench, "method": "base", "pruner": "visionzip", "budget": budget, "n": n, "k": k_values(n),
+        "benchmark": bench,
+        "method": "base",
+        "pruner": "visionzip",
+        "budget": budget,
+        "n": n,
+        "k": k_values(n),
         "cohort": {
-            "protocol": protocol, "rule": RULES[protocol], "size": len(ids), "source": "test", "ids": ids,
+            "protocol": protocol,
+            "rule": RULES[protocol],
+            "size": len(ids),
+            "source": "test",
+            "ids": ids,
             "counts": {"rows": len(ids)},
         },
-        "sparse": sparse, "no_image": control,
-        "gap": gap, "control_floor": floor, "gap_over_control": None if floor is None else gap - floor,
+        "sparse": sparse,
+        "no_image": control,
+        "gap": gap,
+        "control_floor": floor,
+        "gap_over_control": None if floor is None else gap - floor,
         "provenance": {"config_hash": CONFIG_HASH},
-    }  # fmt: skip
+    }
 
 
 def write_passk_leaf(
-    leaf: Path, bench: str, budget: float, sparse: tuple[list[bool], list[int]], control: list[int], n: int,
+    leaf: Path,
+    bench: str,
+    budget: float,
+    sparse: tuple[list[bool], list[int]],
+    control: list[int],
+    n: int,
     protocol: str = "authors_code",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Writes ``<bench>.passk.json`` and its draws into ``leaf`` and returns the JSON: ``sparse`` is (greedy
     correctness, correct samples) per item, ``control`` the no-image correct samples (greedy wrong);
     ``protocol`` is the cohort rule it names."""

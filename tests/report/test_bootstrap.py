@@ -33,10 +33,7 @@ RIGHT = [True, True, False, True, False]
 
 def exact_items(right: list[bool]) -> list[ScoredItem]:
     """Returns exact-match items, item i right when ``right[i]``."""
-    return [
-        ScoredItem(id=str(i), prediction="cat" if ok else "dog", reference="cat")
-        for i, ok in enumerate(right)
-    ]
+    return [ScoredItem(id=str(i), prediction="cat" if ok else "dog", reference="cat") for i, ok in enumerate(right)]
 
 
 def all_resamples(n: int) -> np.ndarray:
@@ -53,9 +50,7 @@ def test_item_mean_replicates_equal_brute_force_over_all_resamples() -> None:
     lay = layout("exact_match", items)
     tuples = all_resamples(len(items))
     reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
-    reference = [
-        100.0 * sum(RIGHT[i] for i in t) / len(t) for t in tuples
-    ]  # the mean of each resample, by hand
+    reference = [100.0 * sum(RIGHT[i] for i in t) / len(t) for t in tuples]  # the mean of each resample, by hand
     assert reps == pytest.approx(reference)
     assert interval(reps, 0.95) == pytest.approx(tuple(np.quantile(reference, [0.025, 0.975])))
 
@@ -70,8 +65,10 @@ def _f1(gold: list[str], pred: list[str]) -> float:
 
 def test_pope_f1_is_recomputed_on_every_resample_not_averaged() -> None:
     gold, pred = ["yes", "yes", "no", "no", "yes"], ["yes", "no", "yes", "no", "yes"]
-    items = [ScoredItem(id=f"q{i}", prediction=p, reference=g, subset="random")
-             for i, (g, p) in enumerate(zip(gold, pred, strict=True))]  # fmt: skip
+    items = [
+        ScoredItem(id=f"q{i}", prediction=p, reference=g, subset="random")
+        for i, (g, p) in enumerate(zip(gold, pred, strict=True))
+    ]
     lay = layout("pope", items, "f1")
     tuples = all_resamples(len(items))
     reps = replicates(lay, items, counts_from_indices(lay, [tuples]))
@@ -94,11 +91,15 @@ def _macro_accuracy(rows: list[tuple[str, str, str]]) -> float:
 def test_pope_macro_accuracy_is_recomputed_on_every_resample_within_category_strata() -> None:
     """Every resample of four strata (one per category string, two questions each) enumerated: 4^4 = 256."""
     rows = [  # (category, gold, prediction)
-        ("adversarial,popular,random", "yes", "yes"), ("adversarial,popular,random", "no", "yes"),
-        ("adversarial", "yes", "no"), ("adversarial", "no", "no"),
-        ("popular,random", "no", "no"), ("popular,random", "yes", "yes"),
-        ("random", "no", "yes"), ("random", "yes", "no"),
-    ]  # fmt: skip
+        ("adversarial,popular,random", "yes", "yes"),
+        ("adversarial,popular,random", "no", "yes"),
+        ("adversarial", "yes", "no"),
+        ("adversarial", "no", "no"),
+        ("popular,random", "no", "no"),
+        ("popular,random", "yes", "yes"),
+        ("random", "no", "yes"),
+        ("random", "yes", "no"),
+    ]
     items = [ScoredItem(id=f"q{i}", prediction=p, reference=g, subset=c) for i, (c, g, p) in enumerate(rows)]
     lay = layout("pope", items, "macro_accuracy")
     assert [len(s) for s in lay.strata] == [2, 2, 2, 2]  # the category strings, in file order
@@ -107,8 +108,10 @@ def test_pope_macro_accuracy_is_recomputed_on_every_resample_within_category_str
     reps = replicates(lay, items, counts_from_indices(lay, draws))
     reference = [_macro_accuracy([rows[2 * s + j] for s, pair in enumerate(p) for j in pair]) for p in picks]
     assert reps == pytest.approx(reference)
-    exploded = [[(g == q) for c, g, q in (rows[2 * s + j] for s, pair in enumerate(p) for j in pair)
-                 for _ in c.split(",")] for p in picks]  # fmt: skip
+    exploded = [
+        [(g == q) for c, g, q in (rows[2 * s + j] for s, pair in enumerate(p) for j in pair) for _ in c.split(",")]
+        for p in picks
+    ]
     assert not np.allclose(reps, [100.0 * np.mean(e) for e in exploded])  # not the pooled (Overall) accuracy
 
 
@@ -116,10 +119,12 @@ def test_mme_pairs_are_resampled_together() -> None:
     # three images of one category, each asked two questions; pair i has right[i] answers right
     right = [(True, True), (True, False), (False, False)]
     items = [
-        ScoredItem(id=f"{i}{j}", prediction="yes" if ok else "no", reference="yes", category="existence",
-                   group=f"img{i}")
-        for i, pair in enumerate(right) for j, ok in enumerate(pair)
-    ]  # fmt: skip
+        ScoredItem(
+            id=f"{i}{j}", prediction="yes" if ok else "no", reference="yes", category="existence", group=f"img{i}"
+        )
+        for i, pair in enumerate(right)
+        for j, ok in enumerate(pair)
+    ]
     lay = layout("mme", items)
     assert len(lay.units) == 3 and [len(u) for u in lay.units] == [2, 2, 2]
     tuples = all_resamples(3)
@@ -133,8 +138,10 @@ def test_hallusionbench_sets_are_units_and_copies_stay_apart() -> None:
     # two sets; set 0 has one figure asked two questions (both right), set 1 one question on two figures
     ids = ["VS_chart_0_0_0_0", "VS_chart_0_0_0_1", "VS_chart_0_1_0_0", "VS_chart_0_1_1_0"]
     right = [True, True, True, False]
-    items = [ScoredItem(id=i, prediction="yes" if ok else "no", reference="yes", subset="chart")
-             for i, ok in zip(ids, right, strict=True)]  # fmt: skip
+    items = [
+        ScoredItem(id=i, prediction="yes" if ok else "no", reference="yes", subset="chart")
+        for i, ok in zip(ids, right, strict=True)
+    ]
     lay = layout("hallusionbench", items)
     assert [len(u) for u in lay.units] == [2, 2]
     reps = replicates(lay, items, counts_from_indices(lay, [np.array([[0, 0], [1, 1]])]))
@@ -155,8 +162,10 @@ def test_large_sample_interval_matches_the_exact_bootstrap_distribution() -> Non
 
 
 def test_stratified_draws_keep_every_stratum_size() -> None:
-    items = [ScoredItem(id=str(i), prediction="yes", reference="yes", subset="random" if i < 3 else "popular")
-             for i in range(7)]  # fmt: skip
+    items = [
+        ScoredItem(id=str(i), prediction="yes", reference="yes", subset="random" if i < 3 else "popular")
+        for i in range(7)
+    ]
     lay = layout("pope", items, "macro_accuracy")
     counts = draw_counts(lay, 500, stream(3, "strata"))
     assert (counts[:, :3].sum(axis=1) == 3).all() and (counts[:, 3:].sum(axis=1) == 4).all()
@@ -187,9 +196,7 @@ def test_distinct_resamples_counts_multisets(n: int) -> None:
 def test_too_few_items_for_the_resamples_names_the_key() -> None:
     lay = layout("exact_match", exact_items(RIGHT))  # 5 items: C(9, 5) = 126 distinct resamples
     check_enough(lay, 126, "tiny_bench")
-    with pytest.raises(
-        ValueError, match=r"bootstrap.resamples=127: benchmark 'tiny_bench' has too few items"
-    ):
+    with pytest.raises(ValueError, match=r"bootstrap.resamples=127: benchmark 'tiny_bench' has too few items"):
         check_enough(lay, 127, "tiny_bench")
     why = check_enough(lay, 127, "tiny_bench", too_few="no_interval")
     assert why is not None and why.startswith("bootstrap.resamples=127") and "126 distinct" in why

@@ -38,11 +38,16 @@ GRID = {
     "pruners": {"visionzip": {}},
     "benchmarks": {"syn_count": {}, "syn_pope": {}},
     "methods": {"scopd": {"pruner": "visionzip", "budgets": [0.1]}},
-    "tables": {"main": {"models": ["tiny"], "benchmarks": BENCHES,
-                        "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [1.0, 0.1]}]}},
+    "tables": {
+        "main": {
+            "models": ["tiny"],
+            "benchmarks": BENCHES,
+            "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [1.0, 0.1]}],
+        }
+    },
     "passk": None,
     "efficiency": None,
-}  # fmt: skip
+}
 
 
 def png() -> bytes:
@@ -65,40 +70,73 @@ def bench_items(bench: str, n: int = N) -> list[Item]:
     """Returns the benchmark's rows: numbers 0..N-1 (syn_count) or yes/no questions in three subsets."""
     subsets = ("random", "popular", "adversarial")
     return [
-        Item(index=i, image_bytes=PNG, question=f"q{i}", options={},
-             answer=str(i) if bench == "syn_count" else ("yes" if i % 2 else "no"),
-             category="", family="", subset=subsets[i % 3] if bench == "syn_pope" else "", trace="", scene="",
-             extra={})
+        Item(
+            index=i,
+            image_bytes=PNG,
+            question=f"q{i}",
+            options={},
+            answer=str(i) if bench == "syn_count" else ("yes" if i % 2 else "no"),
+            category="",
+            family="",
+            subset=subsets[i % 3] if bench == "syn_pope" else "",
+            trace="",
+            scene="",
+            extra={},
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
-def write_leaf(
-    root: Path, data: Path, method: str, budget: float, bench: str, right: set[int], n: int = N
-) -> None:
+def write_leaf(root: Path, data: Path, method: str, budget: float, bench: str, right: set[int], n: int = N) -> None:
     """Writes one leaf's result JSON and predictions over ``n`` items, answering those in ``right`` correctly."""
     tsv = data / f"{bench}.tsv"
     items = bench_items(bench, n)
-    wrong = {"syn_count": lambda it: "99", "syn_pope": lambda it: "no" if it.answer == "yes" else "yes"}[
-        bench
-    ]
+    wrong = {"syn_count": lambda it: "99", "syn_pope": lambda it: "no" if it.answer == "yes" else "yes"}[bench]
     answers = {str(it.index): it.answer if it.index in right else wrong(it) for it in items}
     scorer = "number_match" if bench == "syn_count" else "pope"
-    scored = [ScoredItem(id=k, prediction=v, reference=it.answer, subset=it.subset)
-              for (k, v), it in zip(answers.items(), items, strict=True)]  # fmt: skip
+    scored = [
+        ScoredItem(id=k, prediction=v, reference=it.answer, subset=it.subset)
+        for (k, v), it in zip(answers.items(), items, strict=True)
+    ]
     bench_spec = compose_bench(bench)
     report = score_items(scorer, scored, bench_spec.headline)
     spec = {**asdict(bench_spec), "path": str(tsv), "scorer": scorer, "max_new_tokens": 8}
-    provenance = {"config_hash": "0" * 16, "inputs": {"bench_sha256": file_digest(tsv)},
-                  "config": {"bench": {bench: spec}, "max_skip_fraction": 0.0}}  # fmt: skip
+    provenance = {
+        "config_hash": "0" * 16,
+        "inputs": {"bench_sha256": file_digest(tsv)},
+        "config": {"bench": {bench: spec}, "max_skip_fraction": 0.0},
+    }
     result = BenchResult(
-        method=method, pruner="visionzip", budget=budget, benchmark=bench, score=report.metrics["score"],
-        scorer_version=report.scorer_version, scorer=scorer, extractor_version=1, metrics=report.metrics,
-        dataset_name=bench, experiment="tiny", seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=n,
-        n_scored=n, n_skipped=0, skipped=[], n_dropped=0, drop_rows=[], extraction={"tagged": n}, n_failed=0,
-        n_truncated=0, mean_kept_visual=4.0,
-        generation={}, batch_size=4, resumed_rows=0, wall_time_s=1.0, provenance=provenance,
-    )  # fmt: skip
+        method=method,
+        pruner="visionzip",
+        budget=budget,
+        benchmark=bench,
+        score=report.metrics["score"],
+        scorer_version=report.scorer_version,
+        scorer=scorer,
+        extractor_version=1,
+        metrics=report.metrics,
+        dataset_name=bench,
+        experiment="tiny",
+        seed=0,
+        pruner_params={},
+        model={"name": "tiny"},
+        n_rows=n,
+        n_scored=n,
+        n_skipped=0,
+        skipped=[],
+        n_dropped=0,
+        drop_rows=[],
+        extraction={"tagged": n},
+        n_failed=0,
+        n_truncated=0,
+        mean_kept_visual=4.0,
+        generation={},
+        batch_size=4,
+        resumed_rows=0,
+        wall_time_s=1.0,
+        provenance=provenance,
+    )
     leaf = leaf_dir(root, "tiny", "tiny", method, "visionzip", budget)
     write_json(result_path(leaf, bench), as_dict(result))
     write_rows(predictions_path(leaf, bench), [{"id": k, "answer": v} for k, v in answers.items()])
@@ -120,9 +158,7 @@ def results(tmp_path: Path) -> Path:
 def compose_tables(root: Path, *overrides: str) -> DictConfig:
     """Returns ``conf/make_tables.yaml`` for the tiny preset under ``root``, its grid keys replaced by ``GRID``."""
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
-        cfg = compose(
-            "make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides]
-        )
+        cfg = compose("make_tables", overrides=["experiment=tiny", f"results_root={root}", "logger=none", *overrides])
     for key, value in GRID.items():
         OmegaConf.update(cfg, f"grid.{key}", value, merge=False)
     return cfg
@@ -149,9 +185,7 @@ def test_every_score_and_average_has_an_interval_in_every_format(results: Path) 
     pruned = main[("0.1", "Vanilla")]
     assert float(pruned["syn_count lo"]) < 50.0 < float(pruned["syn_count hi"])  # 15 of 30 right
     md = (out / "main.md").read_text()
-    assert (
-        f"| Vanilla | visionzip | <u>50.00</u> [{pruned['syn_count lo']}, {pruned['syn_count hi']}] |" in md
-    )
+    assert f"| Vanilla | visionzip | <u>50.00</u> [{pruned['syn_count lo']}, {pruned['syn_count hi']}] |" in md
     assert "Intervals: [lo, hi] is the 95% percentile interval of a paired bootstrap over items" in md
     assert "(main.delta.md)" in md
     assert "\\scriptsize" in (out / "main.tex").read_text()
@@ -171,8 +205,10 @@ def test_differences_are_paired(results: Path) -> None:
     lo, hi = float(delta["syn_count lo"]), float(delta["syn_count hi"])
     assert delta["syn_count"] == "+3.33" and lo == 0.0 and hi <= 100.0 * 3 / N
     # the same two rows resampled independently (two streams): the interval an unpaired bootstrap would give
-    items = {m: [ScoredItem(str(i), str(i) if i in RIGHT[(m, 0.1)] else "99", str(i)) for i in range(N)]
-             for m in ("base", "scopd")}  # fmt: skip
+    items = {
+        m: [ScoredItem(str(i), str(i) if i in RIGHT[(m, 0.1)] else "99", str(i)) for i in range(N)]
+        for m in ("base", "scopd")
+    }
     lay = layout("number_match", items["base"])
     independent = [replicates(lay, items[m], draw_counts(lay, 1000, stream(0, m))) for m in items]
     wide = interval(independent[1] - independent[0], 0.95)
@@ -218,9 +254,7 @@ def test_rows_from_several_seeds_show_mean_std_and_pooled_interval(results: Path
     assert row["syn_count"] == f"{statistics.fmean(scores):.2f}"
     assert row["syn_count std"] == f"{statistics.stdev(scores):.2f}"
     assert float(row["syn_count lo"]) < statistics.fmean(scores) < float(row["syn_count hi"])
-    assert (
-        "± " in (out / "main.md").read_text() and "training seeds [0, 1, 2]" in (out / "main.md").read_text()
-    )
+    assert "± " in (out / "main.md").read_text() and "training seeds [0, 1, 2]" in (out / "main.md").read_text()
     assert read_csv(out / "main.csv")[("0.1", "Vanilla")]["syn_count std"] == ""  # untrained: no seeds
 
 
@@ -232,9 +266,7 @@ def test_too_few_items_fails_before_any_table_naming_the_key(tmp_path: Path) -> 
         write_tsv(data / f"{bench}.tsv", bench_items(bench, 6 if bench == "syn_pope" else 4))
         for (method, budget), right in RIGHT.items():
             write_leaf(root, data, method, budget, bench, right, 6 if bench == "syn_pope" else 4)
-    with pytest.raises(
-        ValueError, match=r"bootstrap.resamples=1000: benchmark 'syn_count' has too few items"
-    ):
+    with pytest.raises(ValueError, match=r"bootstrap.resamples=1000: benchmark 'syn_count' has too few items"):
         run(compose_tables(root))
     assert not (root / "tiny" / "tables").exists()
     run(compose_tables(root, "bootstrap.resamples=20", "bootstrap.level=0.5"))  # POPE: 3 strata of 2, 27
@@ -252,9 +284,7 @@ def test_a_repeated_seed_names_the_key(results: Path) -> None:
 
 
 def test_seeds_that_were_not_trained_fail_before_any_work(results: Path) -> None:
-    with pytest.raises(
-        ValueError, match=r"train_seeds=\[0, 7\] asks for seeds that were not trained.*scopd seed 7"
-    ):
+    with pytest.raises(ValueError, match=r"train_seeds=\[0, 7\] asks for seeds that were not trained.*scopd seed 7"):
         run(compose_tables(results, "train_seeds=[0,7]"))
     assert not (results / "tiny" / "tables").exists()
 
@@ -267,8 +297,7 @@ def test_leaves_without_per_item_records_keep_their_scores_and_say_why(results: 
     assert row["syn_pope lo"] == "" and row["syn_count lo"] != "" and row["Avg lo"] == ""
     md = (out / "main.md").read_text()
     assert (
-        "No interval (no per-item predictions (syn_pope.predictions.jsonl)): Vanilla / visionzip / 10%: syn_pope"
-        in md
+        "No interval (no per-item predictions (syn_pope.predictions.jsonl)): Vanilla / visionzip / 10%: syn_pope" in md
     )
     assert np.isfinite(float(row["syn_pope"]))
 
@@ -293,17 +322,26 @@ def test_average_retain_ratio_is_recomputed_on_every_resample(results: Path) -> 
         rows = {}
         for budget in (1.0, 0.1):
             items = [
-                ScoredItem(str(it.index), it.answer if it.index in RIGHT[("base", budget)] else
-                           ("99" if bench == "syn_count" else {"yes": "no", "no": "yes"}[it.answer]),
-                           it.answer, subset=it.subset)
+                ScoredItem(
+                    str(it.index),
+                    it.answer
+                    if it.index in RIGHT[("base", budget)]
+                    else ("99" if bench == "syn_count" else {"yes": "no", "no": "yes"}[it.answer]),
+                    it.answer,
+                    subset=it.subset,
+                )
                 for it in bench_items(bench)
-            ]  # fmt: skip
+            ]
             lay = layout(scorer[bench], items, HEADLINE.get(bench))
             rows[budget] = replicates(lay, items, draw_counts(lay, 1000, stream(0, "items", bench)))
         ratios.append(100.0 * rows[0.1] / rows[1.0])
     lo, hi = interval(np.mean(ratios, axis=0), 0.95)
     assert (row["Avg lo"], row["Avg hi"]) == (f"{lo:.2f}", f"{hi:.2f}")
     per_bench = [(float(row[f"{b} lo"]), float(row[f"{b} hi"])) for b in BENCHES]
-    naive = np.mean([100.0 * lo_b / float(read_csv(results / "tiny" / "tables" / "main.csv")[("1", "Vanilla")][b])
-                     for (lo_b, _), b in zip(per_bench, BENCHES, strict=True)])  # fmt: skip
+    naive = np.mean(
+        [
+            100.0 * lo_b / float(read_csv(results / "tiny" / "tables" / "main.csv")[("1", "Vanilla")][b])
+            for (lo_b, _), b in zip(per_bench, BENCHES, strict=True)
+        ]
+    )
     assert abs(naive - lo) > 0.5  # the ratio of the bounds is a different (wrong) number

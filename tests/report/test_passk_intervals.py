@@ -159,12 +159,19 @@ def test_too_few_items_for_the_resamples_names_the_key(tmp_path: Path) -> None:
 
 
 def test_side_table_shows_bounds_in_markdown_and_columns_in_csv() -> None:
-    table = SideTable(("model", "gap (pp)", "note"), (("tiny", "5.00", ""), ("big", "-", "no record")),
-                      ({"gap (pp)": Spread(1.0, 9.0, None, "up")}, {}), "a note")  # fmt: skip
+    table = SideTable(
+        ("model", "gap (pp)", "note"),
+        (("tiny", "5.00", ""), ("big", "-", "no record")),
+        ({"gap (pp)": Spread(1.0, 9.0, None, "up")}, {}),
+        "a note",
+    )
     md = table.markdown("t")
     assert "| tiny | 5.00 [1.00, 9.00] ↑ |  |" in md and md.rstrip().endswith("a note")
-    assert table.csv().splitlines() == ["model,gap (pp),note,gap (pp) lo,gap (pp) hi", "tiny,5.00,,1.00,9.00",
-                                        "big,-,no record,,"]  # fmt: skip
+    assert table.csv().splitlines() == [
+        "model,gap (pp),note,gap (pp) lo,gap (pp) hi",
+        "tiny,5.00,,1.00,9.00",
+        "big,-,no record,,",
+    ]
 
 
 def test_footnote_lists_rows_without_draws() -> None:

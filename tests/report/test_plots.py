@@ -141,9 +141,7 @@ def test_pass_at_k_axis_spans_0_to_100_with_full_context_and_greedy_references()
 
 
 def test_notes_go_to_the_caption_file(tmp_path):
-    out = plot_retain_vs_budget(
-        _records(), tmp_path / "plots" / "retain.png", title="toy", notes=["Data: x."]
-    )
+    out = plot_retain_vs_budget(_records(), tmp_path / "plots" / "retain.png", title="toy", notes=["Data: x."])
     width, height = _png_size(out)
     assert width > 100 and height > 100
     caption = caption_path(out)

@@ -26,10 +26,14 @@ def test_the_pope_column_is_the_macro_accuracy_and_its_interval(results: Path) -
     macro = float(np.mean(accs))
     assert row["syn_pope"] == f"{macro:.2f}"
     scored = [
-        ScoredItem(str(it.index), it.answer if it.index in right else {"yes": "no", "no": "yes"}[it.answer],
-                   it.answer, subset=it.subset)
+        ScoredItem(
+            str(it.index),
+            it.answer if it.index in right else {"yes": "no", "no": "yes"}[it.answer],
+            it.answer,
+            subset=it.subset,
+        )
         for it in items
-    ]  # fmt: skip
+    ]
     f1 = score_items("pope", scored, "f1").metrics["score"]
     assert f"{f1:.2f}" != row["syn_pope"]  # the other headline would show another number
     lay = layout("pope", scored, "macro_accuracy")

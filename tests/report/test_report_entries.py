@@ -41,12 +41,20 @@ def step_records() -> list[dict]:
     rows = []
     for step in range(1, STEPS + 1):
         row = {
-            "step": step, "perf/samples_per_s": 2.0 * step, "perf/peak_memory_gb": 1.0 + 0.1 * (step % 3),
-            "rollout/accuracy": 0.1 * step, "rollout/pass_at_group": 0.2 * step, "rollout/groups_all_correct": 0.05,
-            "rollout/groups_mixed": 0.1 * step, "rollout/groups_all_wrong": 0.95 - 0.1 * step,
-            "rollout/length": 10.0 + step, "rollout/length_wrong": 12.0 + step, "rollout/format_rate": 0.5,
-            "rollout/stop_rate": 1.0 - 0.01 * step, "train/divergence": 1.0 / step,
-        }  # fmt: skip
+            "step": step,
+            "perf/samples_per_s": 2.0 * step,
+            "perf/peak_memory_gb": 1.0 + 0.1 * (step % 3),
+            "rollout/accuracy": 0.1 * step,
+            "rollout/pass_at_group": 0.2 * step,
+            "rollout/groups_all_correct": 0.05,
+            "rollout/groups_mixed": 0.1 * step,
+            "rollout/groups_all_wrong": 0.95 - 0.1 * step,
+            "rollout/length": 10.0 + step,
+            "rollout/length_wrong": 12.0 + step,
+            "rollout/format_rate": 0.5,
+            "rollout/stop_rate": 1.0 - 0.01 * step,
+            "train/divergence": 1.0 / step,
+        }
         if step != 3:  # no correct rollout at step 3: the key is absent, as the trainer logs it
             row["rollout/length_correct"] = 8.0 + step
         rows.append(row)
@@ -70,10 +78,16 @@ def study(tmp_path: Path) -> Path:
             write_leaf(tmp_path / "results", data, method, budget, bench, right)
             path = predictions_path(leaf_dir(tmp_path / "results", "tiny", "tiny", method, "visionzip", budget), bench)
             rows = [
-                {**row, "num_tokens": tokens_of(method, budget, i), "status": "tagged", "stopped": True,
-                 "correct": i in right, "output": f"<think>t{i}\rline</think><answer>{row['answer']}</answer>"}
+                {
+                    **row,
+                    "num_tokens": tokens_of(method, budget, i),
+                    "status": "tagged",
+                    "stopped": True,
+                    "correct": i in right,
+                    "output": f"<think>t{i}\rline</think><answer>{row['answer']}</answer>",
+                }
                 for i, row in enumerate(read_jsonl(path))
-            ]  # fmt: skip
+            ]
             rows[-1]["status"] = "error"  # a failed generation: left out of the mean
             write_rows(path, rows)
     log = step_log_path(run_dir(tmp_path / "runs", "tiny", "tiny", "scopd", "visionzip", 0.1))
@@ -94,10 +108,16 @@ REPORT = {
 def compose_tables(root: Path, grid: dict) -> DictConfig:
     """Returns ``conf/make_tables.yaml`` for the tiny preset under ``root``, its grid keys replaced by ``grid``."""
     with initialize_config_dir(version_base=None, config_dir=str(wf.CONF_DIR)):
-        cfg = compose("make_tables", overrides=[
-            "experiment=tiny", f"results_root={root / 'results'}", f"runs_root={root / 'runs'}", "logger=none",
-            "bootstrap.resamples=50",
-        ])  # fmt: skip
+        cfg = compose(
+            "make_tables",
+            overrides=[
+                "experiment=tiny",
+                f"results_root={root / 'results'}",
+                f"runs_root={root / 'runs'}",
+                "logger=none",
+                "bootstrap.resamples=50",
+            ],
+        )
     for key, value in grid.items():
         OmegaConf.update(cfg, f"grid.{key}", value, merge=False, force_add=True)
     return cfg
@@ -209,8 +229,11 @@ def test_examples_page_draws_items_with_the_grid_seed(study: Path) -> None:
 
 def flops_grid() -> dict:
     """Returns ``GRID`` with an efficiency block (SCOPD at 10%, the untrained model at 10%) and Fig. 1 right."""
-    efficiency = {"models": ["tiny"], "benchmarks": ["syn_count"],
-                  "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.1]}]}  # fmt: skip
+    efficiency = {
+        "models": ["tiny"],
+        "benchmarks": ["syn_count"],
+        "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.1]}],
+    }
     report = {"flops": {"kind": "flops_retain", "blocks": ["main"]}}
     return {**GRID, "efficiency": efficiency, "report": report}
 

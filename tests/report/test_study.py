@@ -36,15 +36,24 @@ GRID = {
     "benchmarks": {"syn_count": {}, "syn_ocr": {}},
     "methods": {"scopd": {"pruner": "visionzip", "budgets": [0.1]}},
     "tables": {
-        "sweep": {"models": ["tiny"], "benchmarks": BENCHES,
-                  "rows": [{"methods": ["base"], "pruners": ["random", "fastv"], "budgets": [0.2, 0.1]}]},
-        "main": {"models": ["tiny"], "benchmarks": BENCHES,
-                 "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}]},
+        "sweep": {
+            "models": ["tiny"],
+            "benchmarks": BENCHES,
+            "rows": [{"methods": ["base"], "pruners": ["random", "fastv"], "budgets": [0.2, 0.1]}],
+        },
+        "main": {
+            "models": ["tiny"],
+            "benchmarks": BENCHES,
+            "rows": [{"methods": ["base", "scopd"], "pruners": ["visionzip"], "budgets": [0.2, 0.1]}],
+        },
     },
     "passk": {"models": ["tiny"], "benchmarks": ["syn_count"], "rows": [ROW]},
-    "efficiency": {"models": ["tiny"], "benchmarks": ["syn_ocr"],
-                   "rows": [{"methods": ["base"], "pruners": ["visionzip", "fastv"], "budgets": [0.2, 0.1]}]},
-}  # fmt: skip
+    "efficiency": {
+        "models": ["tiny"],
+        "benchmarks": ["syn_ocr"],
+        "rows": [{"methods": ["base"], "pruners": ["visionzip", "fastv"], "budgets": [0.2, 0.1]}],
+    },
+}
 SCORES = {  # (method, pruner, budget) -> {bench: score}; base/random/0.1 has no syn_ocr result
     ("base", "visionzip", 1.0): {"syn_count": 50.0, "syn_ocr": 40.0},
     ("base", "visionzip", 0.2): {"syn_count": 40.0, "syn_ocr": 36.0},
@@ -69,14 +78,36 @@ def compose_tables(root: Path, *overrides: str, grid: dict | None = GRID) -> Dic
 def write_result(root: Path, method: str, pruner: str, budget: float, bench: str, score: float, version: int = 1):
     """Writes one ``BenchResult`` JSON where ``evaluate.py`` would."""
     result = BenchResult(
-        method=method, pruner=pruner, budget=budget, benchmark=bench, score=score, scorer_version=version,
-        scorer="exact_match", extractor_version=1, metrics={"score": score}, dataset_name=bench, experiment="tiny",
-        seed=0, pruner_params={}, model={"name": "tiny"}, n_rows=12, n_scored=12, n_skipped=0, skipped=[],
-        n_dropped=0, drop_rows=[],
-        extraction={"tagged": 12}, n_failed=0, n_truncated=0, mean_kept_visual=4.0, generation={}, batch_size=4,
+        method=method,
+        pruner=pruner,
+        budget=budget,
+        benchmark=bench,
+        score=score,
+        scorer_version=version,
+        scorer="exact_match",
+        extractor_version=1,
+        metrics={"score": score},
+        dataset_name=bench,
+        experiment="tiny",
+        seed=0,
+        pruner_params={},
+        model={"name": "tiny"},
+        n_rows=12,
+        n_scored=12,
+        n_skipped=0,
+        skipped=[],
+        n_dropped=0,
+        drop_rows=[],
+        extraction={"tagged": 12},
+        n_failed=0,
+        n_truncated=0,
+        mean_kept_visual=4.0,
+        generation={},
+        batch_size=4,
         resumed_rows=0,
-        wall_time_s=1.0, provenance={"config_hash": "0" * 16},
-    )  # fmt: skip
+        wall_time_s=1.0,
+        provenance={"config_hash": "0" * 16},
+    )
     write_json(result_path(leaf_dir(root, "tiny", "tiny", method, pruner, budget), bench), as_dict(result))
 
 
@@ -97,10 +128,14 @@ def _efficiency_row(budget: float, kept: float, ratios: tuple[float, ...], total
         "total": lat_total,
     }
     return {
-        "budget": budget, "kept_visual": kept, "prefill_len": 40.0, "flops": {}, "kv_cache_bytes": 1.0,
+        "budget": budget,
+        "kept_visual": kept,
+        "prefill_len": 40.0,
+        "flops": {},
+        "kv_cache_bytes": 1.0,
         "latency_ms": {"total": total_ms},
         "ratios": {"prefill_flops": prefill, "total_flops": total, "kv_cache": kv, "latency": latency},
-    }  # fmt: skip
+    }
 
 
 def write_efficiency(root: Path) -> None:
@@ -228,8 +263,11 @@ def test_passk_and_efficiency_tables(results: Path) -> None:
     passk = {r["budget"]: r for r in csv.DictReader(io.StringIO((out / "passk.csv").read_text()))}
     # budget 0.1: greedy 4 of 8; pass@1 = (4 * 2 + 2 * 1) / 32; pass@4 = 6 of 8 items with a right sample
     assert [passk["0.1"][c] for c in ("greedy (%)", "pass@1 (%)", "pass@n (%)", "gap (pp)")] == [
-        "50.00", "31.25", "75.00", "25.00"
-    ]  # fmt: skip
+        "50.00",
+        "31.25",
+        "75.00",
+        "25.00",
+    ]
     assert passk["0.1"]["gap over control (pp)"] == "25.00" and passk["1"]["pass@n (%)"] == "100.00"
     assert passk["1"]["gap (pp)"] == "0.00" and passk["1"]["gap over control (pp)"] == "-12.50"
     # the full context's greedy and pass@4 are right on every item: no resample moves them
@@ -242,8 +280,11 @@ def test_passk_and_efficiency_tables(results: Path) -> None:
     by_budget = {(r["pruner"], r["budget"]): r for r in rows}
     row = by_budget[("visionzip", "0.2")]
     assert [row[c] for c in ("prefill FLOPs (%)", "KV cache (%)", "total latency (%)", "total latency (ms)")] == [
-        "25.00", "30.00", "80.00", "24.80"
-    ]  # fmt: skip
+        "25.00",
+        "30.00",
+        "80.00",
+        "24.80",
+    ]
     assert by_budget[("visionzip", "1")]["prefill FLOPs (%)"] == "100.00"
     assert by_budget[("fastv", "0.1")]["note"] == f"pruner fastv: {FASTV}"
     assert "| tiny | Vanilla | visionzip | 0.1 | 6.40 | 15.00 |" in (out / "efficiency.md").read_text()

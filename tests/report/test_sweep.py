@@ -41,9 +41,16 @@ SCORER = {"syn_count": "number_match", "syn_pope": "pope"}
 def sweep_grid(reference: str) -> dict:
     """Returns the grid keys of a ρ sweep normalised to ``reference`` at 100%."""
     variant = {"preset": "scopd_plus", "pruner": "visionzip", "budgets": [0.1]}
-    sweep = {"kind": "sweep", "models": ["tiny"], "benchmarks": BENCHES, "pruner": "visionzip", "budget": 0.1,
-             "reference": reference, "parameter": {"key": "method.positions.fraction", "label": LABEL, "percent": True},
-             "points": [{"value": v, "method": m} for v, m in POINTS]}  # fmt: skip
+    sweep = {
+        "kind": "sweep",
+        "models": ["tiny"],
+        "benchmarks": BENCHES,
+        "pruner": "visionzip",
+        "budget": 0.1,
+        "reference": reference,
+        "parameter": {"key": "method.positions.fraction", "label": LABEL, "percent": True},
+        "points": [{"value": v, "method": m} for v, m in POINTS],
+    }
     return {
         "pruners": {"visionzip": {}},
         "benchmarks": {b: {} for b in BENCHES},
@@ -83,8 +90,10 @@ def results(tmp_path: Path) -> Path:
 def scored(bench: str, right: set[int]) -> list[ScoredItem]:
     """Returns the scored items of a row answering ``right`` correctly (as ``write_leaf`` answers)."""
     wrong = {"syn_count": lambda a: "99", "syn_pope": lambda a: {"yes": "no", "no": "yes"}[a]}[bench]
-    return [ScoredItem(str(it.index), it.answer if it.index in right else wrong(it.answer), it.answer,
-                       subset=it.subset) for it in bench_items(bench)]  # fmt: skip
+    return [
+        ScoredItem(str(it.index), it.answer if it.index in right else wrong(it.answer), it.answer, subset=it.subset)
+        for it in bench_items(bench)
+    ]
 
 
 def expected(method: str, reference: str) -> tuple[float, float, float]:
@@ -93,8 +102,11 @@ def expected(method: str, reference: str) -> tuple[float, float, float]:
     for bench in BENCHES:
         mine, full = scored(bench, RIGHT[(method, 0.1)]), scored(bench, RIGHT[(reference, 1.0)])
         headline = HEADLINE.get(bench)
-        means.append(100.0 * score_items(SCORER[bench], mine, headline).metrics["score"]
-                     / score_items(SCORER[bench], full, headline).metrics["score"])  # fmt: skip
+        means.append(
+            100.0
+            * score_items(SCORER[bench], mine, headline).metrics["score"]
+            / score_items(SCORER[bench], full, headline).metrics["score"]
+        )
         lay = layout(SCORER[bench], mine, headline)
         counts = draw_counts(lay, 1000, stream(0, "items", bench))
         ratios.append(
@@ -145,8 +157,17 @@ def test_the_reference_changes_every_value(results: Path) -> None:
 
 def test_the_sweep_plot_draws_measured_points_intervals_and_both_references() -> None:
     points, bars = {0.1: 90.0, 0.3: 85.0}, {0.1: (88.0, 92.0)}
-    figure = sweep_figure(points, [0.05, 0.1, 0.3], title="t", x_label=LABEL, percent=True, series="trained",
-                          reference="full", baseline=("untrained", 80.0), intervals=bars)  # fmt: skip
+    figure = sweep_figure(
+        points,
+        [0.05, 0.1, 0.3],
+        title="t",
+        x_label=LABEL,
+        percent=True,
+        series="trained",
+        reference="full",
+        baseline=("untrained", 80.0),
+        intervals=bars,
+    )
     ax = figure.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert list(lines["trained"].get_xdata()) == [10.0, 30.0]  # 5% has no value: no marker, no segment to it

@@ -33,8 +33,17 @@ def _records(rows=ROWS, version=1):
     for (method, pruner, budget), scores in rows.items():
         for bench, score in zip(FULL, scores, strict=True):
             reason = "run crashed" if score is None else ""
-            out.append(dict(method=method, pruner=pruner, budget=budget, benchmark=bench, score=score,
-                            scorer_version=version, reason=reason))  # fmt: skip
+            out.append(
+                dict(
+                    method=method,
+                    pruner=pruner,
+                    budget=budget,
+                    benchmark=bench,
+                    score=score,
+                    scorer_version=version,
+                    reason=reason,
+                )
+            )
     return out
 
 
@@ -87,9 +96,7 @@ def test_marks_are_per_block(table):
 def _line(text, method, budget_heading):
     section = text.split(budget_heading, 1)[1]
     return next(
-        line
-        for line in section.splitlines()
-        if line.startswith(f"| {method} |") or line.startswith(f"{method} &")
+        line for line in section.splitlines() if line.startswith(f"| {method} |") or line.startswith(f"{method} &")
     )
 
 
@@ -99,19 +106,14 @@ def test_markdown(table):
     sft = _line(md, "SFT", "Retain 20% visual tokens")
     assert sft.startswith("| SFT | vz | **2100.00** | 54.00 | **79.00** | <u>")
     scopd_plus = _line(md, "SCOPD+", "Retain 10% visual tokens")
-    assert (
-        scopd_plus
-        == f"| SCOPD+ | vz | **2000.00** | {MISSING}<sup>1</sup> | **77.00** | {MISSING}<sup>2</sup> |"
-    )
+    assert scopd_plus == f"| SCOPD+ | vz | **2000.00** | {MISSING}<sup>1</sup> | **77.00** | {MISSING}<sup>2</sup> |"
     assert "- <sup>1</sup> run crashed: SCOPD+ / vz / 10%: MMStar." in md
     assert "- <sup>2</sup> the average needs a score on every benchmark: SCOPD+ / vz / 10%: Avg." in md
 
 
 def test_latex(table):
     tex = to_latex(table)
-    assert tex.startswith(
-        "\\begin{tabular}{llrrrr}\n\\toprule\nMethod & Pruner & MME & MMStar & POPE & Avg \\\\"
-    )
+    assert tex.startswith("\\begin{tabular}{llrrrr}\n\\toprule\nMethod & Pruner & MME & MMStar & POPE & Avg \\\\")
     assert "\\multicolumn{6}{c}{\\textit{Retain 20\\% visual tokens}} \\\\" in tex
     sft = _line(tex, "SFT", "Retain 20\\% visual tokens")
     assert sft.startswith("SFT & vz & \\textbf{2100.00} & 54.00 & \\textbf{79.00} & \\underline{")
@@ -165,9 +167,7 @@ def test_missing_reference_row_blanks_the_average_with_a_reason():
 def test_refuses_mixed_scorer_versions():
     records = _records()
     records[4] = {**records[4], "scorer_version": 2}
-    with pytest.raises(
-        ValueError, match=f"'{records[4]['benchmark']}' mixes scorer_version values \\[1, 2\\]"
-    ):
+    with pytest.raises(ValueError, match=f"'{records[4]['benchmark']}' mixes scorer_version values \\[1, 2\\]"):
         build_table(records)
 
 

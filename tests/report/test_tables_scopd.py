@@ -11,9 +11,20 @@ from sparsectx.report.render import to_csv
 from sparsectx.report.tables import build_table
 
 BENCHMARKS = (
-    "MME", "MMStar", "MathVista", "MathVerse", "MMMU-Pro", "Hallusion", "CVBench",
-    "LogicVista", "BLINK", "VisOnlyQA", "HR4K", "MME-RW-Lite", "RealWorldQA",
-)  # fmt: skip
+    "MME",
+    "MMStar",
+    "MathVista",
+    "MathVerse",
+    "MMMU-Pro",
+    "Hallusion",
+    "CVBench",
+    "LogicVista",
+    "BLINK",
+    "VisOnlyQA",
+    "HR4K",
+    "MME-RW-Lite",
+    "RealWorldQA",
+)
 ROWS = """
 1.0 none      Vanilla 2250.63 64.27 66.70 42.39 46.13 66.25 75.19 47.87 56.39 44.70 66.00 47.63 64.97
 0.1 visionzip Vanilla 2040.13 54.87 55.30 26.90 41.85 58.57 69.53 37.58 48.97 40.35 62.38 39.19 62.61
@@ -26,8 +37,14 @@ def _records():
     for line in ROWS.strip().splitlines():
         budget, pruner, method, *scores = line.split()
         for bench, score in zip(BENCHMARKS, scores, strict=True):
-            yield dict(method=method, pruner=pruner, budget=float(budget), benchmark=bench,
-                       score=float(score), scorer_version=1)  # fmt: skip
+            yield dict(
+                method=method,
+                pruner=pruner,
+                budget=float(budget),
+                benchmark=bench,
+                score=float(score),
+                scorer_version=1,
+            )
 
 
 def test_avg13_column_and_marks():

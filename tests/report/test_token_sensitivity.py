@@ -42,8 +42,11 @@ def fake_tokenizer() -> SimpleNamespace:
 def write_traces(run: Path, *, sensitivity: bool = True, steps: tuple[int, ...] = (1, LAST)) -> None:
     """Appends, per step, three rollouts traced by ``TokenTrace`` from seeded logits (V = 7), as the loop does."""
     generator = torch.Generator().manual_seed(0)
-    cfg = SimpleNamespace(method=SimpleNamespace(divergence=SimpleNamespace(chunk_size=4, temperature=1.0),
-                                                 positions=SimpleNamespace(fraction=FRACTION)))  # fmt: skip
+    cfg = SimpleNamespace(
+        method=SimpleNamespace(
+            divergence=SimpleNamespace(chunk_size=4, temperature=1.0), positions=SimpleNamespace(fraction=FRACTION)
+        )
+    )
     width = max(LENGTHS)
     valid = torch.arange(width)[None, :] < torch.tensor(LENGTHS)[:, None]
     for step in steps:
@@ -53,10 +56,12 @@ def write_traces(run: Path, *, sensitivity: bool = True, steps: tuple[int, ...] 
         selected = select_top_fraction(sens, valid, FRACTION) if sens is not None else valid
         mb = SimpleNamespace(
             items=[SimpleNamespace(index=i, question=f"q{i}", answer="a") for i in range(len(LENGTHS))],
-            encoded=[SimpleNamespace(sample_id=f"{i}@{i}") for i in range(len(LENGTHS))], positions=[0, 1, 2],
+            encoded=[SimpleNamespace(sample_id=f"{i}@{i}") for i in range(len(LENGTHS))],
+            positions=[0, 1, 2],
             prefix=SimpleNamespace(texts=["r0", "r1", "r2"], stopped=[True, False, True]),
-            ids=torch.randint(0, 6, valid.shape, generator=generator), valid=valid,
-        )  # fmt: skip
+            ids=torch.randint(0, 6, valid.shape, generator=generator),
+            valid=valid,
+        )
         trace = TokenTrace(step, 3)
         trace.add(cfg, fake_tokenizer(), mb, student, teacher, sens, selected)
         append_jsonl(token_trace_path(run), trace.records(0.1))

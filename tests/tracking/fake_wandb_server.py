@@ -53,11 +53,20 @@ def _resume_status(server: FakeServer, variables: dict[str, Any]) -> dict[str, A
     if run is not None:
         lines = [line for line in run.history if line is not None]
         bucket = {
-            "id": f"storage-{variables['name']}", "name": variables["name"], "displayName": run.name,
-            "summaryMetrics": json.dumps(run.summary), "logLineCount": 0, "historyLineCount": len(run.history),
-            "eventsLineCount": 0, "historyTail": json.dumps(lines[-1:]), "eventsTail": "[]", "config": run.config,
-            "tags": run.tags, "notes": None, "wandbConfig": json.dumps({"t": {}}),
-        }  # fmt: skip
+            "id": f"storage-{variables['name']}",
+            "name": variables["name"],
+            "displayName": run.name,
+            "summaryMetrics": json.dumps(run.summary),
+            "logLineCount": 0,
+            "historyLineCount": len(run.history),
+            "eventsLineCount": 0,
+            "historyTail": json.dumps(lines[-1:]),
+            "eventsTail": "[]",
+            "config": run.config,
+            "tags": run.tags,
+            "notes": None,
+            "wandbConfig": json.dumps({"t": {}}),
+        }
     project = {"id": "project-id", "name": variables.get("project"), "entity": {"id": "entity-id", "name": ENTITY}}
     return {"model": {**project, "bucket": bucket}}
 
@@ -72,10 +81,15 @@ def _upsert(server: FakeServer, variables: dict[str, Any]) -> dict[str, Any]:
         run.config = variables["config"]
     project = {"id": "project-id", "name": variables.get("project"), "entity": {"id": "entity-id", "name": ENTITY}}
     bucket = {
-        "id": f"storage-{variables['name']}", "name": variables["name"], "displayName": run.name,
-        "description": None, "config": run.config, "sweepName": None, "project": project,
+        "id": f"storage-{variables['name']}",
+        "name": variables["name"],
+        "displayName": run.name,
+        "description": None,
+        "config": run.config,
+        "sweepName": None,
+        "project": project,
         "historyLineCount": len(run.history),
-    }  # fmt: skip
+    }
     return {"upsertBucket": {"bucket": bucket, "inserted": True}}
 
 

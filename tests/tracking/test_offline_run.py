@@ -57,9 +57,7 @@ def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_runs_share_the_experiment_group_and_tag_alike(offline_runs: dict[str, Path]) -> None:
     train, ev = run_info(offline_runs["train"]), run_info(offline_runs["evaluate"])
     assert train.run_group == ev.run_group == "dev"
-    assert {"experiment:dev", "job:train", "model:tiny", "method:scopd_plus", "pruner:visionzip"} <= set(
-        train.tags
-    )
+    assert {"experiment:dev", "job:train", "model:tiny", "method:scopd_plus", "pruner:visionzip"} <= set(train.tags)
     assert {
         "experiment:dev",
         "job:evaluate",
@@ -95,8 +93,13 @@ def test_evaluation_logs_summary_metrics_and_predictions_on_one_step(offline_run
     (row,) = history(run_dir)  # one step
     assert row["_step"] == 0 and row["syn_count/n_scored"] == 3 and "syn_count/score" in row
     assert table(run_dir, row["syn_count/predictions"])["columns"][:6] == [
-        "image", "id", "question", "prediction", "answer", "correct",
-    ]  # fmt: skip
+        "image",
+        "id",
+        "question",
+        "prediction",
+        "answer",
+        "correct",
+    ]
     full, media = artifact_table(run_dir, row["syn_count/predictions"])
     assert len(full["data"]) == 3
     record = dict(zip(full["columns"], full["data"][0], strict=True))

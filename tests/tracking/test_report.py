@@ -67,8 +67,7 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCa
         assert run(compose_report(tmp_path)) == folder / DEFINITION
     printed = caplog.text
     assert (
-        "wandb sync wandb/offline-run-*" in printed
-        and "make_report.py experiment=tiny logger.mode=online" in printed
+        "wandb sync wandb/offline-run-*" in printed and "make_report.py experiment=tiny logger.mode=online" in printed
     )
     return load_definition(folder / DEFINITION)
 

@@ -37,9 +37,15 @@ EVAL_SEGMENTS = ({"syn_count/score": 0.5}, {"syn_ocr/score": 0.25})
 def offline_logger(root: Path) -> LoggerConfig:
     """Returns an offline W&B logger writing under ``root``."""
     return LoggerConfig(
-        name="wandb", project="sparsectx", entity=None, mode="offline", dir=str(root), rollout_rows=1,
-        prediction_rows=1, log_checkpoints=False,
-    )  # fmt: skip
+        name="wandb",
+        project="sparsectx",
+        entity=None,
+        mode="offline",
+        dir=str(root),
+        rollout_rows=1,
+        prediction_rows=1,
+        log_checkpoints=False,
+    )
 
 
 def loss(segment: int, step: int) -> float:

@@ -79,9 +79,16 @@ def test_a_rerun_of_an_evaluation_resumes_its_run_and_each_benchmark_job_has_its
     assert other["id"] != first["id"] and other["name"] != first["name"]
     assert "syn_count" in first["name"] and "syn_ocr" in other["name"] and "s0" in first["name"]
     assert {
-        "experiment:dev", "job:evaluate", "model:tiny", "method:base", "pruner:visionzip", "budget:0.25",
-        "seed:0", "mode:greedy", "bench:syn_count",
-    } <= set(first["tags"])  # fmt: skip
+        "experiment:dev",
+        "job:evaluate",
+        "model:tiny",
+        "method:base",
+        "pruner:visionzip",
+        "budget:0.25",
+        "seed:0",
+        "mode:greedy",
+        "bench:syn_count",
+    } <= set(first["tags"])
 
 
 def trainer_stub(wandb_id: str | None) -> SimpleNamespace:

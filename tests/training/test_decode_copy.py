@@ -27,8 +27,7 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
 def logits_of(adapter, encoded, responses) -> torch.Tensor:  # noqa: ANN001
     """Returns ``adapter``'s response logits on pruned contexts keeping every other visual token."""
     selections = [
-        [Selection.gather(image, torch.arange(0, image.num_tokens, 2)) for image in sample.images]
-        for sample in encoded
+        [Selection.gather(image, torch.arange(0, image.num_tokens, 2)) for image in sample.images] for sample in encoded
     ]
     with torch.no_grad():
         return response_logits(adapter, build_context(adapter, encoded, selections, responses))[0]
@@ -112,6 +111,4 @@ def test_ema_teacher_on_the_twin_equals_the_live_ema_teacher(family: str, tiny_e
     )
     assert all(torch.equal(p, current[n]) for n, p in student.trainable.items())  # the swap was undone
     frozen = teacher_logits(student, "frozen", encoded, responses)
-    assert torch.equal(
-        teacher_logits(student, "frozen", encoded, responses, twin), frozen
-    )  # frozen stays live
+    assert torch.equal(teacher_logits(student, "frozen", encoded, responses, twin), frozen)  # frozen stays live

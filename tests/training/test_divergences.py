@@ -54,9 +54,16 @@ def test_matches_float64_reference_values_and_gradients(
 ) -> None:
     student, teacher, mask, sampled = make_inputs(seed=1)
     got = run(
-        kind, beta, student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled,
-        top_k=top_k, chunk_size=4, temperature=temperature,
-    )  # fmt: skip
+        kind,
+        beta,
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=sampled,
+        top_k=top_k,
+        chunk_size=4,
+        temperature=temperature,
+    )
     student64 = student.detach().double().requires_grad_()
     want = per_position64(kind, student64, teacher.double(), mask, sampled, beta, top_k, temperature)
     assert got.dtype == torch.float32
@@ -135,9 +142,15 @@ def test_fully_masked_batch_returns_zero_with_gradient_path() -> None:
     mask = torch.zeros(B, T, dtype=torch.bool)
     for top_k in (None, 2):
         out = jsd(
-            student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled, beta=0.5,
-            top_k=top_k, chunk_size=2, temperature=1.0,
-        )  # fmt: skip
+            student_logits=student,
+            teacher_logits=teacher,
+            mask=mask,
+            sampled_ids=sampled,
+            beta=0.5,
+            top_k=top_k,
+            chunk_size=2,
+            temperature=1.0,
+        )
         assert out.shape == (B, T) and bool((out == 0).all())
         loss = global_token_mean(out, mask, num_tokens=0)
         assert loss.requires_grad
@@ -150,9 +163,14 @@ def test_masked_positions_are_zero_and_ignore_garbage_logits() -> None:
     with torch.no_grad():
         student[~mask] = float("nan")  # padding logits are never read
     out = forward_kl(
-        student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled, top_k=None,
-        chunk_size=3, temperature=1.0,
-    )  # fmt: skip
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=sampled,
+        top_k=None,
+        chunk_size=3,
+        temperature=1.0,
+    )
     assert bool(torch.isfinite(out).all()) and bool((out[~mask] == 0).all()) and bool((out[mask] > 0).all())
 
 
@@ -162,9 +180,15 @@ def test_chunk_size_does_not_change_values_or_gradients(top_k: int | None) -> No
     for chunk in (1, 3, 1000):
         student, teacher, mask, sampled = make_inputs(seed=8)
         out = jsd(
-            student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled, beta=0.5,
-            top_k=top_k, chunk_size=chunk, temperature=1.0,
-        )  # fmt: skip
+            student_logits=student,
+            teacher_logits=teacher,
+            mask=mask,
+            sampled_ids=sampled,
+            beta=0.5,
+            top_k=top_k,
+            chunk_size=chunk,
+            temperature=1.0,
+        )
         (out * torch.arange(1.0, T + 1)).sum().backward()
         results.append((out.detach(), student.grad))
     for out, grad in results[1:]:
@@ -178,9 +202,16 @@ def test_gradient_reaches_only_the_student(kind: str, beta: float, top_k: int | 
     student, teacher, mask, sampled = make_inputs(seed=9)
     teacher.requires_grad_()
     out = run(
-        kind, beta, student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled,
-        top_k=top_k, chunk_size=2, temperature=1.0,
-    )  # fmt: skip
+        kind,
+        beta,
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=sampled,
+        top_k=top_k,
+        chunk_size=2,
+        temperature=1.0,
+    )
     out.sum().backward()
     assert teacher.grad is None
     assert student.grad is not None and float(student.grad.abs().sum()) > 0
@@ -190,9 +221,14 @@ def test_gradient_reaches_only_the_student(kind: str, beta: float, top_k: int | 
 def test_forward_kl_gradient_is_p_minus_q() -> None:
     student, teacher, mask, _ = make_inputs(seed=10)
     out = forward_kl(
-        student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=None, top_k=None,
-        chunk_size=4, temperature=1.0,
-    )  # fmt: skip
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=None,
+        top_k=None,
+        chunk_size=4,
+        temperature=1.0,
+    )
     out.sum().backward()
     want = (probs64(student.detach(), 1.0) - probs64(teacher, 1.0)) * mask.unsqueeze(-1)
     torch.testing.assert_close(student.grad.double(), want, atol=1e-6, rtol=1e-5)
@@ -205,9 +241,15 @@ def test_agrees_with_trl_gkd_generalized_jsd_loss(beta: float, temperature: floa
     student, teacher, mask, _ = make_inputs(seed=11)
     labels = torch.where(mask, torch.ones(B, T, dtype=torch.long), torch.full((B, T), -100))
     per_token = jsd(
-        student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=None, beta=beta, top_k=None,
-        chunk_size=4, temperature=temperature,
-    )  # fmt: skip
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=None,
+        beta=beta,
+        top_k=None,
+        chunk_size=4,
+        temperature=temperature,
+    )
     ours = global_token_mean(per_token, mask, num_tokens=count_tokens([mask]))
     trl = trl_gkd_jsd_loss64(student.detach(), teacher, labels, beta, temperature)
     torch.testing.assert_close(ours.double(), trl, atol=1e-6, rtol=1e-5)
@@ -229,9 +271,15 @@ def test_bf16_logits_are_upcast_to_fp32() -> None:
     s16 = student.detach().bfloat16().requires_grad_()
     t16 = teacher.bfloat16()
     out = jsd(
-        student_logits=s16, teacher_logits=t16, mask=mask, sampled_ids=sampled, beta=0.5, top_k=3,
-        chunk_size=2, temperature=1.0,
-    )  # fmt: skip
+        student_logits=s16,
+        teacher_logits=t16,
+        mask=mask,
+        sampled_ids=sampled,
+        beta=0.5,
+        top_k=3,
+        chunk_size=2,
+        temperature=1.0,
+    )
     want = per_position64("jsd", s16.detach().double(), t16.double(), mask, sampled, 0.5, 3, 1.0)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=1e-4)
@@ -269,9 +317,15 @@ def test_registry_keys_and_unknown_name() -> None:
 def test_invalid_arguments_raise(override: dict[str, object], match: str) -> None:
     student, teacher, mask, sampled = make_inputs(seed=15)
     kwargs: dict[str, object] = dict(
-        student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=sampled, beta=0.5, top_k=None,
-        chunk_size=2, temperature=1.0,
-    )  # fmt: skip
+        student_logits=student,
+        teacher_logits=teacher,
+        mask=mask,
+        sampled_ids=sampled,
+        beta=0.5,
+        top_k=None,
+        chunk_size=2,
+        temperature=1.0,
+    )
     kwargs.update(override)
     with pytest.raises(ValueError, match=match):
         jsd(**kwargs)  # type: ignore[arg-type]
@@ -292,9 +346,15 @@ def test_backward_keeps_no_fp32_vocabulary_tensor(top_k: int | None) -> None:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         out = jsd(
-            student_logits=student, teacher_logits=teacher, mask=mask, sampled_ids=None, beta=0.5,
-            top_k=top_k, chunk_size=8, temperature=1.0,
-        )  # fmt: skip
+            student_logits=student,
+            teacher_logits=teacher,
+            mask=mask,
+            sampled_ids=None,
+            beta=0.5,
+            top_k=top_k,
+            chunk_size=8,
+            temperature=1.0,
+        )
     vocab_sized = [t for t in saved if t.dim() == 2 and t.shape[-1] == 300]
     assert vocab_sized and all(t.dtype == torch.bfloat16 and t.shape[0] <= 8 for t in vocab_sized)
     out.sum().backward()

@@ -47,9 +47,7 @@ def prepared(env, tmp_path, *overrides: str, budget: float = 0.3, teacher_budget
         for p in student.trainable.values():
             p.copy_(0.3 * torch.randn(p.shape, generator=generator))
     generator = torch.Generator().manual_seed(0)
-    (mb,) = prepare_step(
-        cfg, student, [(training_items(2), [0, 1])], budget, generator, teacher_budget=teacher_budget
-    )
+    (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], budget, generator, teacher_budget=teacher_budget)
     return cfg, student, mb
 
 
@@ -65,8 +63,13 @@ def test_teacher_context_is_the_pruner_choice_at_the_milder_budget(pruner: str, 
             assert b.indices.numel() == tokens_to_keep(0.7, image.num_tokens) > a.indices.numel()
             assert torch.equal(b.indices, c.indices) and torch.equal(b.embeds, c.embeds)
     # Without a budget gap the teacher keeps every visual token (the other presets).
-    (plain,) = prepare_step(cfg, fresh_student("qwen2_5_vl", cfg.method, tmp_path)[0],
-                            [(training_items(1), [0])], 0.3, torch.Generator().manual_seed(0))  # fmt: skip
+    (plain,) = prepare_step(
+        cfg,
+        fresh_student("qwen2_5_vl", cfg.method, tmp_path)[0],
+        [(training_items(1), [0])],
+        0.3,
+        torch.Generator().manual_seed(0),
+    )
     assert plain.teacher_selections is None
 
 
@@ -102,9 +105,7 @@ def test_the_loop_gives_the_teacher_b_plus_the_growing_gap(tiny_env, tmp_path) -
         p = step / 10
         hard, easy = 0.9 - (0.9 - 0.1) * p, 0.9 - 0.25 * (0.9 - 0.1) * p  # rescaled to end at budget 0.1
         assert hard - 1e-12 <= budget <= easy + 1e-12
-        assert step_teacher_budget(trainer, budget) == pytest.approx(
-            min(1.0, budget + min(0.1 + 0.5 * p, 0.3))
-        )
+        assert step_teacher_budget(trainer, budget) == pytest.approx(min(1.0, budget + min(0.1 + 0.5 * p, 0.3)))
     trainer.cfg.method.teacher.budget_gap = None
     assert step_teacher_budget(trainer, 0.3) is None
 

@@ -93,8 +93,9 @@ def test_uniform_window_is_eq_10_every_step() -> None:
     for step in (0, 3, 99):  # the window does not move with progress
         for seed in range(20):
             u = float(torch.rand((), generator=torch.Generator().manual_seed(seed)))
-            got = uniform(step, total_steps=100, generator=torch.Generator().manual_seed(seed), min_budget=0.1,
-                          max_budget=0.8)  # fmt: skip
+            got = uniform(
+                step, total_steps=100, generator=torch.Generator().manual_seed(seed), min_budget=0.1, max_budget=0.8
+            )
             assert got == pytest.approx(1.0 - (0.2 + (0.9 - 0.2) * u), abs=1e-12)
             assert 0.1 <= got <= 0.8
     with pytest.raises(ValueError, match="min_budget=0.9 is above max_budget=0.8"):
@@ -150,8 +151,9 @@ def test_a_run_prunes_student_and_teacher_at_the_moving_layer(deep_env: TinyEnv,
 
 def test_a_fixed_layer_run_prunes_at_pruner_layer(deep_env: TinyEnv, tmp_path: Path) -> None:
     """Table 4's "w/o progressive compression layer": method.layer_schedule=null keeps K = pruner.layer."""
-    trainer = make_trainer(deep_env, tmp_path, "method=epic_lcd", "pruner=dart", "steps=4",
-                           "method.layer_schedule=null")  # fmt: skip
+    trainer = make_trainer(
+        deep_env, tmp_path, "method=epic_lcd", "pruner=dart", "steps=4", "method.layer_schedule=null"
+    )
     assert step_layer(trainer) is None
     metrics, micro, _ = train_step(trainer)
     assert {s.layer for mb in micro for sel in mb.selections for s in sel} == {2}
@@ -179,12 +181,18 @@ def test_the_tcd_presets_with_pre_llm_pruners_are_unaffected(deep_env: TinyEnv, 
     ("overrides", "error", "match"),
     [
         (["method=epic_lcd", "method.layer_schedule=epic_deep_to_shalow"], KeyError, "Did you mean"),
-        (["method=grpo", "pruner=fastv", "method.layer_schedule=epic_deep_to_shallow"], ValueError,
-         "method.layer_schedule='epic_deep_to_shallow' with method.objective='rl'"),
-        (["method=epic_lcd", "method.schedule.params.uniform.min_budget=0.9"], ValueError,
-         "min_budget=0.9 is above max_budget=0.8"),
+        (
+            ["method=grpo", "pruner=fastv", "method.layer_schedule=epic_deep_to_shallow"],
+            ValueError,
+            "method.layer_schedule='epic_deep_to_shallow' with method.objective='rl'",
+        ),
+        (
+            ["method=epic_lcd", "method.schedule.params.uniform.min_budget=0.9"],
+            ValueError,
+            "min_budget=0.9 is above max_budget=0.8",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_lcd_settings_fail_before_any_work(overrides, error, match, deep_env, tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(error, match=match):
         config(deep_env, tmp_path, *overrides)

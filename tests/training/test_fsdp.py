@@ -24,12 +24,23 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[2]
 FSDP = ["distributed.strategy=fsdp"]
 LR = 0.001
-SCOPD_PLUS = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
-              "method.teacher.ema_decay=null", f"method.optim.lr={LR}"]  # fmt: skip
+SCOPD_PLUS = [
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "method.teacher.kind=frozen",
+    "method.teacher.ema_decay=null",
+    f"method.optim.lr={LR}",
+]
 LORA = [*SCOPD_PLUS, "steps=1"]
 FULL = ["method=lt_opd", "method.rollout.do_sample=false", "steps=1", f"method.optim.lr={LR}"]
-RESUME = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.ema_decay=0.5", "steps=3",
-          "save_every=2", "method.optim.lr=0.01"]  # fmt: skip
+RESUME = [
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "method.teacher.ema_decay=0.5",
+    "steps=3",
+    "save_every=2",
+    "method.optim.lr=0.01",
+]
 # the EMA teacher of step 3 is an average that only the shards hold (decay 0.5: far from the live weights)
 METRICS = "metrics.json"
 """The two-process run's last metrics and optimizer updates done, written by its main process beside the run
@@ -44,9 +55,19 @@ def launch(
     """Returns None after a multi-process ``loop.run`` (torchrun, gloo) of the shrunk config finished, or with
     ``die_at`` after all of its processes were killed at that step."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-        "-m", "tests.training.test_fsdp", str(env_root), str(runs_root), str(die_at or 0), *overrides,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        "-m",
+        "tests.training.test_fsdp",
+        str(env_root),
+        str(runs_root),
+        str(die_at or 0),
+        *overrides,
+    ]
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT), str(ROOT / "tests")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

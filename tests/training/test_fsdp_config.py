@@ -73,8 +73,15 @@ def no_model(*args: object, **kwargs: object) -> None:
 
 def fake_state(where: Path, processes: int, sharding: str | None) -> dict:
     """Returns the ``meta.json`` written into ``where/state`` for a state of ``processes`` processes."""
-    meta = {"step": 1, "samples_seen": 2, "wandb_id": None, "config_hash": "x", "defining": {}, "resolved": {},
-            "processes": processes}  # fmt: skip
+    meta = {
+        "step": 1,
+        "samples_seen": 2,
+        "wandb_id": None,
+        "config_hash": "x",
+        "defining": {},
+        "resolved": {},
+        "processes": processes,
+    }
     if sharding is not None:
         meta["sharding"] = sharding
     ckpt.save_state(where / "state", {"step": 1, "samples_seen": 2}, meta)

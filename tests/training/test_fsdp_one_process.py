@@ -23,8 +23,13 @@ from sparsectx.training import decode_copy, groups, loop
 from .test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
 
 LR = 0.001
-SCOPD_PLUS_LORA = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
-                   "method.teacher.ema_decay=null", f"method.optim.lr={LR}"]  # fmt: skip
+SCOPD_PLUS_LORA = [
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "method.teacher.kind=frozen",
+    "method.teacher.ema_decay=null",
+    f"method.optim.lr={LR}",
+]
 LT_OPD_FULL = ["method=lt_opd", "method.rollout.do_sample=false", f"method.optim.lr={LR}"]
 GRPO_LORA = ["method=grpo", "method.rl.group_size=4", "method.rl.num_iterations=2", f"method.optim.lr={LR}"]
 """Sampled rollouts from the seeded stream, step 1 reusing step 0's (``num_iterations``): the clipped
@@ -39,6 +44,8 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
 
 SHIPPED = "package:tiny-vlm"
 """The shipped tiny model: its embeddings and LM head share one weight (tied), which stays replicated."""
+
+
 def trained(env: TinyEnv, runs_root: Path, model: str, overrides: list[str]) -> tuple[Path, dict[str, float]]:
     """Returns (the run directory, the last step's metrics) of the shrunk two-step run of ``model`` (a path,
     or ``""`` for the test's untied tiny model) with ``overrides``."""
@@ -78,8 +85,14 @@ def parity_rewards(cfg, prefix, context) -> torch.Tensor:  # noqa: ANN001
 TWIN = ["rollout_weights=copy"]
 """Rollouts decoded by the plain twin (merged LoRA or cast full-parameter weights), built before sharding and
 refreshed from the gathered tensors; both runs use it, so their rollouts are the same text."""
-EMA_TEACHER_TWIN = ["method=scopd_plus", "method.positions.delta=0.3", "method.teacher.ema_decay=0.5",
-                    f"method.optim.lr={LR}", *TWIN, "teacher_weights=copy"]  # fmt: skip
+EMA_TEACHER_TWIN = [
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "method.teacher.ema_decay=0.5",
+    f"method.optim.lr={LR}",
+    *TWIN,
+    "teacher_weights=copy",
+]
 """The EMA teacher's forwards on the same twin, refreshed inside the EMA swap by a gathered pass of its own
 (outside the rollout phase); at decay 0.5 the second step's teacher is not the student."""
 
@@ -87,8 +100,14 @@ EMA_TEACHER_TWIN = ["method=scopd_plus", "method.positions.delta=0.3", "method.t
 @pytest.mark.parametrize(
     "method",
     [SCOPD_PLUS_LORA, LT_OPD_FULL, GRPO_LORA, [*SCOPD_PLUS_LORA, *TWIN], [*LT_OPD_FULL, *TWIN], EMA_TEACHER_TWIN],
-    ids=["scopd_plus_lora", "lt_opd_full", "grpo_lora", "scopd_plus_lora_twin", "lt_opd_full_twin",
-         "scopd_plus_ema_teacher_twin"],
+    ids=[
+        "scopd_plus_lora",
+        "lt_opd_full",
+        "grpo_lora",
+        "scopd_plus_lora_twin",
+        "lt_opd_full_twin",
+        "scopd_plus_ema_teacher_twin",
+    ],
 )
 def test_fsdp_on_one_process_trains_as_the_replicated_run(tiny_env, tmp_path, method, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", parity_rewards)

@@ -27,9 +27,13 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_scopd_plus_bf16_on_gpu_has_finite_losses(tiny_env, tmp_path) -> None:  # noqa: ANN001
     overrides = [
-        *train_overrides(tiny_env, tmp_path), "method=scopd_plus", "steps=3", "model.device=cuda",
-        "model.dtype=bfloat16", "method.positions.delta=0.3",  # 16 visual tokens per image: 1% adds none
-    ]  # fmt: skip
+        *train_overrides(tiny_env, tmp_path),
+        "method=scopd_plus",
+        "steps=3",
+        "model.device=cuda",
+        "model.dtype=bfloat16",
+        "method.positions.delta=0.3",  # 16 visual tokens per image: 1% adds none
+    ]
     result = run(compose_train(overrides))
     assert result.steps == 3
     assert math.isfinite(result.metrics["train/loss"]) and result.metrics["train/loss"] >= 0.0
@@ -53,9 +57,13 @@ def test_offloaded_model_visits_the_gpu_and_gives_its_memory_back() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_lt_opd_memory_switches_on_gpu_match_the_plain_run(tiny_env, tmp_path) -> None:  # noqa: ANN001
     base = [
-        "method=lt_opd", "steps=3", "model.device=cuda", "model.dtype=bfloat16", "method.optim.lr=0.01",
+        "method=lt_opd",
+        "steps=3",
+        "model.device=cuda",
+        "model.dtype=bfloat16",
+        "method.optim.lr=0.01",
         "memory.optimizer_states=int8",
-    ]  # fmt: skip
+    ]
     switches = ["memory.activation_checkpointing=true", "memory.teacher_offload=true"]
     plain = run(compose_train([*train_overrides(tiny_env, tmp_path / "plain"), *base]))
     saving = run(compose_train([*train_overrides(tiny_env, tmp_path / "saving"), *base, *switches]))
@@ -80,9 +88,15 @@ def test_lt_opd_twice_on_gpu_writes_the_same_weights(tiny_env, tmp_path) -> None
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_kill_and_resume_on_gpu_with_int8_states(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     common = [
-        "method=lt_opd", "steps=3", "save_every=2", "method.optim.lr=0.01", "model.device=cuda",
-        "model.dtype=bfloat16", "memory.optimizer_states=int8", "memory.teacher_offload=true",
-    ]  # fmt: skip
+        "method=lt_opd",
+        "steps=3",
+        "save_every=2",
+        "method.optim.lr=0.01",
+        "model.device=cuda",
+        "model.dtype=bfloat16",
+        "memory.optimizer_states=int8",
+        "memory.teacher_offload=true",
+    ]
     straight = run(compose_train([*train_overrides(tiny_env, tmp_path / "straight"), *common]))
     cfg = compose_train([*train_overrides(tiny_env, tmp_path / "killed"), *common])
     with monkeypatch.context() as patch:

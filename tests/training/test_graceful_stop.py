@@ -146,9 +146,7 @@ def test_missing_training_file_names_key_and_build_command_and_creates_nothing(
 
 
 @pytest.mark.slow
-def test_missing_training_file_on_the_command_line_leaves_no_run_directory(
-    tiny_env: TinyEnv, tmp_path: Path
-) -> None:
+def test_missing_training_file_on_the_command_line_leaves_no_run_directory(tiny_env: TinyEnv, tmp_path: Path) -> None:
     runs_root = tmp_path / "runs"
     runs_root.mkdir()
     missing = tmp_path / "data" / "train.tsv"
@@ -172,9 +170,15 @@ def test_signal_to_one_of_two_processes_stops_both_at_one_step_and_resumes_ident
 ) -> None:
     args = [*train_overrides(tiny_env, tmp_path), *ARGS, "method.effective_batch_size=4"]
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "src" / "train.py"), *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "src" / "train.py"),
+        *args,
+    ]
 
     def second_worker(process: subprocess.Popen) -> None:
         workers = sorted(children(process.pid))
@@ -193,9 +197,7 @@ def test_signal_to_one_of_two_processes_stops_both_at_one_step_and_resumes_ident
     assert done.returncode == 0, done.stderr[-3000:]
     straight_root = tmp_path / "straight"
     straight_command = [arg.replace(f"runs_root={tmp_path}", f"runs_root={straight_root}") for arg in command]
-    done = subprocess.run(
-        straight_command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run(straight_command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     want, got = final_files(straight_root), final_files(tmp_path)
     for name in want:

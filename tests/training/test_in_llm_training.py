@@ -62,9 +62,7 @@ def test_a_training_step_prunes_in_the_llm_and_updates_the_student(name, tiny_en
     for mb in micro:
         for sample, sel in zip(mb.encoded, mb.selections, strict=True):
             for image, s in zip(sample.images, sel, strict=True):
-                assert isinstance(s, LayerSelection) and s.indices.numel() == tokens_to_keep(
-                    budget, image.num_tokens
-                )
+                assert isinstance(s, LayerSelection) and s.indices.numel() == tokens_to_keep(budget, image.num_tokens)
     assert torch.isfinite(torch.tensor(metrics["train/loss"]))
     assert any(not torch.equal(before[k], p.detach()) for k, p in trainer.student.trainable.items())
 
@@ -86,9 +84,7 @@ def _key_masked(adapter, samples, selections, responses, layer):  # noqa: ANN001
 
 @pytest.mark.parametrize("name", sorted(IN_LLM))
 def test_student_gradient_through_the_drop_equals_the_key_masking_oracle(name, tiny_env, tmp_path) -> None:  # noqa: ANN001
-    cfg = load_train_config(
-        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]])
-    )
+    cfg = load_train_config(compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]]))
     student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -116,17 +112,13 @@ def test_layer_at_the_llm_depth_fails_before_the_model_loads(tiny_env, tmp_path,
         raise AssertionError("the model was loaded before the config error")
 
     monkeypatch.setattr(loop, "load_model", no_load)
-    cfg = compose_train(
-        [*train_overrides(tiny_env, tmp_path), "method=scopd", "pruner=fastv", "pruner.layer=2"]
-    )
+    cfg = compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", "pruner=fastv", "pruner.layer=2"])
     with pytest.raises(ValueError, match=r"pruner.layer=2 is outside \[1, 1\]"):
         loop.run(cfg)
 
 
 @pytest.mark.parametrize("name", sorted(IN_LLM))
-def test_the_rollout_decodes_from_the_selection_its_training_forward_uses(
-    name, tiny_env, tmp_path, monkeypatch
-):  # noqa: ANN001
+def test_the_rollout_decodes_from_the_selection_its_training_forward_uses(name, tiny_env, tmp_path, monkeypatch):  # noqa: ANN001
     import sparsectx.training.rollout as rollout
 
     seen = []
@@ -137,9 +129,7 @@ def test_the_rollout_decodes_from_the_selection_its_training_forward_uses(
 
     rollout_prompts = rollout.pruned_prompts
     monkeypatch.setattr(rollout, "pruned_prompts", spy)
-    cfg = load_train_config(
-        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]])
-    )
+    cfg = load_train_config(compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", *IN_LLM[name]]))
     student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
     (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], 0.3, torch.Generator().manual_seed(0))
     assert len(seen) == 1 and len(seen[0]) == len(mb.selections)
@@ -159,9 +149,7 @@ def test_activation_checkpointing_gives_the_same_step_through_the_drop(tiny_env,
             f"memory.activation_checkpointing={flag}",
         )
         metrics, _, _ = train_step(trainer)
-        results.append(
-            (metrics["train/loss"], {k: p.detach().clone() for k, p in trainer.student.trainable.items()})
-        )
+        results.append((metrics["train/loss"], {k: p.detach().clone() for k, p in trainer.student.trainable.items()}))
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     for key, value in results[0][1].items():
         torch.testing.assert_close(value, results[1][1][key], atol=1e-6, rtol=1e-5)
@@ -176,9 +164,14 @@ def test_a_reuse_step_keeps_the_generation_steps_in_llm_selection(tiny_env, tmp_
     real = contexts.select_in_llm
     monkeypatch.setattr(contexts, "select_in_llm", lambda *a, **k: calls.append(1) or real(*a, **k))
     trainer = make_trainer(
-        tiny_env, tmp_path, "method=grpo", "method.rl.group_size=2", "method.rl.num_iterations=2",
-        "method.optim.lr=0.05", *IN_LLM["dart"],
-    )  # fmt: skip
+        tiny_env,
+        tmp_path,
+        "method=grpo",
+        "method.rl.group_size=2",
+        "method.rl.num_iterations=2",
+        "method.optim.lr=0.05",
+        *IN_LLM["dart"],
+    )
     _, first, _ = train_step(trainer)
     generated = len(calls)
     _, second, _ = train_step(trainer)

@@ -33,9 +33,18 @@ RULE = {"correct_weight": 1.0, "format_weight": 0.1}
 
 def _item(answer: str, options: dict[str, str] | None = None, index: int = 3) -> Item:
     return Item(
-        index=index, image_bytes=b"", question="How many cats?", options=options or {}, answer=answer,
-        category="", family="count", subset="", trace="", scene="{}", extra={},
-    )  # fmt: skip
+        index=index,
+        image_bytes=b"",
+        question="How many cats?",
+        options=options or {},
+        answer=answer,
+        category="",
+        family="count",
+        subset="",
+        trace="",
+        scene="{}",
+        extra={},
+    )
 
 
 class Script:
@@ -149,9 +158,10 @@ def test_the_preset_composes_the_judge_reward_from_conf() -> None:
 
 def test_the_judge_backend_is_selectable_by_override() -> None:
     params = _composed_params(
-        "judge@method.rl.reward.params.judge=openai", "method.rl.reward.params.judge.model=served",
+        "judge@method.rl.reward.params.judge=openai",
+        "method.rl.reward.params.judge.model=served",
         "method.rl.reward.params.judge.base_url=http://127.0.0.1:8000/v1",
-    )  # fmt: skip
+    )
     assert JudgeConfig(**params["judge"]).backend == "openai"
 
 

@@ -38,12 +38,8 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
     ids=["scopd", "scopd_plus", "sft", "lt_opd_global_token_mean"],
 )
 def test_accumulation_1x4_equals_4x1(overrides: list[str], tiny_env, tmp_path) -> None:  # noqa: ANN001
-    one = make_trainer(
-        tiny_env, tmp_path / "a", *overrides, "method.effective_batch_size=4", "micro_batch_size=4"
-    )
-    four = make_trainer(
-        tiny_env, tmp_path / "b", *overrides, "method.effective_batch_size=4", "micro_batch_size=1"
-    )
+    one = make_trainer(tiny_env, tmp_path / "a", *overrides, "method.effective_batch_size=4", "micro_batch_size=4")
+    four = make_trainer(tiny_env, tmp_path / "b", *overrides, "method.effective_batch_size=4", "micro_batch_size=1")
     assert (one.accum, four.accum) == (1, 4)
     stats_one, _, _ = accumulate_gradients(one)
     stats_four, _, _ = accumulate_gradients(four)
@@ -56,9 +52,7 @@ def test_accumulation_1x4_equals_4x1(overrides: list[str], tiny_env, tmp_path) -
 
 
 def test_checkpoint_is_the_merged_model_and_loads(tiny_env, tmp_path) -> None:  # noqa: ANN001
-    result = loop.run(
-        compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", "method.optim.lr=0.01"])
-    )
+    result = loop.run(compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd", "method.optim.lr=0.01"]))
     weights = load_file(str(result.checkpoint / "model.safetensors"))
     assert not any("lora" in key for key in weights)
     state = torch.load(result.run_dir / "state" / "trainer.pt", weights_only=False)
@@ -128,18 +122,23 @@ class RecordingTracker:
 def test_tracking_logs_every_step_metric_and_sample_tables(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     tracker = RecordingTracker()
     monkeypatch.setattr(loop, "start_run", lambda *args, **kwargs: tracker)
-    loop.run(
-        compose_train(
-            [*train_overrides(tiny_env, tmp_path), "method=scopd_plus", "method.positions.delta=0.3"]
-        )
-    )
+    loop.run(compose_train([*train_overrides(tiny_env, tmp_path), "method=scopd_plus", "method.positions.delta=0.3"]))
     assert [step for step, _ in tracker.metrics] == [1, 2] and tracker.finished
     expected = {
-        "train/loss", "train/divergence", "train/selected_fraction", "train/sensitivity", "train/budget",
-        "train/lr", "train/grad_norm", "train/kept_visual_fraction", "rollout/length", "rollout/stop_rate",
+        "train/loss",
+        "train/divergence",
+        "train/selected_fraction",
+        "train/sensitivity",
+        "train/budget",
+        "train/lr",
+        "train/grad_norm",
+        "train/kept_visual_fraction",
+        "rollout/length",
+        "rollout/stop_rate",
         "rollout/accuracy",
-        "perf/samples_per_s", "perf/peak_memory_gb",
-    }  # fmt: skip
+        "perf/samples_per_s",
+        "perf/peak_memory_gb",
+    }
     metrics = tracker.metrics[-1][1]
     assert expected <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
     assert metrics["train/selected_fraction"] < 1.0 and metrics["train/sensitivity"] > 0.0
@@ -155,10 +154,19 @@ def test_tracking_logs_every_step_metric_and_sample_tables(tiny_env, tmp_path, m
 
 def test_full_budget_self_teacher_gives_zero_loss(tiny_env, tmp_path) -> None:  # noqa: ANN001
     # Spec §8 alignment check: at b = 1 with teacher = student weights the per-token KL is exactly 0.
-    result = loop.run(compose_train([
-        *train_overrides(tiny_env, tmp_path), "method=scopd", "pruner=random", "budget=1.0", "steps=1",
-        "method.teacher.kind=shared", "method.teacher.ema_decay=null",
-    ]))  # fmt: skip
+    result = loop.run(
+        compose_train(
+            [
+                *train_overrides(tiny_env, tmp_path),
+                "method=scopd",
+                "pruner=random",
+                "budget=1.0",
+                "steps=1",
+                "method.teacher.kind=shared",
+                "method.teacher.ema_decay=null",
+            ]
+        )
+    )
     assert result.metrics["train/loss"] == pytest.approx(0.0, abs=1e-7)
 
 
@@ -167,10 +175,16 @@ def test_frozen_teacher_equals_lazy_ema_at_the_first_step(tiny_env, tmp_path) ->
     # for
     # the frozen teacher and for the lazily initialised EMA teacher alike.
     ema = loop.run(compose_train([*train_overrides(tiny_env, tmp_path / "ema"), "method=scopd", "steps=1"]))
-    frozen = loop.run(compose_train([
-        *train_overrides(tiny_env, tmp_path / "frozen"), "method=scopd", "steps=1",
-        "method.teacher.kind=frozen",
-        "method.teacher.ema_decay=null",
-    ]))  # fmt: skip
+    frozen = loop.run(
+        compose_train(
+            [
+                *train_overrides(tiny_env, tmp_path / "frozen"),
+                "method=scopd",
+                "steps=1",
+                "method.teacher.kind=frozen",
+                "method.teacher.ema_decay=null",
+            ]
+        )
+    )
     ema, frozen = ema.metrics["train/loss"], frozen.metrics["train/loss"]
     assert ema == frozen > 0.0

@@ -17,15 +17,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES = [
-    "method=scopd_plus", "method.positions.delta=0.3", "method.teacher.kind=frozen",
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "method.teacher.kind=frozen",
     "method.teacher.ema_decay=null",
     "method.effective_batch_size=4",
-]  # fmt: skip
+]
 
 
-def synced_gradients(
-    env_root: Path, out: Path, overrides: list[str]
-) -> tuple[dict[str, torch.Tensor], float]:
+def synced_gradients(env_root: Path, out: Path, overrides: list[str]) -> tuple[dict[str, torch.Tensor], float]:
     """Returns this process's synced gradients of one step (student perturbed by a seed) and its loss."""
     from accelerate import Accelerator
 
@@ -57,10 +57,18 @@ def test_two_processes_match_one(tmp_path: Path) -> None:
     build_env(tmp_path / "env")
     single, loss = synced_gradients(tmp_path / "env", tmp_path / "one", [*OVERRIDES, "micro_batch_size=1"])
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "tests.training.test_loop_distributed",
-        str(tmp_path / "env"), str(tmp_path / "two"), str(tmp_path / "grads.pt"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tests.training.test_loop_distributed",
+        str(tmp_path / "env"),
+        str(tmp_path / "two"),
+        str(tmp_path / "grads.pt"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}:{ROOT / 'tests'}"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -47,12 +47,21 @@ def training_items(count: int) -> list[Item]:
         buffer = io.BytesIO()
         noise_image(112, 112, seed=index).save(buffer, format="PNG")
         answer = ANSWERS[index % len(ANSWERS)]
-        items.append(Item(
-            index=index, image_bytes=buffer.getvalue(), question=f"What is shown {index}?", options={},
-            answer=answer, category="", family="detail", subset="",
-            trace=f"<think>look</think><answer>{answer}</answer>",
-            scene=json.dumps({}), extra={},
-        ))  # fmt: skip
+        items.append(
+            Item(
+                index=index,
+                image_bytes=buffer.getvalue(),
+                question=f"What is shown {index}?",
+                options={},
+                answer=answer,
+                category="",
+                family="detail",
+                subset="",
+                trace=f"<think>look</think><answer>{answer}</answer>",
+                scene=json.dumps({}),
+                extra={},
+            )
+        )
     return items
 
 
@@ -83,11 +92,21 @@ def shared_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
 def train_overrides(env: TinyEnv, runs_root: Path) -> list[str]:
     """Returns the CLI overrides that shrink ``conf/train.yaml`` to a CPU run of 2 steps x 2 sequences."""
     return [
-        f"model.path={env.model_dir}", "model.name=tiny", "model.signal_chunk=8",
-        f"train_data.path={env.tsv}", f"runs_root={runs_root}", "logger=none", "seed=0", "steps=2",
-        "max_new_tokens=5", "micro_batch_size=1",
-        "method.effective_batch_size=2", "save_every=1", "log_every=1", "sample_table_every=1",
-    ]  # fmt: skip
+        f"model.path={env.model_dir}",
+        "model.name=tiny",
+        "model.signal_chunk=8",
+        f"train_data.path={env.tsv}",
+        f"runs_root={runs_root}",
+        "logger=none",
+        "seed=0",
+        "steps=2",
+        "max_new_tokens=5",
+        "micro_batch_size=1",
+        "method.effective_batch_size=2",
+        "save_every=1",
+        "log_every=1",
+        "sample_table_every=1",
+    ]
 
 
 def compose_train(overrides: list[str]) -> DictConfig:

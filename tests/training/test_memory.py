@@ -100,9 +100,7 @@ def event_log(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return events
 
 
-def test_teacher_offload_phases_the_teacher_and_gives_identical_weights(
-    tiny_env, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+def test_teacher_offload_phases_the_teacher_and_gives_identical_weights(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     base = ["method=lt_opd", "method.optim.lr=0.01", "steps=2"]
     plain = loop.run(compose_train([*train_overrides(tiny_env, tmp_path / "plain"), *base]))
     events = event_log(monkeypatch)
@@ -115,9 +113,7 @@ def test_teacher_offload_phases_the_teacher_and_gives_identical_weights(
 
     monkeypatch.setattr(loop, "accumulate_gradients", placed)
     offload = loop.run(
-        compose_train(
-            [*train_overrides(tiny_env, tmp_path / "offload"), *base, "memory.teacher_offload=true"]
-        )
+        compose_train([*train_overrides(tiny_env, tmp_path / "offload"), *base, "memory.teacher_offload=true"])
     )
     phase = ["to device", "teacher", "teacher", "student", "student"]
     assert events == phase * 2  # per step: one move for every micro-batch's teacher pass, then the students
@@ -159,9 +155,7 @@ def test_on_device_moves_there_and_back_even_on_error(device: str, monkeypatch) 
 
 def test_int8_states_are_8_bit_with_the_same_groups_and_schedule(tiny_env, tmp_path) -> None:  # noqa: ANN001
     trainers = {
-        states: make_trainer(
-            tiny_env, tmp_path / states, "method=lt_opd", f"memory.optimizer_states={states}"
-        )
+        states: make_trainer(tiny_env, tmp_path / states, "method=lt_opd", f"memory.optimizer_states={states}")
         for states in ("fp32", "int8")
     }
     for trainer in trainers.values():
@@ -187,9 +181,7 @@ def test_int8_states_are_8_bit_with_the_same_groups_and_schedule(tiny_env, tmp_p
 
 def group_settings(optimizer: torch.optim.Optimizer) -> list[tuple[int, float, tuple[float, ...], float]]:
     """Returns per param group (tensor count, weight decay, betas, eps)."""
-    return [
-        (len(g["params"]), g["weight_decay"], tuple(g["betas"]), g["eps"]) for g in optimizer.param_groups
-    ]
+    return [(len(g["params"]), g["weight_decay"], tuple(g["betas"]), g["eps"]) for g in optimizer.param_groups]
 
 
 def test_int8_adamw_reduces_a_loss_like_fp32(tiny_env, tmp_path) -> None:  # noqa: ANN001
@@ -198,10 +190,18 @@ def test_int8_adamw_reduces_a_loss_like_fp32(tiny_env, tmp_path) -> None:  # noq
     init = 0.1 * torch.randn(128, 64, generator=data)
     final = {}
     for states in ("fp32", "int8"):
-        tc = load_train_config(compose_train([
-            *train_overrides(tiny_env, tmp_path), "method=lt_opd", "steps=60", "method.optim.lr=0.01",
-            "method.optim.warmup_steps=0", f"memory.optimizer_states={states}",
-        ]))  # fmt: skip
+        tc = load_train_config(
+            compose_train(
+                [
+                    *train_overrides(tiny_env, tmp_path),
+                    "method=lt_opd",
+                    "steps=60",
+                    "method.optim.lr=0.01",
+                    "method.optim.warmup_steps=0",
+                    f"memory.optimizer_states={states}",
+                ]
+            )
+        )
         weight, bias = torch.nn.Parameter(init.clone()), torch.nn.Parameter(torch.zeros(64))
         optimizer, scheduler = build_optimizer(tc, SimpleNamespace(trainable={"w": weight, "b": bias}))
         losses = []

@@ -97,9 +97,7 @@ def test_all_returns_the_valid_mask() -> None:
 
 
 def test_registry_and_score_kinds() -> None:
-    assert POSITION_SELECTORS.names() == [
-        "all", "bottom_sensitivity", "random", "tip", "top_kl", "top_sensitivity"
-    ]  # fmt: skip
+    assert POSITION_SELECTORS.names() == ["all", "bottom_sensitivity", "random", "tip", "top_kl", "top_sensitivity"]
     kinds = {name: POSITION_SELECTORS.get(name).score for name in POSITION_SELECTORS}
     assert kinds == {
         "all": "none",
@@ -110,6 +108,4 @@ def test_registry_and_score_kinds() -> None:
         "top_sensitivity": "sensitivity",
     }
     with pytest.raises(ValueError, match="scores=None"):
-        POSITION_SELECTORS.get("top_sensitivity").select(
-            lengths_mask([2], 2), None, generator=None, fraction=0.5
-        )
+        POSITION_SELECTORS.get("top_sensitivity").select(lengths_mask([2], 2), None, generator=None, fraction=0.5)

@@ -74,9 +74,7 @@ def test_steps_with_and_without_prefetch_are_identical(
         assert torch.equal(tensor, runs["false"][1][name]), name
 
 
-def test_a_failure_in_the_thread_is_raised_by_the_step_that_needs_it(
-    tiny_env: TinyEnv, tmp_path: Path
-) -> None:
+def test_a_failure_in_the_thread_is_raised_by_the_step_that_needs_it(tiny_env: TinyEnv, tmp_path: Path) -> None:
     trainer = make_trainer(tiny_env, tmp_path, *FROZEN)
     (items, positions), *_ = update.step_batches(trainer, samples_seen=2)
     broken = [dataclasses.replace(items[0], image_bytes=b"not an image"), *items[1:]]

@@ -25,14 +25,37 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
 
 def test_the_presets_exist() -> None:
     expected = {
-        "scopd", "scopd_plus", "scopd_gt", "lt_opd", "sft", "kd_fixed_prefix", "lt_opd_no_curriculum",
-        "lt_opd_no_hold", "scopd_plus_select_random", "scopd_plus_select_top_kl", "scopd_plus_select_bottom",
-        "scopd_teacher_fixed", "scopd_teacher_shared", "scopd_div_reverse", "scopd_div_jsd",
-        "scopd_plus_select_tip", "sft_curriculum", "lt_opd_teacher_ema", "lt_opd_teacher_trust_region",
-        "lt_opd_teacher_progressive", "lt_opd_div_forward", "lt_opd_div_reverse",
-        "grpo", "gspo", "dapo", "epic", "epic_rescaled", "epic_lcd", "grpo_scopd_code",
+        "scopd",
+        "scopd_plus",
+        "scopd_gt",
+        "lt_opd",
+        "sft",
+        "kd_fixed_prefix",
+        "lt_opd_no_curriculum",
+        "lt_opd_no_hold",
+        "scopd_plus_select_random",
+        "scopd_plus_select_top_kl",
+        "scopd_plus_select_bottom",
+        "scopd_teacher_fixed",
+        "scopd_teacher_shared",
+        "scopd_div_reverse",
+        "scopd_div_jsd",
+        "scopd_plus_select_tip",
+        "sft_curriculum",
+        "lt_opd_teacher_ema",
+        "lt_opd_teacher_trust_region",
+        "lt_opd_teacher_progressive",
+        "lt_opd_div_forward",
+        "lt_opd_div_reverse",
+        "grpo",
+        "gspo",
+        "dapo",
+        "epic",
+        "epic_rescaled",
+        "epic_lcd",
+        "grpo_scopd_code",
         "grpo_judge",
-    }  # fmt: skip
+    }
     assert set(METHODS) == expected
 
 
@@ -68,6 +91,4 @@ def test_one_optimizer_step_of_every_preset(method: str, tiny_env, tmp_path, mon
     else:
         assert result.metrics["train/loss"] >= 0.0
         assert 0.0 < result.metrics["train/selected_fraction"] <= 1.0
-    assert (result.checkpoint / "config.json").is_file() and (
-        result.run_dir / "state" / "trainer.pt"
-    ).is_file()
+    assert (result.checkpoint / "config.json").is_file() and (result.run_dir / "state" / "trainer.pt").is_file()

@@ -60,9 +60,7 @@ def kill_during_update(monkeypatch: pytest.MonkeyPatch, at_step: int) -> None:
         "lt_opd_two_rollouts_per_question",
     ],
 )
-def test_kill_and_resume_reaches_the_same_weights(
-    overrides: list[str], tiny_env, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+def test_kill_and_resume_reaches_the_same_weights(overrides: list[str], tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     common = [*overrides, "steps=3", "save_every=2", "method.optim.lr=0.01"]
     straight = loop.run(compose_train([*train_overrides(tiny_env, tmp_path / "straight"), *common]))
     cfg = compose_train([*train_overrides(tiny_env, tmp_path / "killed"), *common])
@@ -87,11 +85,7 @@ def test_kill_and_resume_reaches_the_same_weights(
     assert want.keys() == got.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], atol=1e-6, rtol=0, msg=key)
-    moved = [
-        k
-        for k in want
-        if not torch.equal(want[k], load_file(str(tiny_env.model_dir / "model.safetensors"))[k])
-    ]
+    moved = [k for k in want if not torch.equal(want[k], load_file(str(tiny_env.model_dir / "model.safetensors"))[k])]
     assert moved  # it trained
 
 
@@ -107,9 +101,7 @@ def test_kill_and_resume_reaches_the_same_weights(
         ("model.max_visual_tokens=64", "model.max_visual_tokens"),  # the visual tokens before pruning
     ],
 )
-def test_changed_run_defining_key_refuses_to_resume(
-    change: str, key: str, tiny_env, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+def test_changed_run_defining_key_refuses_to_resume(change: str, key: str, tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     base = [
         *train_overrides(tiny_env, tmp_path),
         "method=scopd_plus",

@@ -94,9 +94,7 @@ def batched(x: dict[str, torch.Tensor], loss_type: str, level: str, rows: list[l
         if loss_type == "grpo":
             total = total + reduction.seq_mean_token_mean(per_token, mask, num_sequences=sequences)
         elif loss_type == "dr_grpo":
-            total = total + reduction.constant_length(
-                per_token, mask, num_sequences=sequences, max_length=MAX_LEN
-            )
+            total = total + reduction.constant_length(per_token, mask, num_sequences=sequences, max_length=MAX_LEN)
         else:  # dapo; bnpo with one micro-batch
             total = total + reduction.global_token_mean(per_token, mask, num_tokens=tokens)
     return total
@@ -183,9 +181,7 @@ def test_a_group_with_equal_rewards_contributes_zero_gradient() -> None:
     mask = torch.ones(4, 5, dtype=torch.bool)
     adv = group_advantages(torch.tensor([1.0, 0.0, 1.1, 1.1]), 2, scale=True, std="population")
     logp = token_logprobs(logits, ids, 1.2, 3)
-    per_token, _ = clipped_surrogate(
-        logp, logp.detach(), adv, mask, epsilon_low=0.2, epsilon_high=0.2, level="token"
-    )
+    per_token, _ = clipped_surrogate(logp, logp.detach(), adv, mask, epsilon_low=0.2, epsilon_high=0.2, level="token")
     reduction.seq_mean_token_mean(per_token, mask, num_sequences=4).backward()
     assert torch.count_nonzero(logits.grad[2:]) == 0 and torch.count_nonzero(logits.grad[:2]) > 0
 
@@ -239,9 +235,18 @@ def test_bad_settings_are_config_errors_naming_the_key(override: str, key: str) 
 
 def _item(answer: str, options: dict[str, str] | None = None) -> Item:
     return Item(
-        index=3, image_bytes=b"", question="q", options=options or {}, answer=answer, category="",
-        family="detail", subset="", trace="", scene="{}", extra={},
-    )  # fmt: skip
+        index=3,
+        image_bytes=b"",
+        question="q",
+        options=options or {},
+        answer=answer,
+        category="",
+        family="detail",
+        subset="",
+        trace="",
+        scene="{}",
+        extra={},
+    )
 
 
 TAGGED = "<think>look</think><answer>{}</answer>"
@@ -300,9 +305,7 @@ def _parity_rewards(cfg, prefix, context):  # noqa: ANN001, ANN202
 
 # The tiny model's 5-token rollouts never stop, so DAPO's overlong filter would mask all of them (tested below).
 @pytest.mark.parametrize("method", ["grpo", "gspo", "dapo"])
-def test_one_step_with_informative_groups_updates_the_student(
-    method, tiny_env, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+def test_one_step_with_informative_groups_updates_the_student(method, tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
     overrides = [
         *train_overrides(tiny_env, tmp_path),
@@ -317,9 +320,7 @@ def test_one_step_with_informative_groups_updates_the_student(
     assert 0.0 < metrics["rl/reward_mean"] < 1.0 and metrics["rl/clip_fraction"] == 0.0  # on-policy: ratio 1
 
 
-def test_dapos_overlong_filter_leaves_truncated_rollouts_out_of_the_loss(
-    tiny_env, tmp_path, monkeypatch
-) -> None:  # noqa: ANN001
+def test_dapos_overlong_filter_leaves_truncated_rollouts_out_of_the_loss(tiny_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
     overrides = [*train_overrides(tiny_env, tmp_path), "method=dapo", "steps=1", "method.rl.group_size=4"]
     metrics = run(compose_train(overrides)).metrics
@@ -361,19 +362,27 @@ def _spy_iterations(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:  # noqa
         return real_accumulate(trainer)
 
     def micro_loss(cfg, student, mb, *args, **kwargs):  # noqa: ANN001, ANN202
-        seen["calls"].append({
-            "step": step["now"], "positions": list(mb.positions), "ids": mb.ids.clone(),
-            "brute": _brute_logprobs(student, mb, cfg.method.rollout.temperature),
-            "adv": mb.group.advantages.clone(), "old_before": mb.old_logp,
-        })  # fmt: skip
+        seen["calls"].append(
+            {
+                "step": step["now"],
+                "positions": list(mb.positions),
+                "ids": mb.ids.clone(),
+                "brute": _brute_logprobs(student, mb, cfg.method.rollout.temperature),
+                "adv": mb.group.advantages.clone(),
+                "old_before": mb.old_logp,
+            }
+        )
         return real_micro_loss(cfg, student, mb, *args, **kwargs)
 
     def surrogate(logp, old_logp, advantages, mask, **kwargs):  # noqa: ANN001, ANN202
         loss, clipped = real_surrogate(logp, old_logp, advantages, mask, **kwargs)
         seen["calls"][-1].update(
-            logp=logp.detach().clone(), old=old_logp.clone(), mask=mask.clone(), loss=loss.detach().clone(),
+            logp=logp.detach().clone(),
+            old=old_logp.clone(),
+            mask=mask.clone(),
+            loss=loss.detach().clone(),
             clipped=clipped.clone(),
-        )  # fmt: skip
+        )
         return loss, clipped
 
     def prefixes(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -401,9 +410,13 @@ def test_num_iterations_2_reuses_the_rollouts_against_the_sampling_policys_logpr
     monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
     seen = _spy_iterations(monkeypatch)
     overrides = [
-        *train_overrides(tiny_env, tmp_path), f"method={method}", "steps=3", "method.rl.group_size=4",
-        "method.rl.num_iterations=2", "method.optim.lr=0.05",
-    ]  # fmt: skip
+        *train_overrides(tiny_env, tmp_path),
+        f"method={method}",
+        "steps=3",
+        "method.rl.group_size=4",
+        "method.rl.num_iterations=2",
+        "method.optim.lr=0.05",
+    ]
     result = run(compose_train(overrides))
     assert (result.steps, result.samples_seen) == (3, 4)  # step 2 (0-based 1) takes no new prompts
     assert seen["generated"] == [0, 2]  # rollouts sampled on steps 0 and 2 only
@@ -433,8 +446,7 @@ def test_a_resume_between_the_iterations_of_one_rollout_batch_reaches_the_same_w
     tiny_env, tmp_path, monkeypatch
 ) -> None:  # noqa: ANN001
     monkeypatch.setattr(groups, "group_rewards", _parity_rewards)
-    common = ["method=grpo", "steps=3", "method.rl.group_size=4", "method.rl.num_iterations=2",
-              "method.optim.lr=0.01"]  # fmt: skip
+    common = ["method=grpo", "steps=3", "method.rl.group_size=4", "method.rl.num_iterations=2", "method.optim.lr=0.01"]
     straight = run(compose_train([*train_overrides(tiny_env, tmp_path / "straight"), *common]))
     cfg = compose_train([*train_overrides(tiny_env, tmp_path / "killed"), *common])
     with monkeypatch.context() as patch:

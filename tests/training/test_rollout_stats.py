@@ -17,8 +17,19 @@ from sparsectx.training.update import rollout_metrics
 
 
 def _item(answer: str) -> Item:
-    return Item(index=0, image_bytes=b"", question="q", options={}, answer=answer, category="", family="",
-                subset="", trace="", scene="", extra={})  # fmt: skip
+    return Item(
+        index=0,
+        image_bytes=b"",
+        question="q",
+        options={},
+        answer=answer,
+        category="",
+        family="",
+        subset="",
+        trace="",
+        scene="",
+        extra={},
+    )
 
 
 def test_group_composition_lengths_and_format_are_counted_per_rollout() -> None:
@@ -26,13 +37,21 @@ def test_group_composition_lengths_and_format_are_counted_per_rollout() -> None:
     right, wrong = "<think>x</think><answer>4</answer>", "<answer>5</answer>"
     texts = [right, right, wrong, wrong, wrong, "no tags"]
     mb = SimpleNamespace(
-        items=[_item("4")] * 6, prefix=SimpleNamespace(texts=texts, tokens=[torch.zeros(n) for n in range(2, 8)]),
+        items=[_item("4")] * 6,
+        prefix=SimpleNamespace(texts=texts, tokens=[torch.zeros(n) for n in range(2, 8)]),
         group=SimpleNamespace(group_size=3),
-    )  # fmt: skip
+    )
     sums = rollout_sums(mb)  # type: ignore[arg-type]
-    assert sums == {"graded": 6.0, "correct": 2.0, "formatted": 2.0, "correct_length_sum": 2.0 + 3.0,
-                    "wrong_length_sum": 4.0 + 5.0 + 6.0 + 7.0, "groups": 2.0, "groups_all_correct": 0.0,
-                    "groups_mixed": 1.0}  # fmt: skip
+    assert sums == {
+        "graded": 6.0,
+        "correct": 2.0,
+        "formatted": 2.0,
+        "correct_length_sum": 2.0 + 3.0,
+        "wrong_length_sum": 4.0 + 5.0 + 6.0 + 7.0,
+        "groups": 2.0,
+        "groups_all_correct": 0.0,
+        "groups_mixed": 1.0,
+    }
     metrics = rollout_metrics(sums)
     assert metrics["rollout/accuracy"] == pytest.approx(2 / 6)
     assert metrics["rollout/format_rate"] == pytest.approx(2 / 6)

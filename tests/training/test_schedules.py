@@ -15,9 +15,14 @@ START, FINAL, TOTAL = 0.5, 0.05, 200
 
 def curriculum(step: int, **overrides: object) -> float:
     params: dict[str, object] = dict(
-        total_steps=TOTAL, generator=None, start_budget=START, final_budget=FINAL, alpha=2.0,
-        decay_fraction=0.5, shape="power",
-    )  # fmt: skip
+        total_steps=TOTAL,
+        generator=None,
+        start_budget=START,
+        final_budget=FINAL,
+        alpha=2.0,
+        decay_fraction=0.5,
+        shape="power",
+    )
     params.update(overrides)
     return BUDGET_SCHEDULES.get("cosine_curriculum")(step, **params)
 
@@ -110,9 +115,7 @@ def test_epic_progressive_matches_the_released_rule(step: int) -> None:
     got = epic(step, total_steps=100, generator=torch.Generator().manual_seed(11), **RELEASED)
     want_student, want_teacher = epic_released(step, 100, u)
     assert got == pytest.approx(want_student, abs=1e-12)
-    assert epic_teacher_budget(got, step=step, total_steps=100, **GAP) == pytest.approx(
-        want_teacher, abs=1e-12
-    )
+    assert epic_teacher_budget(got, step=step, total_steps=100, **GAP) == pytest.approx(want_teacher, abs=1e-12)
 
 
 @pytest.mark.parametrize("u", [0.0, 0.5, 0.999])

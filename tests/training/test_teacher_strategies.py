@@ -89,9 +89,7 @@ def _live_logits(student, encoded, responses) -> torch.Tensor:  # noqa: ANN001
 
 
 def test_progressive_teacher_equals_the_student_after_a_copy_and_stays_fixed(tiny_env, tmp_path) -> None:  # noqa: ANN001, F811
-    method = method_config(
-        tiny_env, tmp_path, "method=lt_opd_teacher_progressive", "method.teacher.update_interval=2"
-    )
+    method = method_config(tiny_env, tmp_path, "method=lt_opd_teacher_progressive", "method.teacher.update_interval=2")
     student, _ = fresh_student("qwen2_5_vl", method, tmp_path)
     encoded, responses = context(student, 14)
     initial = _live_logits(student, encoded, responses)

@@ -61,8 +61,7 @@ def perturb_(params: dict[str, torch.nn.Parameter], seed: int) -> None:
 def context(student: Student, patch: int, text: str = "a"):  # noqa: ANN201
     """Returns (encoded samples, full-context responses) of two prompts on ``student``."""
     items = [
-        PromptItem(f"s{i}", [noise_image(patch * 8, patch * 6, seed=i)], f"q{i}?", "sys", "think", "")
-        for i in range(2)
+        PromptItem(f"s{i}", [noise_image(patch * 8, patch * 6, seed=i)], f"q{i}?", "sys", "think", "") for i in range(2)
     ]
     encoded = encode_samples(student.adapter, student.processor, items)
     responses = [torch.tensor([5, 6, 7]), torch.tensor([8, 9])]
@@ -78,9 +77,7 @@ def test_lora_frozen_teacher_is_the_unadapted_model(family: str, tiny_env, tmp_p
     teacher = teacher_logits(student, "frozen", encoded, responses)
     base = adapter_for(initial, 8)
     with torch.no_grad():
-        want, _ = response_logits(
-            base, build_context(base, encoded, [keep_all(s) for s in encoded], responses)
-        )
+        want, _ = response_logits(base, build_context(base, encoded, [keep_all(s) for s in encoded], responses))
         adapted, _ = response_logits(
             student.adapter,
             build_context(student.adapter, encoded, [keep_all(s) for s in encoded], responses),
@@ -137,9 +134,7 @@ def test_full_parameter_frozen_teacher_is_a_separate_copy(tiny_env, tmp_path) ->
     got = teacher_logits(student, "frozen", encoded, responses)
     base = adapter_for(initial, 8)
     with torch.no_grad():
-        want, _ = response_logits(
-            base, build_context(base, encoded, [keep_all(s) for s in encoded], responses)
-        )
+        want, _ = response_logits(base, build_context(base, encoded, [keep_all(s) for s in encoded], responses))
     assert torch.equal(got, want)
 
 
@@ -198,11 +193,16 @@ def test_nested_union_keeps_every_inner_token_and_its_vector() -> None:
 @pytest.mark.parametrize("nesting", ["union", "recompute"])
 def test_probe_context_is_a_superset_or_the_pruner_choice(nesting: str, tiny_env, tmp_path) -> None:  # noqa: ANN001
     cfg = load_train_config(
-        compose_train([
-            *train_overrides(tiny_env, tmp_path), "method=scopd_plus", "method.positions.delta=0.3",
-            f"method.positions.probe_nesting={nesting}", "pruner=visionzip",
-        ])
-    )  # fmt: skip
+        compose_train(
+            [
+                *train_overrides(tiny_env, tmp_path),
+                "method=scopd_plus",
+                "method.positions.delta=0.3",
+                f"method.positions.probe_nesting={nesting}",
+                "pruner=visionzip",
+            ]
+        )
+    )
     student, _ = fresh_student("qwen2_5_vl", cfg.method, tmp_path)
     (mb,) = prepare_step(cfg, student, [(training_items(2), [0, 1])], cfg.budget, torch.Generator().manual_seed(0))
     for sample, inner, outer in zip(mb.encoded, mb.selections, mb.probe_selections, strict=True):
@@ -216,7 +216,8 @@ def test_probe_context_is_a_superset_or_the_pruner_choice(nesting: str, tiny_env
 
 
 def test_privileged_teacher_scores_the_rollout_as_a_fresh_encoding_of_the_reference_prompt(
-    tiny_env, tmp_path  # noqa: ANN001
+    tiny_env,
+    tmp_path,  # noqa: ANN001
 ) -> None:
     """SCOPD+GT: the teacher's logits on the student's rollout equal those of the prompt with the reference
     encoded from scratch (the evaluation path: processor, vision tower, positions), at every response position."""

@@ -27,8 +27,15 @@ def tiny_env(tmp_path_factory: pytest.TempPathFactory) -> TinyEnv:
     return shared_env(tmp_path_factory)
 
 
-SCOPD_PLUS = ["method=scopd_plus", "method.positions.delta=0.3", "steps=3", "save_every=2", "method.optim.lr=0.01",
-              "max_new_tokens=8", "token_trace=2"]  # fmt: skip
+SCOPD_PLUS = [
+    "method=scopd_plus",
+    "method.positions.delta=0.3",
+    "steps=3",
+    "save_every=2",
+    "method.optim.lr=0.01",
+    "max_new_tokens=8",
+    "token_trace=2",
+]
 """Three steps of two rollouts (one per micro-batch), both traced at steps 1 and 3."""
 
 

@@ -140,15 +140,11 @@ def test_null_seed_and_unknown_keys_raise(tiny_env, tmp_path) -> None:  # noqa: 
 
 def test_effective_batch_must_factor(tiny_env, tmp_path) -> None:  # noqa: ANN001
     cfg = load(tiny_env, tmp_path, "micro_batch_size=3")
-    with pytest.raises(
-        ValueError, match=r"method\.effective_batch_size=2 != processes \(1\) x micro_batch_size \(3\)"
-    ):
+    with pytest.raises(ValueError, match=r"method\.effective_batch_size=2 != processes \(1\) x micro_batch_size \(3\)"):
         cfg.accumulation(processes=1)
     assert load(tiny_env, tmp_path, "grad_accum=null").accumulation(processes=1) == 2
     assert (
-        load(
-            tiny_env, tmp_path, "method.effective_batch_size=4", "grad_accum=2", "micro_batch_size=2"
-        ).accumulation(1)
+        load(tiny_env, tmp_path, "method.effective_batch_size=4", "grad_accum=2", "micro_batch_size=2").accumulation(1)
         == 2
     )
 

@@ -71,16 +71,13 @@ def test_the_recomputed_tower_keeps_the_tokens_and_carries_gradients(family, pru
     prompts = [
         PromptItem("a", [noise_image(patch * 8, patch * 6, 1)], "what colour?", "sys", ""),
         PromptItem("b", [noise_image(patch * 4, patch * 6, 2), noise_image(patch * 6, patch * 4, 3)], "same?", "s", ""),
-    ]  # fmt: skip
+    ]
     batch = processor_inputs(processor, prompts)
     with torch.no_grad():
         samples = encode_samples(adapter, processor, prompts, batch)
     config = PrunerConfig(pruner, "pre_llm", PRUNERS[pruner])
     selections = [
-        [
-            select_tokens(pruner, im, s.question_embeds, 0.4, torch.Generator(), config.params)
-            for im in s.images
-        ]
+        [select_tokens(pruner, im, s.question_embeds, 0.4, torch.Generator(), config.params) for im in s.images]
         for s in samples
     ]
     vision = VisionInputs(batch["pixel_values"], batch["image_grid_thw"])
@@ -91,9 +88,7 @@ def test_the_recomputed_tower_keeps_the_tokens_and_carries_gradients(family, pru
         assert new.embeds.requires_grad and len(new.deepstack) == len(old.deepstack)
         for a, b in zip(old.deepstack, new.deepstack, strict=True):
             torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
-    logits, _ = response_logits(
-        adapter, build_context(adapter, new_samples, replayed, [torch.tensor([5, 6, 7])] * 2)
-    )
+    logits, _ = response_logits(adapter, build_context(adapter, new_samples, replayed, [torch.tensor([5, 6, 7])] * 2))
     logits.float().square().mean().backward()
     tower = [p for name, p in adapter.model.named_parameters() if ".visual." in f".{name}"]
     assert tower and all(p.grad is not None for p in tower[:1] + tower[-1:])
@@ -107,9 +102,13 @@ def _vision_params(model) -> dict[str, torch.Tensor]:  # noqa: ANN001
 @pytest.mark.parametrize("train_vision", [True, False])
 def test_lt_opd_updates_the_tower_only_when_asked(env, tmp_path, train_vision) -> None:  # noqa: ANN001
     overrides = [
-        *train_overrides(env, tmp_path), "method=lt_opd", "steps=1", "method.optim.warmup_steps=0",
-        "method.optim.lr=1e-3", f"method.train_vision={str(train_vision).lower()}",
-    ]  # fmt: skip
+        *train_overrides(env, tmp_path),
+        "method=lt_opd",
+        "steps=1",
+        "method.optim.warmup_steps=0",
+        "method.optim.lr=1e-3",
+        f"method.train_vision={str(train_vision).lower()}",
+    ]
     before = _vision_params(AutoModelForImageTextToText.from_pretrained(env.model_dir))
     result = run(compose_train(overrides))
     after = _vision_params(AutoModelForImageTextToText.from_pretrained(result.checkpoint))
@@ -129,9 +128,7 @@ def test_a_frozen_teacher_keeps_the_initial_tower(env, tmp_path) -> None:  # noq
     ctx = micro_contexts(cfg, student, items, [0, 1], 0.5)
     assert ctx.vision is not None
     encode = student.processor.tokenizer
-    responses = [
-        encode(text, add_special_tokens=False, return_tensors="pt").input_ids[0] for text in ("abc", "xyz")
-    ]
+    responses = [encode(text, add_special_tokens=False, return_tensors="pt").input_ids[0] for text in ("abc", "xyz")]
     ours = teacher_logits(student, "frozen", ctx.teacher_encoded, responses, vision=ctx.vision)
     stale = teacher_logits(student, "frozen", ctx.teacher_encoded, responses)  # the student's moved tower
     initial = AutoModelForImageTextToText.from_pretrained(env.model_dir).eval()
@@ -169,7 +166,5 @@ def test_a_family_whose_tower_is_not_trained_here_is_refused(tmp_path) -> None:
     model.save_pretrained(tmp_path / "model")
     write_tsv(tmp_path / "train.tsv", training_items(2))
     env = TinyEnv(tmp_path / "model", tmp_path / "train.tsv")
-    with pytest.raises(
-        ValueError, match=r"method\.train_vision=true is supported on .* not 'llava_onevision'"
-    ):
+    with pytest.raises(ValueError, match=r"method\.train_vision=true is supported on .* not 'llava_onevision'"):
         make_trainer(env, tmp_path / "runs", "method=lt_opd", "model.tile_budget=pooled")

@@ -51,26 +51,52 @@ REDUCED = {
     },
     "hydra_overrides": {
         "build_data": [*(f"data.benches.{b}.size=12" for b in TINY_BENCHES), "data.train.size=24"],
-        "train": ["steps=2", "save_every=1", "method.effective_batch_size=2", "micro_batch_size=1",
-                  "max_new_tokens=24", "logger=none"],
+        "train": [
+            "steps=2",
+            "save_every=1",
+            "method.effective_batch_size=2",
+            "micro_batch_size=1",
+            "max_new_tokens=24",
+            "logger=none",
+        ],
         "evaluate": ["bench.syn_count.max_new_tokens=24"],
-        "passk": ["passk.n=2", "passk.hit_m=[1,2]", "passk.max_items=2", "passk.max_new_tokens=24",
-                  "passk.sample_batch=2"],
-        "efficiency": ["efficiency.num_items=1", "efficiency.repetitions=1", "efficiency.warmup=0",
-                       "efficiency.decode_tokens=4"],
+        "passk": [
+            "passk.n=2",
+            "passk.hit_m=[1,2]",
+            "passk.max_items=2",
+            "passk.max_new_tokens=24",
+            "passk.sample_batch=2",
+        ],
+        "efficiency": [
+            "efficiency.num_items=1",
+            "efficiency.repetitions=1",
+            "efficiency.warmup=0",
+            "efficiency.decode_tokens=4",
+        ],
     },
-}  # fmt: skip
+}
 CHECKPOINT = "runs/tiny/tiny/scopd/visionzip/0.1/checkpoint/" + wf.CHECKPOINT_MARKER
 
 
 def snakemake_cmd(workdir: Path, configfile: Path, *args: str) -> list[str]:
     """Returns a Snakemake command line for the reduced study in ``workdir``."""
     return [
-        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-        "--directory", str(workdir), "--workflow-profile", "none", "--cores", "2",
-        "--configfile", str(configfile), "--rerun-incomplete",
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--workflow-profile",
+        "none",
+        "--cores",
+        "2",
+        "--configfile",
+        str(configfile),
+        "--rerun-incomplete",
         *args,
-    ]  # fmt: skip
+    ]
 
 
 def run(workdir: Path, configfile: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
@@ -164,8 +190,10 @@ def test_a_killed_training_job_resumes_from_its_state(tmp_path: Path, study: tup
     state = tmp_path / "runs/tiny/tiny/scopd/visionzip/0.1/state/meta.json"
     job = subprocess.Popen(
         snakemake_cmd(tmp_path, configfile, CHECKPOINT),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 900
     while not state.is_file() and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)

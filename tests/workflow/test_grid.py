@@ -251,8 +251,15 @@ def test_entry_point_is_relative_to_the_working_directory(tmp_path: Path) -> Non
 def test_wildcard_constraints_cover_exactly_the_scheduled_names() -> None:
     grid = wf.load_grid("tiny")
     assert grid.names("pruner") == [
-        "cdpruner", "dart", "divprune", "fastv", "hiprune", "random", "visionzip", "zoo_prune"
-    ]  # fmt: skip
+        "cdpruner",
+        "dart",
+        "divprune",
+        "fastv",
+        "hiprune",
+        "random",
+        "visionzip",
+        "zoo_prune",
+    ]
     assert grid.names("method") == ["base", "dapo", "epic", "grpo", "lt_opd", "scopd"]
     assert grid.names("budget") == ["0.05", "0.1", "0.2", "1"]
     assert grid.constraint("method", exclude=["base"]) == "dapo|epic|grpo|lt_opd|scopd"

@@ -54,8 +54,6 @@ def test_bad_model_pruner_marks_name_the_key(reasons: dict[str, str], message: s
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_model_pruner_reason_shows_up_as_missing(name: str) -> None:
     raw = wf.load_yaml(wf.CONF_DIR / "experiment" / f"{name}.yaml")["grid"]
-    reasons = {
-        r for spec in raw["models"].values() for r in ((spec or {}).get("unsupported_pruners") or {}).values()
-    }
+    reasons = {r for spec in raw["models"].values() for r in ((spec or {}).get("unsupported_pruners") or {}).values()}
     reported = " | ".join(m.reason for m in wf.missing_cells(name))
     assert all(r in reported for r in reasons)

@@ -58,7 +58,10 @@ def run_wrapper(
     probe = shlex.join([sys.executable, "-c", code])
     done = subprocess.run(
         [sys.executable, "-m", "sparsectx.mps", "--probe", probe, "--", *(command or [sys.executable, "-c", CHILD])],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     recorded = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     return done, recorded

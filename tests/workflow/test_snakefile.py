@@ -150,7 +150,7 @@ def test_a_bad_grid_fails_while_parsing(snakemake: Snakemake, tmp_path: Path) ->
 def test_gpu_profile_schedules_one_evaluation_job_per_leaf(snakemake: Snakemake, experiment: str) -> None:
     run = snakemake(
         "--profile", "workflow/profiles/gpu", "-n", "-p", "all_tables", "--config", f"experiment={experiment}"
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     grid = wf.load_grid(experiment)
     assert grid.eval_jobs == "leaf" and len(grid.train_seeds) == 3

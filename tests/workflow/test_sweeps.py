@@ -98,11 +98,14 @@ def test_a_variant_is_evaluated_from_its_checkpoint_into_its_own_leaf(tmp_path: 
 @pytest.mark.parametrize(
     ("preset", "message"),
     [
-        ("scopd_pluss", r"grid\.methods\.scopd_plus_rho_0_3\.preset='scopd_pluss': no .*scopd_pluss\.yaml; "
-                        r"choose one of \[.*'scopd_plus'"),
+        (
+            "scopd_pluss",
+            r"grid\.methods\.scopd_plus_rho_0_3\.preset='scopd_pluss': no .*scopd_pluss\.yaml; "
+            r"choose one of \[.*'scopd_plus'",
+        ),
         (None, "preset"),
     ],
-)  # fmt: skip
+)
 def test_an_unknown_preset_names_the_key_the_file_and_the_choices(preset: str | None, message: str) -> None:
     raw = raw_grid()
     if preset is None:  # schema: a preset must be a name
@@ -127,13 +130,20 @@ def test_a_sweep_is_a_table_block_of_its_points_the_untrained_row_and_its_refere
     sweep = grid.sweeps["rho_sensitivity"]
     assert [(p.value, p.method) for p in sweep.points] == [(0.1, "scopd_plus"), (0.3, VARIANT)]
     assert (sweep.key, sweep.pruner, sweep.budget, sweep.reference) == (
-        "method.positions.fraction", "visionzip", 0.1, "base"
-    )  # fmt: skip
+        "method.positions.fraction",
+        "visionzip",
+        0.1,
+        "base",
+    )
     (block,) = [b for b in grid.blocks if b.name == "rho_sensitivity"]
     assert block.kind == "table"
     rows = {(c.method, c.pruner, c.budget) for c in grid.block_cells(block)}
-    assert rows == {("base", "visionzip", 1.0), ("base", "visionzip", 0.1), ("scopd_plus", "visionzip", 0.1),
-                    (VARIANT, "visionzip", 0.1)}  # fmt: skip
+    assert rows == {
+        ("base", "visionzip", 1.0),
+        ("base", "visionzip", 0.1),
+        ("scopd_plus", "visionzip", 0.1),
+        (VARIANT, "visionzip", 0.1),
+    }
     trained = set(grid.targets("trained"))
     assert f"results/seed1/tiny_scopd/tiny/{VARIANT}/visionzip/0.1/syn_mcq.json" in trained  # seeds pool it
     assert grid.checkpoint_marker(RUN, 2) in grid.targets("train")
@@ -170,8 +180,11 @@ def test_sweep_values_are_checked_against_each_points_composed_training_config()
     wf.check_sweep_values(wf.load_grid("tiny_scopd"))
     raw = raw_grid()
     raw["tables"]["rho_sensitivity"]["points"][1]["value"] = 0.5  # the variant trains at 0.3
-    with pytest.raises(ValueError, match=r"rho_sensitivity: point 50% \(scopd_plus_rho_0_3, tiny\) trains with "
-                                         r"method\.positions\.fraction=0\.3, not 0\.5"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"rho_sensitivity: point 50% \(scopd_plus_rho_0_3, tiny\) trains with "
+        r"method\.positions\.fraction=0\.3, not 0\.5",
+    ):
         wf.check_sweep_values(build(raw))
     raw = raw_grid()
     raw["tables"]["delta_sensitivity"]["points"][0]["value"] = 0.02  # scopd_plus's own delta is 1%
@@ -188,9 +201,21 @@ def test_a_selected_sweep_keeps_what_its_rows_use() -> None:
 
 
 def test_dry_run_of_the_tiny_scopd_study_lists_the_sweep_jobs(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(wf.REPO_DIR / "Snakefile"), "--directory",
-           str(tmp_path), "-n", "--workflow-profile", "none", "all_tables", "--config",
-           "experiment=tiny_scopd"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(wf.REPO_DIR / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "-n",
+        "--workflow-profile",
+        "none",
+        "all_tables",
+        "--config",
+        "experiment=tiny_scopd",
+    ]
     run = subprocess.run(cmd, cwd=wf.REPO_DIR, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr + run.stdout
     for variant in (VARIANT, "scopd_plus_delta_0_05"):

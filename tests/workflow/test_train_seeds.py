@@ -108,9 +108,7 @@ def test_a_seed_is_evaluated_from_its_checkpoint_into_results_seed_s() -> None:
     # the evaluation draws as the untrained rows do (pruner masks, sampling): seeds differ by training only
     assert value(args, "seed") == "0"
     # evaluate.py writes <results_root>/<experiment>/... (conf/evaluate.yaml hydra.run.dir)
-    written = result_path(
-        leaf_dir(value(args, "results_root"), "tiny", "tiny", "scopd", "random", 0.1), "syn_ocr"
-    )
+    written = result_path(leaf_dir(value(args, "results_root"), "tiny", "tiny", "scopd", "random", 0.1), "syn_ocr")
     assert grid.leaf(cell, seed=1) == str(written)
     assert grid.checkpoint_inputs(cell, 1) == [grid.checkpoint_marker(RUN, 1)]
     assert "results_root" not in {a.split("=")[0] for a in wf.evaluate_args(grid, cell)}
@@ -123,9 +121,7 @@ def test_the_seed_layout_is_the_one_make_tables_reads() -> None:
     for seed in grid.train_seeds:
         for cell in TRAINED:
             assert grid.leaf(cell, seed=seed) == str(seed_result(grid, "results", seed, cell))
-    values = dict(
-        experiment="tiny", model="tiny", method="scopd", pruner="random", budget="0.1", bench="syn_ocr"
-    )
+    values = dict(experiment="tiny", model="tiny", method="scopd", pruner="random", budget="0.1", bench="syn_ocr")
     assert wf.SEED_RESULT_PATTERN.format(seed=7, **values) == grid.leaf(TRAINED[1], seed=7)
     assert wf.SEED_CHECKPOINT_PATTERN.format(seed=7, **{**values, "pruner": "visionzip"}) == (
         grid.checkpoint_marker(RUN, 7)
@@ -208,10 +204,21 @@ def dry_run(workdir: Path, config: dict[str, Any]) -> subprocess.CompletedProces
     configfile = workdir / "seeds.yaml"
     configfile.write_text(yaml.safe_dump(config))
     cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(wf.REPO_DIR / "Snakefile"),
-        "--directory", str(workdir), "--workflow-profile", "none", "-n", "-p", "all_tables",
-        "--configfile", str(configfile),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(wf.REPO_DIR / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--workflow-profile",
+        "none",
+        "-n",
+        "-p",
+        "all_tables",
+        "--configfile",
+        str(configfile),
+    ]
     return subprocess.run(cmd, cwd=wf.REPO_DIR, capture_output=True, text=True, timeout=300)
 
 
@@ -252,9 +259,7 @@ def test_a_reduced_grid_that_make_tables_cannot_pool_is_refused_before_any_job(t
     assert run.returncode != 0 and "Job stats" not in output
     assert "grid.train_seeds=[0, 1]: make_tables reads the tables of conf/experiment/tiny.yaml" in output
     assert "['dapo', 'epic', 'grpo', 'lt_opd']" in output
-    wf.check_tables_seeds(
-        small(train_seeds=[0])
-    )  # one seed: make_tables gets no train_seeds, nothing to pool
+    wf.check_tables_seeds(small(train_seeds=[0]))  # one seed: make_tables gets no train_seeds, nothing to pool
     with pytest.raises(ValueError, match=r"grid\.train_seeds=\[0, 1\]: make_tables reads"):
         wf.check_tables_seeds(small())
 

@@ -90,9 +90,7 @@ def _spec(rng: random.Random, cfg: SceneConfig, shape: str, color: str) -> Objec
     return draw_spec(rng, cfg, shape, color, rng.random() < cfg.small_fraction)
 
 
-def _scene(
-    rng: random.Random, cfg: SceneConfig, objects: list[SceneObject], text: TextLabel | None = None
-) -> Scene:
+def _scene(rng: random.Random, cfg: SceneConfig, objects: list[SceneObject], text: TextLabel | None = None) -> Scene:
     return Scene(cfg.image_size, shuffled(rng, objects), text)
 
 
@@ -116,9 +114,7 @@ def make_detail(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     else:
         question, answer, category = f"What shape is the small {color} object?", shape, "shape"
         thought = f"The small {color} object at {where} is {article(shape)}."
-    return ItemSpec(
-        _scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), category, ""
-    )
+    return ItemSpec(_scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), category, "")
 
 
 @FAMILIES.register("count")
@@ -139,9 +135,7 @@ def make_count(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     answer = str(count)
     thought = f"I see {count_phrase(count, noun)}."
     category = "count_shape" if by_shape else "count_color_shape"
-    return ItemSpec(
-        _scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), category, ""
-    )
+    return ItemSpec(_scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), category, "")
 
 
 @FAMILIES.register("spatial")
@@ -168,9 +162,7 @@ def make_spatial(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     if params.trace == "grid":
         where_a, where_b = (grid_cell(obj, cfg.image_size, params.grid_cells) for obj in (a, b))
         thought = f"The {name_a} is in {where_a}; the {name_b} is in {where_b}; so the {claim}"
-    return ItemSpec(
-        _scene(rng, cfg, objects), question, {}, want, format_trace(thought, want), "relation", ""
-    )
+    return ItemSpec(_scene(rng, cfg, objects), question, {}, want, format_trace(thought, want), "relation", "")
 
 
 @FAMILIES.register("ocr")
@@ -183,19 +175,13 @@ def make_ocr(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     taken: list[Box] = []
     x0, y0, _, _ = place_box(rng, width, height, taken, cfg)
     label = TextLabel(word, rng.choice(list(cfg.colors)), x0, y0, scale, width, height)
-    objects = place_all(
-        rng, draw_free_specs(rng, cfg, rng.randint(*params.num_distractors), set()), cfg, taken
-    )
+    objects = place_all(rng, draw_free_specs(rng, cfg, rng.randint(*params.num_distractors), set()), cfg, taken)
     question = "What word is written in the image?"
     thought = f"The letters are {', '.join(word)}."
-    return ItemSpec(
-        _scene(rng, cfg, objects, label), question, {}, word, format_trace(thought, word), "text", ""
-    )
+    return ItemSpec(_scene(rng, cfg, objects, label), question, {}, word, format_trace(thought, word), "text", "")
 
 
-def _pope_negative(
-    rng: random.Random, subset: str, objects: list[SceneObject], ctx: FamilyContext
-) -> tuple[str, str]:
+def _pope_negative(rng: random.Random, subset: str, objects: list[SceneObject], ctx: FamilyContext) -> tuple[str, str]:
     present = {(o.color, o.shape) for o in objects}
     absent = [pair for pair in ctx.popularity if pair not in present]  # most popular first
     if subset == "random":
@@ -240,9 +226,7 @@ def make_pope(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec:
     else:
         thought = f"I see no {plural(shape)}."
     question = f"Is there {article(f'{color} {shape}')} in the image?"
-    return ItemSpec(
-        _scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), subset, subset
-    )
+    return ItemSpec(_scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), subset, subset)
 
 
 @FAMILIES.register("mcq")
@@ -303,6 +287,4 @@ def make_describe(rng: random.Random, slot: int, ctx: FamilyContext) -> ItemSpec
     answer = "; ".join(f"{article(o.name)} at {position_name(o, size)}" for o in ordered)
     thought = f"I see {count_phrase(len(objects), 'object')}."
     question = "Describe every object in the image."
-    return ItemSpec(
-        _scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), "describe", ""
-    )
+    return ItemSpec(_scene(rng, cfg, objects), question, {}, answer, format_trace(thought, answer), "describe", "")

@@ -112,9 +112,7 @@ def generate_train(cfg: SuiteConfig, exclude: set[str]) -> tuple[list[Item], int
     draw = 0
     while len(items) < cfg.train.size:
         if dropped > cfg.train.size:
-            raise RuntimeError(
-                f"{dropped} training items collided with benchmark items; is data.seed shared?"
-            )
+            raise RuntimeError(f"{dropped} training items collided with benchmark items; is data.seed shared?")
         pick = random.Random(derive_seed(cfg.seed, TRAIN_SPLIT, "pick", draw))
         family, slot = pick.choices(names, weights=weights)[0], pick.randrange(SLOT_PERIOD)
         rng = random.Random(derive_seed(cfg.seed, TRAIN_SPLIT, draw))
@@ -155,9 +153,7 @@ def build_suite(cfg: SuiteConfig) -> SuiteReport:
     files[TRAIN_SPLIT] = out_dir / f"{TRAIN_SPLIT}.tsv"
     write_tsv(files[TRAIN_SPLIT], train)
     sizes[TRAIN_SPLIT] = len(train)
-    log.info(
-        "wrote %s (%d items, %d dropped as benchmark duplicates)", files[TRAIN_SPLIT], len(train), dropped
-    )
+    log.info("wrote %s (%d items, %d dropped as benchmark duplicates)", files[TRAIN_SPLIT], len(train), dropped)
     return SuiteReport(files=files, sizes=sizes, train_dropped=dropped)
 
 

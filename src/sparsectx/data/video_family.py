@@ -59,8 +59,9 @@ class VideoFamilyConfig:
     def __post_init__(self) -> None:
         key = f"data.video.{self.name}"
         if self.size < 1 or self.frames < 4 or not self.fps > 0:
-            raise ValueError(f"{key}: size >= 1, frames >= 4 and fps > 0 are needed (got {self.size}, "
-                             f"{self.frames}, {self.fps})")  # fmt: skip
+            raise ValueError(
+                f"{key}: size >= 1, frames >= 4 and fps > 0 are needed (got {self.size}, {self.frames}, {self.fps})"
+            )
         check_choice(self.trace, MCQ_TRACES, f"{key}.trace")
         check_range(self.num_still, f"{key}.num_still", 0)
         check_range(self.blinks, f"{key}.blinks", 1)
@@ -106,15 +107,14 @@ def _moved(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
     scenes = []
     for f in range(cfg.frames):
         share = f / (cfg.frames - 1)
-        at = replace(mover, cx=round(mover.cx + share * (end.cx - mover.cx)),
-                     cy=round(mover.cy + share * (end.cy - mover.cy)))  # fmt: skip
+        at = replace(
+            mover, cx=round(mover.cx + share * (end.cx - mover.cx)), cy=round(mover.cy + share * (end.cy - mover.cy))
+        )
         scenes.append(Scene(scene.image_size, (at, *objects[1:]), None))
     names = [f"the {o.color} {o.shape}" for o in objects]
     options = _options(rng, names[0], names[1:], letter)
     thought = mcq_thought(f"Only {names[0]} changes place between the frames", options, letter, cfg.trace)
-    return VideoSpec(
-        tuple(scenes), "Which object moved?", options, letter, format_trace(thought, letter), "moved"
-    )
+    return VideoSpec(tuple(scenes), "Which object moved?", options, letter, format_trace(thought, letter), "moved")
 
 
 def _order(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, letter: str) -> VideoSpec:
@@ -132,8 +132,9 @@ def _order(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
     options = _options(rng, names[0], [names[1], *rng.sample(names[2:], 2)], letter)
     seen = f"{names[0].capitalize()} appears at frame {first_at + 1}, {names[1]} at frame {second_at + 1}"
     thought = mcq_thought(f"{seen}; the first is {names[0]}", options, letter, cfg.trace)
-    return VideoSpec(tuple(scenes), "Which object appeared first?", options, letter,
-                     format_trace(thought, letter), "order")  # fmt: skip
+    return VideoSpec(
+        tuple(scenes), "Which object appeared first?", options, letter, format_trace(thought, letter), "order"
+    )
 
 
 def _blink(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, letter: str) -> VideoSpec:
@@ -153,8 +154,9 @@ def _blink(rng: random.Random, scene: SceneConfig, cfg: VideoFamilyConfig, lette
     frames = f"frame{'s' if count > 1 else ''} {', '.join(str(f + 1) for f in off)}"
     seen = f"{name.capitalize()} is missing in {frames}: {count} time{'s' if count > 1 else ''}"
     thought = mcq_thought(seen, options, letter, cfg.trace)
-    return VideoSpec(tuple(scenes), f"How many times did {name} blink?", options, letter,
-                     format_trace(thought, letter), "blink")  # fmt: skip
+    return VideoSpec(
+        tuple(scenes), f"How many times did {name} blink?", options, letter, format_trace(thought, letter), "blink"
+    )
 
 
 MAKERS = {"moved": _moved, "order": _order, "blink": _blink}
@@ -183,10 +185,21 @@ def video_items(suite: SuiteConfig, cfg: VideoFamilyConfig) -> list[Item]:
         spec = generate_clip(random.Random(derive_seed(suite.seed, cfg.name, n)), n, scene, cfg)
         frames = [encode_png(render_image(s, scene.colors, scene.background)) for s in spec.scenes]
         items.append(
-            Item(index=n, image_bytes=b"", question=spec.question, options=spec.options, answer=spec.answer,
-                 category=spec.kind, family="video", subset="", trace=spec.trace, scene="",
-                 extra={FPS_COLUMN: str(cfg.fps)}, frames=tuple(frames))
-        )  # fmt: skip
+            Item(
+                index=n,
+                image_bytes=b"",
+                question=spec.question,
+                options=spec.options,
+                answer=spec.answer,
+                category=spec.kind,
+                family="video",
+                subset="",
+                trace=spec.trace,
+                scene="",
+                extra={FPS_COLUMN: str(cfg.fps)},
+                frames=tuple(frames),
+            )
+        )
     return items
 
 

@@ -179,9 +179,14 @@ class _Run:
     """The state of one ``generate`` call: the queue, each slot's occupant and the device-side counters."""
 
     def __init__(
-        self, engine: DecodeEngine, prompts: Prompts, sampling: SamplingConfig,
-        generator: torch.Generator | None, slots: int, on_finish: OnFinish | None,
-    ) -> None:  # fmt: skip
+        self,
+        engine: DecodeEngine,
+        prompts: Prompts,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        slots: int,
+        on_finish: OnFinish | None,
+    ) -> None:
         self.engine, self.prompts, self.sampling, self.generator = engine, prompts, sampling, generator
         self.on_finish = on_finish
         self.queue = deque(sorted(range(len(prompts)), key=lambda i: -prompts.lengths[i]))

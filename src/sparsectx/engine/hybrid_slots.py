@@ -73,9 +73,7 @@ class HybridSlotCache(SlotCache):
             )
         super().__init__(prefill, slots, length)
 
-    def kv_buffers(
-        self, layer: object, slots: int, length: int
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def kv_buffers(self, layer: object, slots: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Returns ``SlotCache``'s KV buffers for a full-attention layer, (None, None) for a linear one."""
         if isinstance(layer, LinearAttentionCacheLayerMixin):
             return None, None

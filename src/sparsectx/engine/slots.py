@@ -85,9 +85,7 @@ class SlotCache:
         self.valid = torch.zeros(slots, len(self.keys), length, dtype=torch.bool, device=device)
         self.clear()
 
-    def kv_buffers(
-        self, layer: object, slots: int, length: int
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def kv_buffers(self, layer: object, slots: int, length: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Returns zeroed (slots, KV, length, d) key and value buffers shaped like prefill cache layer ``layer``.
 
         A family whose layers keep no keys (linear attention, ``sparsectx.engine.hybrid_slots``) returns

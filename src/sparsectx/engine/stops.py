@@ -66,9 +66,12 @@ class StopCriteria:
     """The end ids and stop-string id sequences of one generation call, as device tensors."""
 
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, stop_strings: Sequence[str], device: torch.device,
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        stop_strings: Sequence[str],
+        device: torch.device,
         end_ids: Iterable[int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.tokenizer = tokenizer
         self.stop_strings = list(stop_strings)
         self.end_ids = sorted(end_ids)

@@ -43,9 +43,14 @@ def _dims(text: PretrainedConfig) -> tuple[int, int, int, int, int, int, int]:
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return (
-        text.hidden_size, heads, text.num_key_value_heads, head_dim, text.intermediate_size,
-        text.num_hidden_layers, text.vocab_size,
-    )  # fmt: skip
+        text.hidden_size,
+        heads,
+        text.num_key_value_heads,
+        head_dim,
+        text.intermediate_size,
+        text.num_hidden_layers,
+        text.vocab_size,
+    )
 
 
 Late = tuple[int, int] | None
@@ -138,8 +143,7 @@ def check_vision_family(family: str) -> None:
     """Raises ValueError when ``family``'s vision tower has no FLOPs formula, before anything is measured."""
     if family not in VISION_FAMILIES:
         raise ValueError(
-            f"mode=efficiency: no vision FLOPs formula for family {family!r}; supported: "
-            f"{', '.join(VISION_FAMILIES)}"
+            f"mode=efficiency: no vision FLOPs formula for family {family!r}; supported: {', '.join(VISION_FAMILIES)}"
         )
 
 
@@ -150,15 +154,9 @@ def _glm_vision_flops(vision: PretrainedConfig, grids: list[tuple[int, int, int]
     n = float(sum(t * h * w for t, h, w in grids))
     total = 2 * n * vision.in_channels * vision.temporal_patch_size * vision.patch_size**2 * dv
     segments = [s for grid in grids for s in _segments(vision, grid, windowed=False)]
-    total += vision.depth * (
-        8 * n * dv * dv + 4 * dv * sum(float(s) ** 2 for s in segments) + 6 * n * dv * dout
-    )
+    total += vision.depth * (8 * n * dv * dv + 4 * dv * sum(float(s) ** 2 for s in segments) + 6 * n * dv * dout)
     merged = n / unit
-    return (
-        total
-        + 2 * merged * unit * dv * dout
-        + 2 * merged * (dout * dout + 3 * dout * vision.intermediate_size)
-    )
+    return total + 2 * merged * unit * dv * dout + 2 * merged * (dout * dout + 3 * dout * vision.intermediate_size)
 
 
 def vision_flops(vision: PretrainedConfig, family: str, grids: list[tuple[int, int, int]]) -> float:

@@ -340,21 +340,35 @@ def run_efficiency(job: EvalJob) -> Path:
     loaded, info = job.model()
     items, selection = timed_items(job, loaded)
     payload = {
-        "model": info, "method": cfg.method_name, "pruner": cfg.pruner.name, "bench": eff.bench,
-        "protocol": eff.protocol, "statistic": STATISTIC[eff.protocol], "selection": selection,
-        "num_items": len(items), "repetitions": eff.repetitions, "warmup": eff.warmup,
-        "decode_tokens": eff.decode_tokens, "decode_forwards": decode_forwards(eff.protocol, eff.decode_tokens),
-        "decoding": "replayed reference" if eff.protocol == "ltopd" else "greedy", "reference_budget": 1.0,
+        "model": info,
+        "method": cfg.method_name,
+        "pruner": cfg.pruner.name,
+        "bench": eff.bench,
+        "protocol": eff.protocol,
+        "statistic": STATISTIC[eff.protocol],
+        "selection": selection,
+        "num_items": len(items),
+        "repetitions": eff.repetitions,
+        "warmup": eff.warmup,
+        "decode_tokens": eff.decode_tokens,
+        "decode_forwards": decode_forwards(eff.protocol, eff.decode_tokens),
+        "decoding": "replayed reference" if eff.protocol == "ltopd" else "greedy",
+        "reference_budget": 1.0,
         "budgets": measure_budgets(job, loaded, items),
         "provenance": provenance(job.resolved, key, cfg.model.device),
         "wall_time_s": time.perf_counter() - started,
-    }  # fmt: skip
+    }
     write_json(out, payload)
     columns = ["budget", "prefill_flops_ratio", "kv_cache_ratio", "latency_ratio", "latency_ms"]
     table = [
-        [r["budget"], r["ratios"]["prefill_flops"], r["ratios"]["kv_cache"], r["ratios"]["latency"]["total"],
-         r["latency_ms"]["total"]]
+        [
+            r["budget"],
+            r["ratios"]["prefill_flops"],
+            r["ratios"]["kv_cache"],
+            r["ratios"]["latency"]["total"],
+            r["latency_ms"]["total"],
+        ]
         for r in payload["budgets"]
-    ]  # fmt: skip
+    ]
     job.tracker().log_table("efficiency", columns, table)
     return out

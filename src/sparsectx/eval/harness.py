@@ -66,8 +66,12 @@ def item_from_row(row: Mapping[str, Any], image_bytes: bytes) -> Item:
         options=options,
         answer="" if _missing(row.get("answer")) else str(row["answer"]),
         category="" if _missing(row.get("category")) else str(row["category"]),
-        family="", subset="", trace="", scene="", extra={},
-    )  # fmt: skip
+        family="",
+        subset="",
+        trace="",
+        scene="",
+        extra={},
+    )
 
 
 def formatted(item: Item, mcq_hint: str) -> Item:
@@ -146,6 +150,14 @@ class HarnessModel:
         spec = BenchSpec(bench, bench, None, scorer, max_new_tokens, harness_layout(), "none", "none")
         cfg = self.cfg
         return generate_rows(
-            self.loaded, items, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed,
-            cfg.decoding.sampling(max_new_tokens), cfg.engine, cfg.batch_size,
-        )  # fmt: skip
+            self.loaded,
+            items,
+            spec,
+            cfg.prompt,
+            cfg.pruner,
+            cfg.budget,
+            cfg.seed,
+            cfg.decoding.sampling(max_new_tokens),
+            cfg.engine,
+            cfg.batch_size,
+        )

@@ -47,9 +47,7 @@ def _counts(samples: Sequence[Sequence[bool]]) -> tuple[int, list[int]]:
         raise ValueError("pass@k over no problems is undefined")
     n = len(samples[0])
     if any(len(s) != n for s in samples):
-        raise ValueError(
-            f"every problem needs the same number of samples; got {sorted({len(s) for s in samples})}"
-        )
+        raise ValueError(f"every problem needs the same number of samples; got {sorted({len(s) for s in samples})}")
     return n, [sum(bool(x) for x in s) for s in samples]
 
 

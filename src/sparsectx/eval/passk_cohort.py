@@ -197,9 +197,12 @@ def pool_passk(payloads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first = payloads[0]
     pooled: dict[str, Any] = {
         "sources": {p["benchmark"]: {**p["cohort"]["counts"], "size": p["cohort"]["size"]} for p in payloads},
-        "n": first["n"], "k": first["k"], "cohort_protocol": first["cohort"]["protocol"],
-        "cohort_rule": first["cohort"]["rule"], "size": sum(p["cohort"]["size"] for p in payloads),
-    }  # fmt: skip
+        "n": first["n"],
+        "k": first["k"],
+        "cohort_protocol": first["cohort"]["protocol"],
+        "cohort_rule": first["cohort"]["rule"],
+        "size": sum(p["cohort"]["size"] for p in payloads),
+    }
     for condition in ("sparse", "no_image"):
         parts = [p[condition] for p in payloads if p.get(condition) is not None]
         pooled[condition] = _weighted(parts) if parts else None

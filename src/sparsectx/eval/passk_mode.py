@@ -158,9 +158,17 @@ def solved_numeric(
             break
         chunk = order[start : start + cfg.queue_size]
         rows = generate_rows(
-            job.model()[0], [candidates[i] for i in chunk], spec, cfg.prompt, cfg.pruner, 1.0, cfg.seed,
-            sampling, cfg.engine, cfg.batch_size,
-        )  # fmt: skip
+            job.model()[0],
+            [candidates[i] for i in chunk],
+            spec,
+            cfg.prompt,
+            cfg.pruner,
+            1.0,
+            cfg.seed,
+            sampling,
+            cfg.engine,
+            cfg.batch_size,
+        )
         solved += [i for i, row in zip(chunk, rows, strict=True) if row.correct]
         checked += len(chunk)
     return [candidates[i] for i in sorted(solved[:cap])], checked, len(solved)
@@ -228,10 +236,14 @@ def draw(job: EvalJob, loaded: LoadedModel, spec: BenchSpec, item: Item, conditi
     # judged as the benchmarks judge: the template's answer prefix (model.answer_prefix) then the generated text
     texts = [loaded.processor.response(out.text) for out in samples]
     return {
-        "key": f"{sid}/{condition}", "id": sid, "condition": condition, "seed": seed, "kept_indices": kept,
+        "key": f"{sid}/{condition}",
+        "id": sid,
+        "condition": condition,
+        "seed": seed,
+        "kept_indices": kept,
         "greedy": _judge(spec, item, loaded.processor.response(greedy.text)),
         "samples": [_judge(spec, item, t) for t in texts],
-    }  # fmt: skip
+    }
 
 
 def summarize(rows: list[dict[str, Any]], hit_m: list[int]) -> dict[str, Any] | None:
@@ -300,22 +312,34 @@ def _payload(job: EvalJob, spec: BenchSpec, per: dict[str, Any], cohort: Cohort,
     gap = None if sparse is None else sparse["pass_at_k"][str(pk.n)] - sparse["greedy_accuracy"]
     floor = None if control is None else control["pass_at_k"][str(pk.n)]
     return {
-        "benchmark": spec.name, "dataset_name": spec.dataset_name, "method": cfg.method_name,
+        "benchmark": spec.name,
+        "dataset_name": spec.dataset_name,
+        "method": cfg.method_name,
         "pruner": cfg.pruner.name,
-        "budget": cfg.budget, "seed": cfg.seed, "n": pk.n, "k": k_values(pk.n),
+        "budget": cfg.budget,
+        "seed": cfg.seed,
+        "n": pk.n,
+        "k": k_values(pk.n),
         "cohort": {
-            "protocol": pk.cohort, "rule": RULES[pk.cohort], "size": len(cohort.items), "source": cohort.source,
-            "counts": cohort.counts, "ids": [sample_id(item) for item in cohort.items],
+            "protocol": pk.cohort,
+            "rule": RULES[pk.cohort],
+            "size": len(cohort.items),
+            "source": cohort.source,
+            "counts": cohort.counts,
+            "ids": [sample_id(item) for item in cohort.items],
         },
-        "sparse": sparse, "no_image": control,
-        "gap": gap, "control_floor": floor,
+        "sparse": sparse,
+        "no_image": control,
+        "gap": gap,
+        "control_floor": floor,
         "gap_over_control": None if gap is None or floor is None else gap - floor,
-        "scorer": spec.scorer, "extractor_version": EXTRACTOR_VERSION,
+        "scorer": spec.scorer,
+        "extractor_version": EXTRACTOR_VERSION,
         "greedy": {"max_new_tokens": pk.max_new_tokens, "stop_strings": list(cfg.decoding.stop_strings)},
         "sampling": {**vars(pk.sampling), "max_new_tokens": pk.max_new_tokens},
         "model": job.model()[1] if cohort.items else {"name": cfg.model.name, "path": cfg.model.path},
         "provenance": provenance(job.resolved, key, cfg.model.device),
-    }  # fmt: skip
+    }
 
 
 POOL_FILE = "passk_pool.json"

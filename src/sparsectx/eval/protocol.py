@@ -368,14 +368,24 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
     elif spec.group_by == "circular":
         group = str(item.index % 1_000_000)
     subset = {
-        "none": "", "subset": item.subset, "category": item.category,
-        "l2-category": item.extra.get("l2-category", ""), "cycle_category": item.extra.get("cycle_category", ""),
-        "source": item.extra.get("source", ""), "task_type": item.extra.get("task_type", ""),
-    }[spec.subset_field]  # fmt: skip
+        "none": "",
+        "subset": item.subset,
+        "category": item.category,
+        "l2-category": item.extra.get("l2-category", ""),
+        "cycle_category": item.extra.get("cycle_category", ""),
+        "source": item.extra.get("source", ""),
+        "task_type": item.extra.get("task_type", ""),
+    }[spec.subset_field]
     return ScoredItem(
-        id=sample_id(item), prediction=prediction, reference=reference, answers=answers,
-        options=dict(item.options), category=item.category, subset=subset, group=group,
-    )  # fmt: skip
+        id=sample_id(item),
+        prediction=prediction,
+        reference=reference,
+        answers=answers,
+        options=dict(item.options),
+        category=item.category,
+        subset=subset,
+        group=group,
+    )
 
 
 def is_correct(scorer: str, item: ScoredItem) -> bool:

@@ -28,8 +28,15 @@ SCHEMA_VERSION = 1
 
 PACKAGES = ("sparsectx", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "pillow")
 NOT_IN_KEY = (
-    "force", "logger", "results_root", "bench", "passk", "efficiency", "grid", "max_skip_fraction",
-)  # fmt: skip
+    "force",
+    "logger",
+    "results_root",
+    "bench",
+    "passk",
+    "efficiency",
+    "grid",
+    "max_skip_fraction",
+)
 """Config keys that never change a benchmark's numbers (or are re-added per benchmark / mode)."""
 MODEL_NOT_IN_KEY = ("revision", "local_files_only")
 """``model`` keys left out of the run key: where the checkpoint is read from, not what it is; the key's
@@ -195,12 +202,7 @@ def resume_rows(path: Path, chash: str, wanted: set[str], key: str) -> dict[str,
     kept: dict[str, dict[str, Any]] = {}
     for row in rows:
         rid = row.get(key)
-        if (
-            row.get("config_hash") == chash
-            and rid in wanted
-            and rid not in kept
-            and row.get("status") != "error"
-        ):
+        if row.get("config_hash") == chash and rid in wanted and rid not in kept and row.get("status") != "error":
             kept[rid] = row
     if path.exists():  # also drops a torn last line, so later appends start on a fresh line
         write_rows(path, list(kept.values()))

@@ -270,8 +270,15 @@ def evaluate_benchmark(job: EvalJob, spec: BenchSpec) -> Path:
     part, mine = part_path(job.leaf, spec.name, shard.index, shard.count), items[span.start : span.stop]
     done, _ = _generate(job, spec, mine, part, chash)
     write_rows(part, [done[sample_id(item)] for item in mine])  # the finished part, in item order
-    log.info("%s: shard %d of %d wrote items %d-%d to %s", spec.name, shard.index, shard.count, span.start,
-             span.stop - 1, part)  # fmt: skip
+    log.info(
+        "%s: shard %d of %d wrote items %d-%d to %s",
+        spec.name,
+        shard.index,
+        shard.count,
+        span.start,
+        span.stop - 1,
+        part,
+    )
     return part
 
 
@@ -294,9 +301,17 @@ def _generate(
     with tqdm(total=len(items), initial=resumed, desc=spec.name, unit="item") as bar:
         for chunk in decode_chunks(todo, cfg.queue_size, video_source(spec)):  # within media.decode_budget_mib
             rows = generate_rows(
-                loaded, chunk, spec, cfg.prompt, cfg.pruner, cfg.budget, cfg.seed, sampling, cfg.engine,
+                loaded,
+                chunk,
+                spec,
+                cfg.prompt,
+                cfg.pruner,
+                cfg.budget,
+                cfg.seed,
+                sampling,
+                cfg.engine,
                 cfg.batch_size,
-            )  # fmt: skip
+            )
             records = [{**asdict(row), "config_hash": chash} for row in rows]
             append_jsonl(path, records)
             done.update((r["id"], r) for r in records)
@@ -379,23 +394,49 @@ def _result(
     statuses = {status: sum(r["status"] == status for r in rows) for status in ("tagged", "fallback", "empty", "error")}
     cfg = job.cfg
     return BenchResult(
-        method=cfg.method_name, pruner=cfg.pruner.name, budget=cfg.budget, benchmark=spec.name,
-        score=float(report.metrics["score"]), scorer_version=report.scorer_version, scorer=report.scorer,
-        extractor_version=EXTRACTOR_VERSION, metrics=report.metrics, dataset_name=spec.dataset_name,
-        experiment=cfg.experiment, seed=cfg.seed, pruner_params=dict(cfg.pruner.params), model=model_info,
-        n_rows=len(items) + len(skipped) + len(dropped), n_scored=len(items), n_skipped=len(skipped),
-        skipped=[{"index": s.index, "reason": s.reason} for s in skipped], n_dropped=len(dropped),
-        drop_rows=list(spec.layout.drop_rows), extraction=statuses,
-        n_failed=statuses["empty"] + statuses["error"], n_truncated=truncated(rows),
-        mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows), generation=asdict(sampling),
-        batch_size=cfg.batch_size, resumed_rows=resumed, wall_time_s=0.0,
+        method=cfg.method_name,
+        pruner=cfg.pruner.name,
+        budget=cfg.budget,
+        benchmark=spec.name,
+        score=float(report.metrics["score"]),
+        scorer_version=report.scorer_version,
+        scorer=report.scorer,
+        extractor_version=EXTRACTOR_VERSION,
+        metrics=report.metrics,
+        dataset_name=spec.dataset_name,
+        experiment=cfg.experiment,
+        seed=cfg.seed,
+        pruner_params=dict(cfg.pruner.params),
+        model=model_info,
+        n_rows=len(items) + len(skipped) + len(dropped),
+        n_scored=len(items),
+        n_skipped=len(skipped),
+        skipped=[{"index": s.index, "reason": s.reason} for s in skipped],
+        n_dropped=len(dropped),
+        drop_rows=list(spec.layout.drop_rows),
+        extraction=statuses,
+        n_failed=statuses["empty"] + statuses["error"],
+        n_truncated=truncated(rows),
+        mean_kept_visual=sum(r["kept_visual"] for r in rows) / len(rows),
+        generation=asdict(sampling),
+        batch_size=cfg.batch_size,
+        resumed_rows=resumed,
+        wall_time_s=0.0,
         provenance=provenance(job.resolved, key, cfg.model.device),
-    )  # fmt: skip
+    )
 
 
 PREDICTION_COLUMNS = [
-    "image", "id", "question", "prediction", "answer", "correct", "kept_visual", "status", "output",
-]  # fmt: skip
+    "image",
+    "id",
+    "question",
+    "prediction",
+    "answer",
+    "correct",
+    "kept_visual",
+    "status",
+    "output",
+]
 """Columns of an evaluation's ``<bench>/predictions`` table (``prediction``: the extracted answer)."""
 
 
@@ -427,7 +468,7 @@ def _log(job: EvalJob, spec: BenchSpec, items: list[Item], rows: list[dict[str, 
             row["kept_visual"],
             row["status"],
             row["output"],
-        ]  # fmt: skip
+        ]
         for item, row in list(zip(items, rows, strict=True))[:limit]
     ]
     tracker.log_table(f"{bench}/predictions", PREDICTION_COLUMNS, table)

@@ -128,9 +128,7 @@ def _start(text_model: nn.Module, inputs: LLMInputs, cache: object | None, deeps
     return rotary, mask, deepstack
 
 
-def run_with_drop(
-    text_model: nn.Module, inputs: LLMInputs, cache: object | None, deepstack_on: bool
-) -> torch.Tensor:
+def run_with_drop(text_model: nn.Module, inputs: LLMInputs, cache: object | None, deepstack_on: bool) -> torch.Tensor:
     """Returns (B, L, D) final-norm hidden states with ``inputs.late``'s slots dropped before its layer K.
 
     Rows of dropped slots are zero (nothing may read them); every kept slot sits where it is in ``inputs``,

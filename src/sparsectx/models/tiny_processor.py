@@ -85,9 +85,7 @@ class ProcessorConfig:
     def __post_init__(self) -> None:
         floor = 256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS)
         if not floor < self.vocab_size <= 1024:
-            raise ValueError(
-                f"processor.vocab_size={self.vocab_size} must be in ({floor}, 1024]: bytes + added tokens"
-            )
+            raise ValueError(f"processor.vocab_size={self.vocab_size} must be in ({floor}, 1024]: bytes + added tokens")
         if self.min_frequency < 1 or self.corpus_per_family < 1:
             raise ValueError("processor.min_frequency and processor.corpus_per_family must be >= 1")
 
@@ -195,9 +193,7 @@ def build_processor(
         patch_size, merge_size, temporal_patch_size: Qwen2.5-VL vision geometry.
     """
     tokenizer = train_tokenizer(texts, vocab_size, min_frequency)
-    for name, data in processor_files(
-        tokenizer, image_size, patch_size, merge_size, temporal_patch_size
-    ).items():
+    for name, data in processor_files(tokenizer, image_size, patch_size, merge_size, temporal_patch_size).items():
         atomic_write_bytes(Path(out_dir) / name, data)
     return tokenizer
 

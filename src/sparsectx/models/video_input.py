@@ -94,9 +94,7 @@ def frame_size(video: Video, image_processor: object) -> tuple[int, int]:
     try:
         return smart_resize(height, width, factor, min(shortest, longest), longest)
     except ValueError as error:
-        raise VideoError(
-            f"{video.source}: frame size {width}x{height} cannot be processed ({error})"
-        ) from error
+        raise VideoError(f"{video.source}: frame size {width}x{height} cannot be processed ({error})") from error
 
 
 def video_patches(video: Video, image_processor: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,8 +130,7 @@ def video_placeholder(layout: str, video: Video, grid: torch.Tensor, merge_unit:
     if layout == "glm_frames":
         starts = video.timestamps()[::temporal]
         return "".join(
-            f"{GLM_FRAME_START}{GLM_IMAGE_TOKEN * per_group}{GLM_FRAME_END}{stamp:.1f} seconds"
-            for stamp in starts
+            f"{GLM_FRAME_START}{GLM_IMAGE_TOKEN * per_group}{GLM_FRAME_END}{stamp:.1f} seconds" for stamp in starts
         )
     return "".join(
         f"<{stamp:.1f} seconds>{VISION_START}{VIDEO_TOKEN * per_group}{VISION_END}"
@@ -143,9 +140,7 @@ def video_placeholder(layout: str, video: Video, grid: torch.Tensor, merge_unit:
 
 def video_marker(layout: str) -> str:
     """Returns the templated text one video part renders to, which ``video_placeholder`` replaces."""
-    return {"grid": VIDEO_TOKEN, "glm_frames": GLM_VIDEO_TOKEN}.get(
-        layout, f"{VISION_START}{VIDEO_TOKEN}{VISION_END}"
-    )
+    return {"grid": VIDEO_TOKEN, "glm_frames": GLM_VIDEO_TOKEN}.get(layout, f"{VISION_START}{VIDEO_TOKEN}{VISION_END}")
 
 
 def video_slots(ids: torch.Tensor, layout: str, tokenizer: object) -> torch.Tensor:

@@ -84,9 +84,7 @@ def group_segments(cu_seqlens: torch.Tensor, total: int, max_length: int | None)
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         if end > start:
             starts.setdefault(end - start, []).append(start)
-    order = torch.cat(
-        [(torch.tensor(s)[:, None] + torch.arange(length)).flatten() for length, s in starts.items()]
-    )
+    order = torch.cat([(torch.tensor(s)[:, None] + torch.arange(length)).flatten() for length, s in starts.items()])
     lengths, counts = tuple(starts), tuple(len(s) for s in starts.values())
     if torch.equal(order, torch.arange(total)):
         return SegmentGroups(lengths, counts, None, None)
@@ -166,9 +164,7 @@ def grouped_segment_attention(
     explicit chunked softmax instead, which also fills the record.
     """
     if attention_mask is not None or cu_seq_lens_q is None or query.shape[0] != 1 or is_causal:
-        raise ValueError(
-            f"{NAME} serves packed bidirectional vision attention only (batch 1, cu_seqlens, no mask)"
-        )
+        raise ValueError(f"{NAME} serves packed bidirectional vision attention only (batch 1, cu_seqlens, no mask)")
     _, heads, total, dim = query.shape
     record = _RECORDS.get(module)
     if record is not None and dropout > 0:
@@ -181,9 +177,7 @@ def grouped_segment_attention(
     outputs, received, offset = [], [], 0
     for length, count in zip(groups.lengths, groups.counts, strict=True):
         span = slice(offset, offset + count * length)
-        q, k, v = (
-            t[span].reshape(count, length, heads, dim).transpose(1, 2) for t in tokens
-        )  # (count, heads, L, dim)
+        q, k, v = (t[span].reshape(count, length, heads, dim).transpose(1, 2) for t in tokens)  # (count, heads, L, dim)
         if record is None:
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
         else:
@@ -221,9 +215,7 @@ def record_signals(attn: nn.Module, chunk: int) -> Iterator[SignalRecord]:
     the context comes from :func:`attention_with_received` rather than sdpa (the same math).
     """
     if not uses_grouped_attention(attn):
-        raise ValueError(
-            f"record_signals needs a vision tower routed through {NAME} (use_grouped_vision_attention)"
-        )
+        raise ValueError(f"record_signals needs a vision tower routed through {NAME} (use_grouped_vision_attention)")
     record = SignalRecord(chunk)
     _RECORDS[attn] = record
     try:

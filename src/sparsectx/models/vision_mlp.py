@@ -52,9 +52,7 @@ def projections(mlp: nn.Module) -> tuple[list[nn.Linear], nn.Linear] | None:
     """Returns ([gate, up] or [fc1], down or fc2) of a Qwen vision MLP, or None for any other module."""
     if all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")):
         return [mlp.gate_proj, mlp.up_proj], mlp.down_proj
-    if all(hasattr(mlp, name) for name in ("linear_fc1", "linear_fc2", "act_fn")) and not hasattr(
-        mlp, "norm"
-    ):
+    if all(hasattr(mlp, name) for name in ("linear_fc1", "linear_fc2", "act_fn")) and not hasattr(mlp, "norm"):
         return [mlp.linear_fc1], mlp.linear_fc2
     return None
 
@@ -80,9 +78,7 @@ def padded_weights(mlp: nn.Module, multiple: int) -> PaddedMLP:
     first_bias = None
     if firsts[0].bias is not None:
         first_bias = torch.cat([F.pad(layer.bias, (0, padded - width)) for layer in firsts])
-    built = PaddedMLP(
-        key, first, first_bias, F.pad(second.weight, (0, padded - width)), second.bias, len(firsts) == 2
-    )
+    built = PaddedMLP(key, first, first_bias, F.pad(second.weight, (0, padded - width)), second.bias, len(firsts) == 2)
     _PADDED[mlp] = built
     return built
 

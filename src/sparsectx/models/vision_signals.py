@@ -56,9 +56,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rotated_queries_keys(
-    attn: nn.Module, captured: CapturedAttentionInput
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rotated_queries_keys(attn: nn.Module, captured: CapturedAttentionInput) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns fp32 (heads, T, d_head) queries and keys of ``attn`` after the vision 2D rotary embedding."""
     x = captured.hidden_states
     seq = x.shape[0]
@@ -198,9 +196,7 @@ def merger_sensitivity(
         for j0 in range(0, probe.probes, per_call):
             shift = probe.step * u[j0 : j0 + per_call, None, :]  # (c, 1, width)
             outs = [
-                torch.func.functional_call(
-                    merger, weights, ((x + sign * shift).reshape(-1, patches.shape[1]),)
-                )
+                torch.func.functional_call(merger, weights, ((x + sign * shift).reshape(-1, patches.shape[1]),))
                 for sign in (1.0, -1.0)
             ]
             delta = (outs[0] - outs[1]).reshape(shift.shape[0], x.shape[0], -1)

@@ -91,9 +91,7 @@ class PretrainConfig:
             raise ValueError(f"seed={self.seed!r} must be an int")
         head_dim = self.text.hidden_size // self.text.num_attention_heads
         if sum(self.text.mrope_section) * 2 != head_dim:
-            raise ValueError(
-                f"text.mrope_section={self.text.mrope_section} must sum to head_dim/2={head_dim // 2}"
-            )
+            raise ValueError(f"text.mrope_section={self.text.mrope_section} must sum to head_dim/2={head_dim // 2}")
         if self.train.steps < 1 or self.train.batch_size < 1:
             raise ValueError("train.steps and train.batch_size must be >= 1")
         per_batch = self.train.videos_per_batch

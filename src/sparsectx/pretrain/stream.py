@@ -167,9 +167,7 @@ class PretrainStream(Dataset):
         video = self.video
         item, trace = self.clip_prompt(n)
         frames = item.videos[0].frames
-        prompt = self.tokenizer.apply_chat_template(
-            chat_messages(item), tokenize=False, add_generation_prompt=True
-        )
+        prompt = self.tokenizer.apply_chat_template(chat_messages(item), tokenize=False, add_generation_prompt=True)
         prompt = prompt.replace(VIDEO_TOKEN, VIDEO_TOKEN * item.videos[0].max_tokens)
         encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         prompt_ids = encode(prompt)

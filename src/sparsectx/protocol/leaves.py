@@ -9,9 +9,20 @@ from omegaconf import DictConfig, OmegaConf
 from sparsectx.dotted import flatten
 
 GRID_AXES = (
-    "grid", "experiment", "seed", "budget", "pruner", "method.name", "model.name", "checkpoint", "mode",
-    "results_root", "runs_root", "bench", "data",
-)  # fmt: skip
+    "grid",
+    "experiment",
+    "seed",
+    "budget",
+    "pruner",
+    "method.name",
+    "model.name",
+    "checkpoint",
+    "mode",
+    "results_root",
+    "runs_root",
+    "bench",
+    "data",
+)
 """Keys a job's place in the grid sets (the tables' rows and columns), or that name where files go; ``data`` is
 the synthetic generator, unused when the preset reads benchmark and training files."""
 

@@ -65,9 +65,7 @@ def select_tokens(
     k = tokens_to_keep(budget, image.num_tokens)
     operator = PRUNERS.get(name)
     if name in IN_LLM_PRUNERS:
-        raise ValueError(
-            f"pruner {name!r} prunes inside the LLM; select with sparsectx.pruning.layer.select_in_llm"
-        )
+        raise ValueError(f"pruner {name!r} prunes inside the LLM; select with sparsectx.pruning.layer.select_in_llm")
     check_params(name, operator, params)
     selection = operator(image, question_embeds, k, generator, **dict(params))
     _check_selection(name, selection, image, k)

@@ -39,17 +39,13 @@ class PrunerConfig:
                 f"pruner.stage={self.stage!r}: pruner {self.name!r} runs at stage {expected!r} "
                 f"(one of {STAGES}); set pruner.stage={expected}"
             )
-        if expected == "llm" and (
-            isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1
-        ):
+        if expected == "llm" and (isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1):
             raise ValueError(
                 f"pruner.layer={self.layer!r}: an in-LLM pruner needs the decoder layer K it prunes "
                 "before, an integer >= 1 (layers 0..K-1 see every token), e.g. pruner.layer=2"
             )
         if expected == "pre_llm" and self.layer is not None:
-            raise ValueError(
-                f"pruner.layer={self.layer!r}: pre-LLM pruner {self.name!r} takes no layer; remove it"
-            )
+            raise ValueError(f"pruner.layer={self.layer!r}: pre-LLM pruner {self.name!r} takes no layer; remove it")
         check_params(self.name, operator, self.params)
 
     def check_layer(self, num_layers: int) -> None:

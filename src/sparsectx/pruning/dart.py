@@ -47,9 +47,7 @@ def select_dart(signals: ImageSignals, k: int, *, pivot_image: int, pivot_text: 
     image_pivots = _top_norm(signals.keys, min(pivot_image, k))
     text_pivots = _top_norm(signals.text_keys, pivot_text)
     hidden = F.normalize(signals.hidden.float(), dim=-1)
-    pivot_vectors = torch.cat(
-        [hidden[image_pivots], F.normalize(signals.text_hidden.float(), dim=-1)[text_pivots]]
-    )
+    pivot_vectors = torch.cat([hidden[image_pivots], F.normalize(signals.text_hidden.float(), dim=-1)[text_pivots]])
     kept = torch.zeros(signals.num_tokens, dtype=torch.bool, device=hidden.device)
     kept[image_pivots] = True
     needed = k - image_pivots.numel()

@@ -99,9 +99,7 @@ def hiprune_indices(
     return torch.sort(torch.cat([anchors, buffers, registers])).values
 
 
-def grid_neighbours(
-    anchors: torch.Tensor, grid: tuple[int, int, int], excluded: torch.Tensor
-) -> torch.Tensor:
+def grid_neighbours(anchors: torch.Tensor, grid: tuple[int, int, int], excluded: torch.Tensor) -> torch.Tensor:
     """Returns the distinct (B,) int64 up/left/right/down neighbours of ``anchors`` not in ``excluded``, ascending.
 
     A neighbour stays in its anchor's frame and row range: column c - 1 exists only for c > 0, c + 1 only

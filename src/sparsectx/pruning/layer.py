@@ -74,9 +74,7 @@ def _operator(name: str, params: Mapping[str, object]):  # noqa: ANN202
     """Returns in-LLM operator ``name`` after checking it is one and that ``params`` match its arguments."""
     operator = PRUNERS.get(name)
     if name not in IN_LLM_PRUNERS:
-        raise ValueError(
-            f"pruner {name!r} is a pre-LLM operator; select with sparsectx.pruning.select_tokens"
-        )
+        raise ValueError(f"pruner {name!r} is a pre-LLM operator; select with sparsectx.pruning.select_tokens")
     check_params(name, operator, params)
     return operator
 
@@ -194,14 +192,8 @@ def _keep_mask(
     """Returns the (B, L) keep mask of ``select_rows``'s choice: every real slot but the dropped visual."""
     keep = valid.clone()
     width = keep.shape[1]
-    for row, (sample, selections) in enumerate(
-        zip(samples, select_rows(adapter, samples, signals, rule), strict=True)
-    ):
-        slots = (
-            torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten()
-            + width
-            - sample.prompt_ids.numel()
-        )
+    for row, (sample, selections) in enumerate(zip(samples, select_rows(adapter, samples, signals, rule), strict=True)):
+        slots = torch.nonzero(sample.prompt_ids == adapter.image_token_id).flatten() + width - sample.prompt_ids.numel()
         offset = 0
         for image, selection in zip(sample.images, selections, strict=True):
             own = slots[offset : offset + image.num_tokens]

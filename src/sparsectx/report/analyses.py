@@ -131,10 +131,14 @@ def retain_plots(
             source += ", whose footnotes say why a cell has no score)"
             found = (spreads or {}).get(block.name, {}).get(model)
             path = plot_retain_vs_budget(
-                records, out_dir / f"{name}.png", benchmarks=block.benchmarks, reference_method=reference,
-                title=f"Retain ratio vs. budget: {block.name}, model {model}", notes=[f"Data: {source}."],
+                records,
+                out_dir / f"{name}.png",
+                benchmarks=block.benchmarks,
+                reference_method=reference,
+                title=f"Retain ratio vs. budget: {block.name}, model {model}",
+                notes=[f"Data: {source}."],
                 intervals=found.avg_intervals if found is not None else None,
-            )  # fmt: skip
+            )
             figures.append(Figure(name, path, "", vector_path(path)))
     return figures
 
@@ -191,10 +195,14 @@ def passk_plot(
         as_fraction = lambda by_k: {k: (lo / 100, hi / 100) for k, (lo, hi) in by_k.items()}  # noqa: E731
         bars = {names[c]: as_fraction(by_k) for c, by_k in spread.curves.items()}
     return plot_pass_at_k(
-        passk_curves(cell, pruned, labels), path, full_context=full_curve, notes=notes, intervals=bars,
+        passk_curves(cell, pruned, labels),
+        path,
+        full_context=full_curve,
+        notes=notes,
+        intervals=bars,
         references={"greedy accuracy, same context": pruned["sparse"]["greedy_accuracy"] / 100.0},
         title=f"Pass@k at a fixed context: {cell.bench}, model {cell.model}",
-    )  # fmt: skip
+    )
 
 
 def passk_outputs(
@@ -211,8 +219,22 @@ def passk_outputs(
     the note of a cell without its file."""
     (block,) = [b for b in grid.blocks if b.kind == "passk"]
     fmt = _formatter(decimals)
-    columns = ("model", "benchmark", "method", "pruner", "budget", "cohort", "greedy (%)", "pass@1 (%)",
-               "pass@n (%)", "n", "gap (pp)", "no-image pass@n (%)", "gap over control (pp)", "note")  # fmt: skip
+    columns = (
+        "model",
+        "benchmark",
+        "method",
+        "pruner",
+        "budget",
+        "cohort",
+        "greedy (%)",
+        "pass@1 (%)",
+        "pass@n (%)",
+        "n",
+        "gap (pp)",
+        "no-image pass@n (%)",
+        "gap over control (pp)",
+        "note",
+    )
     rows, intervals, figures, undrawn = [], [], [], []
     for model in block.models:
         measured: list[tuple[Cell, dict[str, Any] | None]] = []
@@ -343,16 +365,32 @@ def _passk_values(payload: dict[str, Any], fmt: Callable[[float | None], str]) -
     sparse, n = payload["sparse"], payload["n"]
     control = payload["no_image"]
     return (
-        str(payload["cohort"]["size"]), fmt(sparse["greedy_accuracy"]), fmt(sparse["pass_at_k"]["1"]),
-        fmt(sparse["pass_at_k"][str(n)]), str(n), fmt(payload["gap"]),
-        fmt(None if control is None else control["pass_at_k"][str(n)]), fmt(payload["gap_over_control"]),
-    )  # fmt: skip
+        str(payload["cohort"]["size"]),
+        fmt(sparse["greedy_accuracy"]),
+        fmt(sparse["pass_at_k"]["1"]),
+        fmt(sparse["pass_at_k"][str(n)]),
+        str(n),
+        fmt(payload["gap"]),
+        fmt(None if control is None else control["pass_at_k"][str(n)]),
+        fmt(payload["gap_over_control"]),
+    )
 
 
 EFFICIENCY_COLUMNS = (
-    "model", "method", "pruner", "budget", "kept visual tokens", "prefill FLOPs (%)", "total FLOPs (%)",
-    "KV cache (%)", "prefill latency (%)", "decode latency (%)", "total latency (%)", "total latency (ms)", "note",
-)  # fmt: skip
+    "model",
+    "method",
+    "pruner",
+    "budget",
+    "kept visual tokens",
+    "prefill FLOPs (%)",
+    "total FLOPs (%)",
+    "KV cache (%)",
+    "prefill latency (%)",
+    "decode latency (%)",
+    "total latency (%)",
+    "total latency (ms)",
+    "note",
+)
 
 
 def _efficiency_values(row: dict[str, Any], fmt: Callable[[float | None], str]) -> tuple[str, ...]:
@@ -398,4 +436,4 @@ def figure_notes(figures: Sequence[Figure]) -> list[str]:
         if f.path is not None
         else f"- {f.name}: not drawn ({f.note})"
         for f in figures
-    ]  # fmt: skip
+    ]

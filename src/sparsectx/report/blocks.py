@@ -90,9 +90,15 @@ DELTA_MISSING = (
 
 
 def delta_table(
-    grid: Grid, block: GridBlock, model: str, spreads: BlockSpreads, labels: Mapping[str, str], remark: str,
-    avg_label: str, decimals: int,
-) -> Table:  # fmt: skip
+    grid: Grid,
+    block: GridBlock,
+    model: str,
+    spreads: BlockSpreads,
+    labels: Mapping[str, str],
+    remark: str,
+    avg_label: str,
+    decimals: int,
+) -> Table:
     """Returns the differences of ``block``'s trained rows to the untrained row at the same pruner and budget,
     each with its paired interval and an arrow where that interval excludes 0."""
     trained = [c for c in ordered_cells(grid, block, model) if c.method != BASE]
@@ -112,8 +118,9 @@ def delta_table(
                 cells.append(Cell(found[0], f"{found[0]:+.{decimals}f}", "", None, found[1]))
         shown.setdefault(budget, []).append(Row(label, pruner, tuple(cells)))
     blocks = tuple(Block(b, tuple(shown[b])) for b in sorted(shown, reverse=True))
-    return Table(columns, blocks, ((DELTA_MISSING, tuple(notes)),) if notes else (), remarks=(remark,),
-                 decimals=decimals)  # fmt: skip
+    return Table(
+        columns, blocks, ((DELTA_MISSING, tuple(notes)),) if notes else (), remarks=(remark,), decimals=decimals
+    )
 
 
 def has_trained(block: GridBlock) -> bool:
@@ -123,9 +130,7 @@ def has_trained(block: GridBlock) -> bool:
 
 def _caveat(entries: Mapping[GridCell, Entry], cells: Sequence[GridCell]) -> str:
     """Returns the caveats (``ResultRecord.caveat``) of the scores of ``cells`` joined, "" when none has one."""
-    found = [
-        entry["caveat"] for c in cells if isinstance(entry := entries.get(c), dict) and entry.get("caveat")
-    ]
+    found = [entry["caveat"] for c in cells if isinstance(entry := entries.get(c), dict) and entry.get("caveat")]
     return "; ".join(dict.fromkeys(found))
 
 
@@ -135,9 +140,7 @@ def _recovery_cell(
     """Returns (recovery %, caveat or "", the three scores) of one trained cell, or (None, reason, None)."""
     trio = {
         "trained": cell,
-        "untrained at this pruner and budget": GridCell(
-            cell.model, BASE, cell.pruner, cell.budget, cell.bench
-        ),
+        "untrained at this pruner and budget": GridCell(cell.model, BASE, cell.pruner, cell.budget, cell.bench),
         "full context": GridCell(cell.model, BASE, grid.reference_pruner, 1.0, cell.bench),
     }
     scores = []

@@ -37,9 +37,7 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(
-            f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job"
-        ) from err
+        raise ValueError(f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job") from err
     if not isinstance(payload, dict):
         raise ValueError(f"{path} holds a {type(payload).__name__}, not a JSON object")
     return payload
@@ -70,9 +68,7 @@ def vlmeval_score(path: Path, payload: dict[str, Any]) -> float:
     """
     block = payload.get("vlmeval") or {}
     if block.get("score") is None:
-        reason = (
-            "VLMEvalKit gives this benchmark no headline" if block else "it was never scored by VLMEvalKit"
-        )
+        reason = "VLMEvalKit gives this benchmark no headline" if block else "it was never scored by VLMEvalKit"
         raise ValueError(
             f"{path} has no VLMEvalKit score ({reason}); with score_source=vlmeval every table cell needs one: "
             f"run `python src/vlmeval_score.py result={path}` (docs/harnesses.md) or use score_source=sparsectx"
@@ -133,9 +129,7 @@ def ordered_cells(grid: Grid, block: Block, model: str) -> list[Cell]:
     for row in block.rows:
         for method in row.methods:
             for pruner in row.pruners:
-                cells += [
-                    Cell(model, method, pruner, b, bench) for b in row.budgets for bench in block.benchmarks
-                ]
+                cells += [Cell(model, method, pruner, b, bench) for b in row.budgets for bench in block.benchmarks]
     return list(dict.fromkeys(cells))
 
 
@@ -173,9 +167,7 @@ def block_records(
         else:
             # a benchmark with no record: nothing to mix
             scorer, extractor = versions.get(cell.bench, (0, None))
-            records.append(
-                ResultRecord(label, cell.pruner, cell.budget, cell.bench, None, scorer, extractor, entry)
-            )
+            records.append(ResultRecord(label, cell.pruner, cell.budget, cell.bench, None, scorer, extractor, entry))
     return records
 
 

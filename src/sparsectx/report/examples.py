@@ -32,8 +32,19 @@ THUMBNAIL_PX = 256
 """Longest side of an item's image on the page."""
 RESPONSE_CHARS = 240
 """Characters of each response shown (the whole response is in the leaf's predictions file)."""
-CSV_COLUMNS = ("model", "benchmark", "item", "question", "reference", "method", "pruner", "budget", "answer",
-               "correct", "response")  # fmt: skip
+CSV_COLUMNS = (
+    "model",
+    "benchmark",
+    "item",
+    "question",
+    "reference",
+    "method",
+    "pruner",
+    "budget",
+    "answer",
+    "correct",
+    "response",
+)
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,15 @@ def side_page(stem: str, title: str, table: SideTable) -> Page:
 
 
 def report_outputs(
-    grid: Grid, spec: ReportSpec, entries: Mapping[Cell, Entry], results_root: str | Path, runs_root: str | Path,
-    labels: Mapping[str, str], out_dir: Path, decimals: int,
-) -> tuple[list[Page], list[Figure]]:  # fmt: skip
+    grid: Grid,
+    spec: ReportSpec,
+    entries: Mapping[Cell, Entry],
+    results_root: str | Path,
+    runs_root: str | Path,
+    labels: Mapping[str, str],
+    out_dir: Path,
+    decimals: int,
+) -> tuple[list[Page], list[Figure]]:
     """Returns the pages and figures of one ``grid.report`` entry (the figures, and an examples page's images,
     already written to ``out_dir``)."""
     head = f"{grid.experiment}: {spec.name}"

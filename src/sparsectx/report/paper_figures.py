@@ -24,8 +24,17 @@ from sparsectx.report.tables import MISSING, NO_RECORD, Table
 from sparsectx.workflow import BASE, Cell, Grid
 from sparsectx.workflow.report_specs import ReportSpec
 
-FLOPS_COLUMNS = ("model", "method", "pruner", "budget", "total FLOPs (x unpruned)", "prefill FLOPs (x unpruned)",
-                 "avg retain ratio (%)", "retain ratio from", "note")  # fmt: skip
+FLOPS_COLUMNS = (
+    "model",
+    "method",
+    "pruner",
+    "budget",
+    "total FLOPs (x unpruned)",
+    "prefill FLOPs (x unpruned)",
+    "avg retain ratio (%)",
+    "retain ratio from",
+    "note",
+)
 
 
 def retain_ratios(
@@ -48,9 +57,14 @@ def retain_ratios(
 
 
 def flops_retain_outputs(
-    grid: Grid, spec: ReportSpec, entries: Mapping[Cell, Entry], results_root: str | Path,
-    labels: Mapping[str, str], out_dir: Path, decimals: int,
-) -> tuple[SideTable, list[Figure]]:  # fmt: skip
+    grid: Grid,
+    spec: ReportSpec,
+    entries: Mapping[Cell, Entry],
+    results_root: str | Path,
+    labels: Mapping[str, str],
+    out_dir: Path,
+    decimals: int,
+) -> tuple[SideTable, list[Figure]]:
     """Returns the table of every pruned efficiency point (FLOPs ratio, retain ratio) and one scatter plot per
     model of the points that have both."""
     ratios = retain_ratios(grid, spec, entries, labels)
@@ -72,8 +86,16 @@ def flops_retain_outputs(
                 why.append(f"FLOPs: {NO_RECORD} (efficiency.json)")
             if retain is None:
                 why.append(f"retain ratio: no score in the blocks {list(spec.blocks)}")
-            rows.append((*head, flops or MISSING, prefill or MISSING, shown or MISSING,
-                         "" if retain is None else retain[1], "; ".join(why)))  # fmt: skip
+            rows.append(
+                (
+                    *head,
+                    flops or MISSING,
+                    prefill or MISSING,
+                    shown or MISSING,
+                    "" if retain is None else retain[1],
+                    "; ".join(why),
+                )
+            )
             if row is not None and retain is not None:
                 series = points.setdefault(run.model, {}).setdefault(f"{label} / {run.pruner}", [])
                 series.append((row["ratios"]["total_flops"], retain[0], budget))
@@ -140,9 +162,13 @@ def recovery_bars(table: Table) -> dict[str, list[float | None]]:
 
 
 def recovery_figures(
-    grid: Grid, spec: ReportSpec, entries: Mapping[Cell, Entry], labels: Mapping[str, str], out_dir: Path,
+    grid: Grid,
+    spec: ReportSpec,
+    entries: Mapping[Cell, Entry],
+    labels: Mapping[str, str],
+    out_dir: Path,
     decimals: int,
-) -> list[Figure]:  # fmt: skip
+) -> list[Figure]:
     """Returns one grouped bar chart per model of ``spec``'s block: its recovery table's values."""
     (block,) = [b for b in grid.blocks if b.name == spec.blocks[0]]
     figures = []
@@ -150,8 +176,12 @@ def recovery_figures(
         table = recovery_table(grid, block, model, entries, labels, decimals)
         name = f"{spec.name}_{model}"
         bars = recovery_bars(table)
-        missing = [f"{label}: {column}" for label, values in bars.items()
-                   for column, v in zip(table.columns, values, strict=True) if v is None]  # fmt: skip
+        missing = [
+            f"{label}: {column}"
+            for label, values in bars.items()
+            for column, v in zip(table.columns, values, strict=True)
+            if v is None
+        ]
         if all(v is None for values in bars.values() for v in values):
             figures.append(Figure(name, None, "no trained row has a recovery yet"))
             continue

@@ -432,9 +432,16 @@ def plot_sweep(
     """Writes the sweep plot (``sweep_figure``) to ``path`` (PNG), its SVG twin (``vector_path``) and its caption
     with ``notes``; returns ``path``."""
     fig = sweep_figure(
-        points, values, title=title, x_label=x_label, percent=percent, series=series, reference=reference,
-        baseline=baseline, intervals=intervals,
-    )  # fmt: skip
+        points,
+        values,
+        title=title,
+        x_label=x_label,
+        percent=percent,
+        series=series,
+        reference=reference,
+        baseline=baseline,
+        intervals=intervals,
+    )
     description = SWEEP_CAPTION.format(benchmarks=", ".join(benchmarks), reference=reference)
     description += SWEEP_INTERVAL_CAPTION if intervals else ""
     return _save_with_vector(fig, path, caption_markdown(title, description, notes))

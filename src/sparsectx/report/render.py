@@ -52,9 +52,7 @@ def to_markdown(table: Table) -> str:
         for row in block.rows:
             lines.append(
                 "| "
-                + " | ".join(
-                    [esc(row.method), esc(row.pruner), *(_cell_md(c, table.decimals) for c in row.cells)]
-                )
+                + " | ".join([esc(row.method), esc(row.pruner), *(_cell_md(c, table.decimals) for c in row.cells)])
                 + " |"
             )
     numbered = list(enumerate(table.notes, start=1))
@@ -84,9 +82,7 @@ def tex_escape(text: str) -> str:
 def _cell_tex(cell: Cell, decimals: int) -> str:
     if cell.value is None:
         return f"---\\textsuperscript{{{cell.note}}}"
-    text = {"best": f"\\textbf{{{cell.text}}}", "second": f"\\underline{{{cell.text}}}"}.get(
-        cell.mark, cell.text
-    )
+    text = {"best": f"\\textbf{{{cell.text}}}", "second": f"\\underline{{{cell.text}}}"}.get(cell.mark, cell.text)
     text = text if cell.note is None else f"{text}\\textsuperscript{{{cell.note}}}"
     spread = spread_text(cell.spread, decimals, TEX_ARROWS, "$\\pm$")
     return text + (f" {{\\scriptsize{spread}}}" if spread else "")
@@ -121,9 +117,7 @@ def to_latex(table: Table) -> str:
     if table.notes:
         lines.append("\\par\\smallskip{\\footnotesize")
         for i, (reason, where) in enumerate(table.notes, start=1):
-            lines.append(
-                f"\\textsuperscript{{{i}}} {tex_escape(reason)}: {tex_escape('; '.join(where))}.\\\\"
-            )
+            lines.append(f"\\textsuperscript{{{i}}} {tex_escape(reason)}: {tex_escape('; '.join(where))}.\\\\")
         lines.append("}")
     if table.remarks:
         lines.append("\\par{\\footnotesize " + " ".join(tex_escape(r) for r in table.remarks) + "}")
@@ -148,9 +142,7 @@ def to_csv(table: Table) -> str:
     column, and ``above_untrained`` / ``below_untrained`` (``;``-joined columns whose difference to the
     untrained row has an interval above / below 0); "" where a cell has no such value.
     """
-    spread = any(
-        cell.spread is not None for block in table.blocks for row in block.rows for cell in row.cells
-    )
+    spread = any(cell.spread is not None for block in table.blocks for row in block.rows for cell in row.cells)
     extra = [f"{col} {part}" for part in ("lo", "hi", "std") for col in table.columns] if spread else []
     extra += ["above_untrained", "below_untrained"] if spread else []
     out = io.StringIO()
@@ -161,25 +153,35 @@ def to_csv(table: Table) -> str:
         for row in block.rows:
             pairs = list(zip(table.columns, row.cells, strict=True))
             spreads = [cell.spread for cell in row.cells]
-            bounds = [
-                "" if s is None or value is None else f"{value:.{digits}f}"
-                for part in ("lo", "hi", "std")
-                for s in spreads
-                for value in [None if s is None else getattr(s, part)]
-            ] if spread else []  # fmt: skip
-            shifts = [
-                ";".join(col for col, s in zip(table.columns, spreads, strict=True) if s and s.shift == way)
-                for way in ("up", "down")
-            ] if spread else []  # fmt: skip
-            writer.writerow([
-                f"{block.budget:g}",
-                row.method,
-                row.pruner,
-                *(cell.text for cell in row.cells),
-                ";".join(col for col, cell in pairs if cell.mark == "best"),
-                ";".join(col for col, cell in pairs if cell.mark == "second"),
-                "; ".join(f"{col}: {table.notes[cell.note - 1][0]}" for col, cell in pairs if cell.note),
-                *bounds,
-                *shifts,
-            ])  # fmt: skip
+            bounds = (
+                [
+                    "" if s is None or value is None else f"{value:.{digits}f}"
+                    for part in ("lo", "hi", "std")
+                    for s in spreads
+                    for value in [None if s is None else getattr(s, part)]
+                ]
+                if spread
+                else []
+            )
+            shifts = (
+                [
+                    ";".join(col for col, s in zip(table.columns, spreads, strict=True) if s and s.shift == way)
+                    for way in ("up", "down")
+                ]
+                if spread
+                else []
+            )
+            writer.writerow(
+                [
+                    f"{block.budget:g}",
+                    row.method,
+                    row.pruner,
+                    *(cell.text for cell in row.cells),
+                    ";".join(col for col, cell in pairs if cell.mark == "best"),
+                    ";".join(col for col, cell in pairs if cell.mark == "second"),
+                    "; ".join(f"{col}: {table.notes[cell.note - 1][0]}" for col, cell in pairs if cell.note),
+                    *bounds,
+                    *shifts,
+                ]
+            )
     return out.getvalue()

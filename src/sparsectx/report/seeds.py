@@ -28,9 +28,7 @@ def check_seed_list(seeds: Sequence[int] | None) -> None:
     if seeds is None:
         return
     if not seeds:
-        raise ValueError(
-            "train_seeds=[] names no seed: list the training seeds to pool, or null for grid.seed"
-        )
+        raise ValueError("train_seeds=[] names no seed: list the training seeds to pool, or null for grid.seed")
     repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if repeated:
         raise ValueError(

@@ -285,8 +285,9 @@ def write_tables(tc: TablesConfig, grid: wf.Grid, out: Path) -> tuple[list[Writt
     figures += recovery_plots(grid, entries, labels, out, tc.decimals)  # recovery_vs_budget_<block>_<model>.png|svg
     boot = tc.bootstrap if tc.score_source == "sparsectx" else None
     for sweep in grid.sweeps.values():  # SCOPD Fig. 3: <name>.sweep.md|tex|csv and sweep_<name>_<model>.png|svg
-        tables, drawn = sweep_outputs(grid, sweep, entries, labels, out, tc.results_root, boot, tc.avg_label,
-                                      tc.decimals)  # fmt: skip
+        tables, drawn = sweep_outputs(
+            grid, sweep, entries, labels, out, tc.results_root, boot, tc.avg_label, tc.decimals
+        )
         title = f"{grid.experiment}: {sweep.name} (sweep of {sweep.label}{source}; {tc.avg_label}: normalised mean, %)"
         written.append(_write_rendered(out, f"{sweep.name}.sweep", title, render(title, tables)))
         figures += drawn
@@ -379,9 +380,15 @@ def check_found(
 
 def index_markdown(experiment: str, written: list[Written], figures: list[Figure]) -> str:
     """Returns ``README.md``: every table with its files and missing-cell counts, then every figure."""
-    lines = [f"# Tables of experiment `{experiment}`", "", "Written by `python src/make_tables.py "
-             f"experiment={experiment}`; each missing cell is footnoted in its table with its reason.", "",
-             "## Tables", ""]  # fmt: skip
+    lines = [
+        f"# Tables of experiment `{experiment}`",
+        "",
+        "Written by `python src/make_tables.py "
+        f"experiment={experiment}`; each missing cell is footnoted in its table with its reason.",
+        "",
+        "## Tables",
+        "",
+    ]
     for item in written:
         links = " · ".join(f"[{p.suffix[1:]}]({p.name})" for p in item.files)
         lines.append(f"- **{item.stem}**: {item.title} ({links})")

@@ -198,15 +198,26 @@ def _sweep_plot(
     if not drawn:
         return Figure(name, None, "no point of the sweep has a value yet")
     bars = {v: (p.spread.lo, p.spread.hi) for v, p in zip(values, points, strict=True) if p.spread is not None}
-    notes = [f"not drawn: {sweep.shown(v)} ({p.method}): {p.why}" for v, p in zip(values, points, strict=True)
-             if p.value is None]  # fmt: skip
+    notes = [
+        f"not drawn: {sweep.shown(v)} ({p.method}): {p.why}"
+        for v, p in zip(values, points, strict=True)
+        if p.value is None
+    ]
     if untrained.value is None:
         notes.append(f"untrained line not drawn: {untrained.why}")
     notes.append(f"Data: experiment `{grid.experiment}`, model `{model}`, table `{sweep.name}.sweep.md`.")
     path = plot_sweep(
-        drawn, values, out_dir / f"{name}.png", title=f"Sensitivity to {sweep.label}: model {model}",
-        x_label=sweep.label, percent=sweep.percent, series=f"trained, {sweep.pruner} / {sweep.budget * 100:g}%",
-        reference=reference, benchmarks=sweep.benchmarks, intervals=bars or None, notes=notes,
+        drawn,
+        values,
+        out_dir / f"{name}.png",
+        title=f"Sensitivity to {sweep.label}: model {model}",
+        x_label=sweep.label,
+        percent=sweep.percent,
+        series=f"trained, {sweep.pruner} / {sweep.budget * 100:g}%",
+        reference=reference,
+        benchmarks=sweep.benchmarks,
+        intervals=bars or None,
+        notes=notes,
         baseline=None if untrained.value is None else (f"untrained, {where}", untrained.value),
-    )  # fmt: skip
+    )
     return Figure(name, path, "", vector_path(path))

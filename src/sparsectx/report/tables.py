@@ -106,9 +106,7 @@ class Table:
 def to_records(rows: Iterable[ResultRecord | Mapping[str, object]]) -> list[ResultRecord]:
     """Returns ``rows`` as ``ResultRecord``s; dicts must have exactly the record's field names."""
     names = {f.name for f in fields(ResultRecord)}
-    required = {
-        f.name for f in fields(ResultRecord) if f.name not in ("reason", "caveat", "extractor_version")
-    }
+    required = {f.name for f in fields(ResultRecord) if f.name not in ("reason", "caveat", "extractor_version")}
     records = []
     for i, row in enumerate(rows):
         if isinstance(row, ResultRecord):
@@ -116,9 +114,7 @@ def to_records(rows: Iterable[ResultRecord | Mapping[str, object]]) -> list[Resu
         else:
             unknown, absent = sorted(set(row) - names), sorted(required - set(row))
             if unknown or absent:
-                raise ValueError(
-                    f"result row {i}: unknown keys {unknown}, missing keys {absent}; fields: {names}"
-                )
+                raise ValueError(f"result row {i}: unknown keys {unknown}, missing keys {absent}; fields: {names}")
             record = ResultRecord(**row)  # type: ignore[arg-type]
         check_budget(record.budget, f"result row {i} budget")
         if type(record.scorer_version) is not int:
@@ -126,9 +122,7 @@ def to_records(rows: Iterable[ResultRecord | Mapping[str, object]]) -> list[Resu
         if record.extractor_version is not None and type(record.extractor_version) is not int:
             raise ValueError(f"result row {i}: extractor_version={record.extractor_version!r} must be an int")
         if record.score is not None and not math.isfinite(record.score):
-            raise ValueError(
-                f"result row {i}: score={record.score!r}; record a missing score as None + reason"
-            )
+            raise ValueError(f"result row {i}: score={record.score!r}; record a missing score as None + reason")
         records.append(record)
     return records
 
@@ -151,10 +145,7 @@ def check_versions(records: Iterable[ResultRecord]) -> dict[str, tuple[int, int 
                     f"benchmark {bench!r} mixes {kind} values {sorted(values, key=str)}; re-score the older "
                     f"results with one version before tabulating"
                 )
-    return {
-        bench: (seen["scorer_version"].pop(), seen["extractor_version"].pop())
-        for bench, seen in versions.items()
-    }
+    return {bench: (seen["scorer_version"].pop(), seen["extractor_version"].pop()) for bench, seen in versions.items()}
 
 
 def budget_label(budget: float) -> str:
@@ -168,9 +159,7 @@ def _index(records: list[ResultRecord], benchmarks: Sequence[str]) -> dict[tuple
     by_key: dict[tuple, ResultRecord] = {}
     for r in records:
         if r.benchmark not in benchmarks:
-            raise ValueError(
-                f"record {r} names benchmark {r.benchmark!r}, which is not in {list(benchmarks)}"
-            )
+            raise ValueError(f"record {r} names benchmark {r.benchmark!r}, which is not in {list(benchmarks)}")
         key = (r.method, r.pruner, r.budget, r.benchmark)
         if key in by_key:
             raise ValueError(f"two results for method/pruner/budget/benchmark {key}; keep one")
@@ -252,14 +241,13 @@ def build_table(
         order = _row_order(recs, reference_method, methods)
         rows = [mp for mp in order if any(k[:3] == (*mp, budget) for k in by_key)]
         grid = [
-            _row_cells(by_key, (m, p, budget), benches, full, avg_blocker, ref_caveat, notes, caveats,
-                       avg_label, decimals)  # fmt: skip
+            _row_cells(
+                by_key, (m, p, budget), benches, full, avg_blocker, ref_caveat, notes, caveats, avg_label, decimals
+            )
             for m, p in rows
         ]
         marked = _mark(_spread(grid, rows, budget, (*benches, avg_label), spreads or {}), decimals)
-        blocks.append(
-            Block(budget, tuple(Row(m, p, tuple(c)) for (m, p), c in zip(rows, marked, strict=True)))
-        )
+        blocks.append(Block(budget, tuple(Row(m, p, tuple(c)) for (m, p), c in zip(rows, marked, strict=True))))
     return Table(
         columns=(*benches, avg_label),
         blocks=tuple(blocks),
@@ -300,9 +288,7 @@ def _reference_scores(
     ref = _reference(recs, reference_method)
     if ref is None:
         return {}, f"no full-context {reference_method} row (budget 1.0) to normalise by"
-    full = {
-        b: r.score for b in benches if (r := by_key.get((*ref, 1.0, b))) is not None and r.score is not None
-    }
+    full = {b: r.score for b in benches if (r := by_key.get((*ref, 1.0, b))) is not None and r.score is not None}
     absent = [b for b in benches if b not in full]
     return full, (f"{reference_method} at 100% has no score for {', '.join(absent)}" if absent else None)
 

@@ -49,8 +49,22 @@ STRIP_TOKENS = 144
 """Tokens shown per rollout (the first ones); the statistics use every token."""
 FLOOR = 1e-8
 """Smallest value drawn on the scatter's log axes (smaller values, and 0, are drawn at it)."""
-COLUMNS = ("model", "method", "pruner", "budget", "student", "step", "rollouts", "tokens", "ρ", "Spearman (KL, S)",
-           "top-ρ Jaccard", "mean KL", "mean S", "note")  # fmt: skip
+COLUMNS = (
+    "model",
+    "method",
+    "pruner",
+    "budget",
+    "student",
+    "step",
+    "rollouts",
+    "tokens",
+    "ρ",
+    "Spearman (KL, S)",
+    "top-ρ Jaccard",
+    "mean KL",
+    "mean S",
+    "note",
+)
 
 
 def phase_traces(run: Path, method: str) -> dict[str, list[dict[str, Any]]]:
@@ -122,8 +136,10 @@ def strip_figure(lines: Sequence[Mapping[str, Any]], title: str) -> MplFigure:
     top = 0.0
     for line, height in zip(lines, heights, strict=True):
         n = min(len(line["tokens"]), STRIP_TOKENS)
-        header = (f"item {line['item']}: {len(line['tokens'])} tokens ({n} shown), {sum(line['selected'])} "
-                  f"distilled. Q: {line['question'][:90]}")  # fmt: skip
+        header = (
+            f"item {line['item']}: {len(line['tokens'])} tokens ({n} shown), {sum(line['selected'])} "
+            f"distilled. Q: {line['question'][:90]}"
+        )
         ax.text(-1.5, top + 0.6, header, fontsize=7, va="center", parse_math=False)
         for t in range(n):
             col, row = t % STRIP_WIDTH, t // STRIP_WIDTH
@@ -133,15 +149,24 @@ def strip_figure(lines: Sequence[Mapping[str, Any]], title: str) -> MplFigure:
                 framed = key == "sensitivity" and line["selected"][t]
                 edge = {"edgecolor": "black", "linewidth": 1.2} if framed else {"edgecolor": "white", "linewidth": 0.4}
                 ax.add_patch(Rectangle((col, y), 1.0, 1.0, facecolor=cmaps[key](level), **edge))
-                ax.text(col + 0.5, y + 0.5, shown_piece(line["tokens"][t]), fontsize=5, ha="center", va="center",
-                        color="white" if level > 0.6 else "black", parse_math=False)  # fmt: skip
+                ax.text(
+                    col + 0.5,
+                    y + 0.5,
+                    shown_piece(line["tokens"][t]),
+                    fontsize=5,
+                    ha="center",
+                    va="center",
+                    color="white" if level > 0.6 else "black",
+                    parse_math=False,
+                )
         for row in range(math.ceil(n / STRIP_WIDTH)):
             ax.text(-0.2, top + 3 * row + 1.5, "KL", fontsize=6, ha="right", va="center")
             ax.text(-0.2, top + 3 * row + 2.5, "S", fontsize=6, ha="right", va="center")
         top += height
     for key, label in (("kl", "KL(teacher ‖ student)"), ("sensitivity", "visual sensitivity S")):
-        bar = fig.colorbar(ScalarMappable(norms[key], cmaps[key]), ax=ax, orientation="horizontal", shrink=0.45,
-                           aspect=40, pad=0.01)  # fmt: skip
+        bar = fig.colorbar(
+            ScalarMappable(norms[key], cmaps[key]), ax=ax, orientation="horizontal", shrink=0.45, aspect=40, pad=0.01
+        )
         bar.set_label(label, fontsize=7)
     return fig
 
@@ -153,11 +178,16 @@ def scatter_figure(phases: Mapping[str, tuple[Sequence[Mapping[str, Any]], Phase
     fig.suptitle(title)
     for index, (phase, (lines, stats)) in enumerate(phases.items()):
         ax = fig.add_subplot(1, len(phases), index + 1)
-        for chosen, style in ((False, {"s": 6, "alpha": 0.35, "color": "tab:grey", "label": "not distilled"}),
-                              (True, {"s": 10, "alpha": 0.8, "color": "tab:red", "label": "distilled"})):  # fmt: skip
-            points = [(max(s, FLOOR), max(k, FLOOR)) for line in lines
-                      for k, s, sel in zip(line["kl"], line["sensitivity"], line["selected"], strict=True)
-                      if sel == chosen]  # fmt: skip
+        for chosen, style in (
+            (False, {"s": 6, "alpha": 0.35, "color": "tab:grey", "label": "not distilled"}),
+            (True, {"s": 10, "alpha": 0.8, "color": "tab:red", "label": "distilled"}),
+        ):
+            points = [
+                (max(s, FLOOR), max(k, FLOOR))
+                for line in lines
+                for k, s, sel in zip(line["kl"], line["sensitivity"], line["selected"], strict=True)
+                if sel == chosen
+            ]
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.scatter(xs, ys, marker="o", linewidths=0, **style)
@@ -166,8 +196,11 @@ def scatter_figure(phases: Mapping[str, tuple[Sequence[Mapping[str, Any]], Phase
         for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
             if high >= 10.0 * low:  # a decade's labels are enough; below one the minor ticks keep theirs
                 axis.set_minor_formatter(NullFormatter())
-        ax.set_title(f"{phase} (step {stats.step}): Spearman {stats.spearman:.2f}, top-{stats.fraction:g} Jaccard "
-                     f"{stats.jaccard:.2f}", fontsize="medium")  # fmt: skip
+        ax.set_title(
+            f"{phase} (step {stats.step}): Spearman {stats.spearman:.2f}, top-{stats.fraction:g} Jaccard "
+            f"{stats.jaccard:.2f}",
+            fontsize="medium",
+        )
         ax.set_xlabel("visual sensitivity S = JSD(p_b, p_b+δ)")
         ax.set_ylabel("KL(teacher ‖ student)")
         ax.legend(fontsize="small", loc="best")
@@ -203,9 +236,14 @@ def _draw(fig: MplFigure, path: Path, caption: str) -> Figure:
 
 
 def run_outputs(
-    grid: Grid, spec: ReportSpec, run: TrainRun, runs_root: str | Path, labels: Mapping[str, str], out_dir: Path,
+    grid: Grid,
+    spec: ReportSpec,
+    run: TrainRun,
+    runs_root: str | Path,
+    labels: Mapping[str, str],
+    out_dir: Path,
     decimals: int,
-) -> tuple[list[tuple[str, ...]], list[Figure]]:  # fmt: skip
+) -> tuple[list[tuple[str, ...]], list[Figure]]:
     """Returns one run's table rows (untrained, trained) and its three figures (strips per step, scatter)."""
     path = run_dir(runs_root, grid.experiment, run.model, run.method, run.pruner, run.budget)
     traces = phase_traces(path, run.method)
@@ -224,8 +262,9 @@ def run_outputs(
         shown = lines[: spec.items]
         title = f"KL and visual sensitivity per token: {label}, {phase} (step {s.step})"
         text = STRIP_CAPTION.format(label=label, phase=phase, step=s.step, items=len(shown), tokens=STRIP_TOKENS)
-        figures.append(_draw(strip_figure(shown, title), out_dir / f"{name}_{phase}.png",
-                             caption_markdown(title, text, [data])))  # fmt: skip
+        figures.append(
+            _draw(strip_figure(shown, title), out_dir / f"{name}_{phase}.png", caption_markdown(title, text, [data]))
+        )
     title = f"KL against visual sensitivity per token: {label}"
     scatter = scatter_figure({p: (traces[p], stats[p]) for p in PHASES}, title)
     caption = caption_markdown(title, SCATTER_CAPTION.format(label=label, floor=FLOOR), [data])

@@ -99,10 +99,18 @@ def phase_stats(lines: Sequence[Mapping[str, Any]]) -> PhaseStats:
     fraction = 1.0 if lines[0]["fraction"] is None else float(lines[0]["fraction"])
     kl = [v for line in lines for v in line["kl"]]
     sens = [v for line in lines for v in line["sensitivity"]]
-    overlaps = [jaccard(top_positions(line["kl"], fraction), top_positions(line["sensitivity"], fraction))
-                for line in lines if line["kl"]]  # fmt: skip
+    overlaps = [
+        jaccard(top_positions(line["kl"], fraction), top_positions(line["sensitivity"], fraction))
+        for line in lines
+        if line["kl"]
+    ]
     return PhaseStats(
-        step=int(lines[0]["step"]), rollouts=len(lines), tokens=len(kl), fraction=fraction,
-        spearman=spearman(kl, sens), jaccard=sum(overlaps) / len(overlaps) if overlaps else math.nan,
-        mean_kl=sum(kl) / len(kl) if kl else math.nan, mean_sensitivity=sum(sens) / len(sens) if sens else math.nan,
-    )  # fmt: skip
+        step=int(lines[0]["step"]),
+        rollouts=len(lines),
+        tokens=len(kl),
+        fraction=fraction,
+        spearman=spearman(kl, sens),
+        jaccard=sum(overlaps) / len(overlaps) if overlaps else math.nan,
+        mean_kl=sum(kl) / len(kl) if kl else math.nan,
+        mean_sensitivity=sum(sens) / len(sens) if sens else math.nan,
+    )

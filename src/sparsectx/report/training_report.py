@@ -53,8 +53,7 @@ def run_cost(records: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     return seconds, max(row[MEMORY_KEY] for row in records)
 
 
-COST_COLUMNS = ("model", "method", "pruner", "budget", "seed", "steps", "time / sample (s)", "peak memory (GB)",
-                "note")  # fmt: skip
+COST_COLUMNS = ("model", "method", "pruner", "budget", "seed", "steps", "time / sample (s)", "peak memory (GB)", "note")
 COST_FOOTNOTE = (
     "Time / sample: the mean over the run's optimizer steps of the step's wall time (rollouts, teacher and "
     "student passes, update) divided by its training samples, from the run's steps.jsonl; peak memory: the "
@@ -148,15 +147,29 @@ class Panel:
 
 
 DYNAMICS_PANELS = (
-    Panel("(a) accuracy of sampled responses", {"accuracy": "rollout/accuracy", "Pass@G": "rollout/pass_at_group"},
-          True),
-    Panel("(b) groups of G rollouts", {"all correct": "rollout/groups_all_correct", "mixed": "rollout/groups_mixed",
-                                       "all wrong": "rollout/groups_all_wrong"}, True),
-    Panel("(c) response length (tokens)", {"all": "rollout/length", "correct": "rollout/length_correct",
-                                           "incorrect": "rollout/length_wrong"}, False),
-    Panel("(d) format and truncation", {"format compliance": "rollout/format_rate",
-                                        "truncated": "rollout/truncated"}, True),
-)  # fmt: skip
+    Panel(
+        "(a) accuracy of sampled responses", {"accuracy": "rollout/accuracy", "Pass@G": "rollout/pass_at_group"}, True
+    ),
+    Panel(
+        "(b) groups of G rollouts",
+        {
+            "all correct": "rollout/groups_all_correct",
+            "mixed": "rollout/groups_mixed",
+            "all wrong": "rollout/groups_all_wrong",
+        },
+        True,
+    ),
+    Panel(
+        "(c) response length (tokens)",
+        {"all": "rollout/length", "correct": "rollout/length_correct", "incorrect": "rollout/length_wrong"},
+        False,
+    ),
+    Panel(
+        "(d) format and truncation",
+        {"format compliance": "rollout/format_rate", "truncated": "rollout/truncated"},
+        True,
+    ),
+)
 """SCOPD Fig. 7's four panels (``rollout/truncated`` is 1 - ``rollout/stop_rate``)."""
 DEVIATION_PANELS = (Panel("divergence to the full-context teacher", {"divergence": "train/divergence"}, False),)
 """LT-OPD Fig. 1 middle: the per-token divergence between student and teacher on the student's prefixes."""
@@ -251,14 +264,18 @@ def dynamics_outputs(
                 figures.append(Figure(name, None, NO_STEP_LOG))
             continue
         found = windows(records, keys, spec.window)
-        rows += [(*head, f"{w['first']}-{w['last']}", *(_shown(w[k], panels, k, decimals) for k in keys), "")
-                 for w in found]  # fmt: skip
+        rows += [
+            (*head, f"{w['first']}-{w['last']}", *(_shown(w[k], panels, k, decimals) for k in keys), "") for w in found
+        ]
         label = " / ".join(head[1:])
         by_model.setdefault(run.model, {})[label] = found
         if spec.kind == "training_dynamics":
             title = f"Training dynamics: {label}, model {run.model}"
-            caption = caption_markdown(title, DYNAMICS_CAPTION.format(method=label, window=spec.window),
-                                       [f"Data: experiment `{grid.experiment}`, {spec.name}.md."])  # fmt: skip
+            caption = caption_markdown(
+                title,
+                DYNAMICS_CAPTION.format(method=label, window=spec.window),
+                [f"Data: experiment `{grid.experiment}`, {spec.name}.md."],
+            )
             path = _save_with_vector(dynamics_figure(found, panels, title), out_dir / f"{name}.png", caption)
             figures.append(Figure(name, path, "", path.with_suffix(".svg")))
     if spec.kind == "deviation":

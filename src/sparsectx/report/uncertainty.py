@@ -157,8 +157,10 @@ def block_spreads(
                 ratios = np.mean([100.0 * mine[b] / full[b] for b in benches], axis=0)  # type: ignore[operator]
             if np.all(np.isfinite(ratios)):
                 avg_reps[(method, pruner, budget)] = ratios
-                spreads[(label, pruner, budget, avg_label)] = Spread(*interval(ratios, level), _avg_std(
-                    entries, model, method, pruner, budget, benches, grid.reference_pruner))  # fmt: skip
+                spreads[(label, pruner, budget, avg_label)] = Spread(
+                    *interval(ratios, level),
+                    _avg_std(entries, model, method, pruner, budget, benches, grid.reference_pruner),
+                )
             else:
                 why = "the full-context score is 0 on some resample, so the retain ratio is undefined there"
                 unavailable.setdefault(why, []).append(f"{where}: {avg_label}")

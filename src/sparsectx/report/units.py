@@ -97,13 +97,9 @@ RESAMPLING: dict[str, Resampling] = {
     "vqa_soft": ITEM_MEAN,
     "ocrbench": ITEM_MEAN,  # 1000 x the share of items hit
     "pope": Resampling(_item, _subset, _copy_id, additive=False),  # subset-acc mean or pooled F1; counts kept
-    "mme": Resampling(
-        _mme_pair, lambda it: it.category, _copy_group, additive=False
-    ),  # acc + acc+ per category
+    "mme": Resampling(_mme_pair, lambda it: it.category, _copy_group, additive=False),  # acc + acc+ per category
     "mmbench_circular": Resampling(lambda it: it.group, _whole, _copy_group, additive=False),  # per question
-    "hallusionbench": Resampling(
-        _hallusion_set, _subset, _copy_hallusion, additive=False
-    ),  # fAcc, qAcc groups
+    "hallusionbench": Resampling(_hallusion_set, _subset, _copy_hallusion, additive=False),  # fAcc, qAcc groups
     "hrbench": Resampling(_item, _subset, _copy_id, additive=False),  # the mean of the cycles' accuracies
     "cvbench": Resampling(_item, _subset, _copy_id, additive=False),  # the mean over image sources
 }

@@ -110,8 +110,9 @@ def check_sampler_order(items: list[Item], cfg: TrainDataConfig, batch_size: int
         log.warning(
             "train_data.path=%s has a sampler's %r column but train_data.order=shuffled mixes its batches; set "
             "train_data.order=file to train on them in the file's order",
-            cfg.path, SAMPLER_BATCH,
-        )  # fmt: skip
+            cfg.path,
+            SAMPLER_BATCH,
+        )
         return
     for position, item in enumerate(items):
         cell = item.extra.get(SAMPLER_BATCH, "")
@@ -123,8 +124,13 @@ def check_sampler_order(items: list[Item], cfg: TrainDataConfig, batch_size: int
             log.warning(
                 "train_data.path=%s: row %s (position %d) is in the sampler's batch %s but trains in step %d of "
                 "method.effective_batch_size=%d prompts; the file's batches are not the run's steps",
-                cfg.path, item.index, position, cell, position // batch_size, batch_size,
-            )  # fmt: skip
+                cfg.path,
+                item.index,
+                position,
+                cell,
+                position // batch_size,
+                batch_size,
+            )
             return
 
 

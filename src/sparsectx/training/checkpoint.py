@@ -332,9 +332,7 @@ def _check_payload_digest(path: Path, meta: dict[str, Any], digest: str) -> None
     """Raises ``DamagedFileError`` when ``digest`` (the payload's sha256) is not the one ``meta`` records."""
     want = meta.get("payload_sha256")
     if want is None:
-        log.warning(
-            "%s records no payload sha256 (written before digests); %s is not verified", META_FILE, path
-        )
+        log.warning("%s records no payload sha256 (written before digests); %s is not verified", META_FILE, path)
     elif digest != want:
         raise DamagedFileError(
             f"{path} does not match {path.parent / META_FILE} (sha256 {digest[:12]}... recorded {want[:12]}...: "
@@ -371,9 +369,7 @@ def load_state(state_dir: Path, device: torch.device, meta: dict[str, Any]) -> d
     return payload
 
 
-def check_resume(
-    meta: dict[str, Any], defining: dict[str, Any], resolved: dict[str, Any], where: Path
-) -> list[str]:
+def check_resume(meta: dict[str, Any], defining: dict[str, Any], resolved: dict[str, Any], where: Path) -> list[str]:
     """Returns warnings for changed bookkeeping keys; raises ValueError naming every changed run-defining key.
 
     Args:
@@ -383,13 +379,9 @@ def check_resume(
         where: the run directory (for the message).
     """
     old = meta["defining"]
-    changed = sorted(
-        k for k in set(old) | set(defining) if old.get(k, "<absent>") != defining.get(k, "<absent>")
-    )
+    changed = sorted(k for k in set(old) | set(defining) if old.get(k, "<absent>") != defining.get(k, "<absent>"))
     if changed:
-        lines = "; ".join(
-            f"{k}: {old.get(k, '<absent>')!r} -> {defining.get(k, '<absent>')!r}" for k in changed
-        )
+        lines = "; ".join(f"{k}: {old.get(k, '<absent>')!r} -> {defining.get(k, '<absent>')!r}" for k in changed)
         raise ValueError(
             f"cannot resume {where}: run-defining keys changed ({lines}). Resume with the original values, "
             "or "
@@ -397,8 +389,7 @@ def check_resume(
         )
     before, now = flatten(meta["resolved"]), flatten(resolved)
     return [
-        f"{k} changed since the state was written: {before.get(k)!r} -> {now.get(k)!r} "
-        "(bookkeeping only, resuming)"
+        f"{k} changed since the state was written: {before.get(k)!r} -> {now.get(k)!r} (bookkeeping only, resuming)"
         for k in sorted(set(before) | set(now))
         if k not in defining and before.get(k) != now.get(k)
     ]

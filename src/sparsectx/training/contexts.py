@@ -84,14 +84,30 @@ class MicroBatch(MicroContexts):
 
     @classmethod
     def of(
-        cls, c: MicroContexts, prefix: Prefix, ids: torch.Tensor, valid: torch.Tensor, planned: torch.Tensor,
+        cls,
+        c: MicroContexts,
+        prefix: Prefix,
+        ids: torch.Tensor,
+        valid: torch.Tensor,
+        planned: torch.Tensor,
         **rl: object,
-    ) -> MicroBatch:  # fmt: skip
+    ) -> MicroBatch:
         """Returns the micro-batch of contexts ``c`` with its prefix (``rl``: ``group`` and ``old_logp``)."""
         return cls(
-            c.items, c.positions, c.encoded, c.teacher_encoded, c.selections, c.probe_selections, prefix, ids,
-            valid, planned, teacher_selections=c.teacher_selections, vision=c.vision, **rl,
-        )  # fmt: skip
+            c.items,
+            c.positions,
+            c.encoded,
+            c.teacher_encoded,
+            c.selections,
+            c.probe_selections,
+            prefix,
+            ids,
+            valid,
+            planned,
+            teacher_selections=c.teacher_selections,
+            vision=c.vision,
+            **rl,
+        )
 
 
 def repeat_context(context: MicroContexts, times: int) -> MicroContexts:
@@ -100,10 +116,15 @@ def repeat_context(context: MicroContexts, times: int) -> MicroContexts:
     rep = lambda xs: None if xs is None else [x for x in xs for _ in range(times)]  # noqa: E731
     vision = context.vision
     return MicroContexts(
-        rep(context.items), rep(context.positions), rep(context.encoded), rep(context.teacher_encoded),
-        rep(context.selections), rep(context.probe_selections), teacher_selections=rep(context.teacher_selections),
+        rep(context.items),
+        rep(context.positions),
+        rep(context.encoded),
+        rep(context.teacher_encoded),
+        rep(context.selections),
+        rep(context.probe_selections),
+        teacher_selections=rep(context.teacher_selections),
         vision=None if vision is None else replace(vision, repeats=vision.repeats * times),
-    )  # fmt: skip
+    )
 
 
 def nested_union(inner: Selection, outer: Selection) -> Selection:
@@ -132,18 +153,18 @@ def select_images(cfg: TrainConfig, sample: EncodedSample, budget: float, positi
     out = []
     for index, image in enumerate(sample.images):
         generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "prune", position, index))
-        out.append(
-            select_tokens(
-                cfg.pruner.name, image, sample.question_embeds, budget, generator, cfg.pruner.params
-            )
-        )
+        out.append(select_tokens(cfg.pruner.name, image, sample.question_embeds, budget, generator, cfg.pruner.params))
     return out
 
 
 def select_batch(
-    cfg: TrainConfig, student: Student, samples: list[EncodedSample], budget: float, positions: list[int],
+    cfg: TrainConfig,
+    student: Student,
+    samples: list[EncodedSample],
+    budget: float,
+    positions: list[int],
     layer: int | None = None,
-) -> list[list[Selection]]:  # fmt: skip
+) -> list[list[Selection]]:
     """Returns per sample its per-image selections at ``budget``: ``select_images`` for a pre-LLM pruner,
     ``select_in_llm`` over the micro-batch's prompts (the current weights' layer K-1) for an in-LLM one, at
     ``layer`` (this step's K of ``method.layer_schedule``) or else ``pruner.layer``. K = the LLM's depth drops
@@ -168,14 +189,11 @@ def probe_batch(
 ) -> list[list[Selection]]:
     """Returns per sample the per-image selections of the b+δ probe (``method.positions.probe_nesting``), at
     the step's in-LLM ``layer`` (None: ``pruner.layer``)."""
-    outer = select_batch(
-        cfg, student, samples, min(1.0, budget + float(cfg.method.positions.delta)), positions, layer
-    )
+    outer = select_batch(cfg, student, samples, min(1.0, budget + float(cfg.method.positions.delta)), positions, layer)
     if cfg.method.positions.probe_nesting == "recompute":
         return outer
     return [
-        [nested_union(a, b) for a, b in zip(ins, outs, strict=True)]
-        for ins, outs in zip(inner, outer, strict=True)
+        [nested_union(a, b) for a, b in zip(ins, outs, strict=True)] for ins, outs in zip(inner, outer, strict=True)
     ]
 
 
@@ -188,10 +206,16 @@ def planned_counts(valid: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 
 
 def micro_contexts(
-    cfg: TrainConfig, student: Student, items: list[Item], positions: list[int], budget: float,
-    host: HostInputs | None = None, teacher_budget: float | None = None,
-    kept: list[list[torch.Tensor]] | None = None, layer: int | None = None,
-) -> MicroContexts:  # fmt: skip
+    cfg: TrainConfig,
+    student: Student,
+    items: list[Item],
+    positions: list[int],
+    budget: float,
+    host: HostInputs | None = None,
+    teacher_budget: float | None = None,
+    kept: list[list[torch.Tensor]] | None = None,
+    layer: int | None = None,
+) -> MicroContexts:
     """Returns the micro-batch's contexts; no gradients, the vision tower runs once.
 
     Args:
@@ -235,9 +259,15 @@ def micro_contexts(
         if teacher_budget is not None:
             teacher_selections = select_batch(cfg, student, encoded, teacher_budget, positions, layer)
     return MicroContexts(
-        items, positions, encoded, teacher_encoded, selections, probe, teacher_selections=teacher_selections,
+        items,
+        positions,
+        encoded,
+        teacher_encoded,
+        selections,
+        probe,
+        teacher_selections=teacher_selections,
         vision=step_vision(host, student) if method.train_vision else None,
-    )  # fmt: skip
+    )
 
 
 def step_vision(host: HostInputs, student: Student) -> VisionInputs:
@@ -259,10 +289,16 @@ def step_prefixes(
     """
     joined = lambda field: [x for c in contexts for x in getattr(c, field)]  # noqa: E731
     inputs = PrefixInputs(
-        student, joined("items"), joined("encoded"), joined("selections"),
-        cfg.method.rollout.sampling(cfg.max_new_tokens), generator, cfg.engine, cfg.rollout_batch_size,
+        student,
+        joined("items"),
+        joined("encoded"),
+        joined("selections"),
+        cfg.method.rollout.sampling(cfg.max_new_tokens),
+        generator,
+        cfg.engine,
+        cfg.rollout_batch_size,
         cfg.rollout_weights,
-    )  # fmt: skip
+    )
     prefix = PREFIX_SOURCES.get(cfg.method.prefix)(inputs)
     out, start = [], 0
     for c in contexts:
@@ -273,9 +309,15 @@ def step_prefixes(
 
 
 def prepare_step(
-    cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
-    hosts: list[HostInputs] | None = None, teacher_budget: float | None = None, layer: int | None = None,
-) -> list[MicroBatch]:  # fmt: skip
+    cfg: TrainConfig,
+    student: Student,
+    batches: list[Batch],
+    budget: float,
+    generator: torch.Generator,
+    hosts: list[HostInputs] | None = None,
+    teacher_budget: float | None = None,
+    layer: int | None = None,
+) -> list[MicroBatch]:
     """Returns the step's micro-batches: contexts per micro-batch, then one prefix call for all of them.
 
     Each prompt's contexts are built once and repeated ``method.rollouts_per_prompt`` times, one row per rollout.

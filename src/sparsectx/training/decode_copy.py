@@ -122,8 +122,10 @@ def rollout_adapter(student: Student, choice: str, signal_chunk: int) -> VLMAdap
     if not uses_copy(choice, student):
         return student.adapter
     if student.model not in _COPIES and is_sharded(student):
-        raise RuntimeError("rollout_weights=copy under fsdp: the twin is built before sharding "
-                           "(shard_keeping_twin), and this student was sharded without it")  # fmt: skip
+        raise RuntimeError(
+            "rollout_weights=copy under fsdp: the twin is built before sharding "
+            "(shard_keeping_twin), and this student was sharded without it"
+        )
     twin = kept_copy(student, signal_chunk)
     twin.refresh()
     return twin.adapter

@@ -186,9 +186,7 @@ def _check_args(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size!r} must be an int >= 1 (positions per fp32 chunk)")
     if not temperature > 0:
-        raise ValueError(
-            f"temperature={temperature!r} must be > 0 (the loss temperature; SCOPD and TRL GKD use 1.0)"
-        )
+        raise ValueError(f"temperature={temperature!r} must be > 0 (the loss temperature; SCOPD and TRL GKD use 1.0)")
 
 
 def _per_position(
@@ -254,9 +252,16 @@ def forward_kl(
         temperature: loss temperature T_loss > 0 (independent of the sampling temperature; no T² factor).
     """
     return _per_position(
-        student_logits=student_logits, teacher_logits=teacher_logits, mask=mask, sampled_ids=sampled_ids,
-        kind="forward_kl", beta=0.0, top_k=top_k, chunk_size=chunk_size, temperature=temperature,
-    )  # fmt: skip
+        student_logits=student_logits,
+        teacher_logits=teacher_logits,
+        mask=mask,
+        sampled_ids=sampled_ids,
+        kind="forward_kl",
+        beta=0.0,
+        top_k=top_k,
+        chunk_size=chunk_size,
+        temperature=temperature,
+    )
 
 
 @DIVERGENCES.register("reverse_kl")
@@ -285,9 +290,16 @@ def reverse_kl(
         temperature: loss temperature T_loss > 0 (independent of the sampling temperature; no T² factor).
     """
     return _per_position(
-        student_logits=student_logits, teacher_logits=teacher_logits, mask=mask, sampled_ids=sampled_ids,
-        kind="reverse_kl", beta=1.0, top_k=top_k, chunk_size=chunk_size, temperature=temperature,
-    )  # fmt: skip
+        student_logits=student_logits,
+        teacher_logits=teacher_logits,
+        mask=mask,
+        sampled_ids=sampled_ids,
+        kind="reverse_kl",
+        beta=1.0,
+        top_k=top_k,
+        chunk_size=chunk_size,
+        temperature=temperature,
+    )
 
 
 @DIVERGENCES.register("jsd")
@@ -320,10 +332,15 @@ def jsd(
         temperature: loss temperature T_loss > 0 (independent of the sampling temperature; no T² factor).
     """
     if isinstance(beta, bool) or not 0.0 <= float(beta) <= 1.0:
-        raise ValueError(
-            f"beta={beta!r} must lie in [0, 1] (0 = forward KL(teacher‖student), 1 = reverse KL)"
-        )
+        raise ValueError(f"beta={beta!r} must lie in [0, 1] (0 = forward KL(teacher‖student), 1 = reverse KL)")
     return _per_position(
-        student_logits=student_logits, teacher_logits=teacher_logits, mask=mask, sampled_ids=sampled_ids,
-        kind="jsd", beta=float(beta), top_k=top_k, chunk_size=chunk_size, temperature=temperature,
-    )  # fmt: skip
+        student_logits=student_logits,
+        teacher_logits=teacher_logits,
+        mask=mask,
+        sampled_ids=sampled_ids,
+        kind="jsd",
+        beta=float(beta),
+        top_k=top_k,
+        chunk_size=chunk_size,
+        temperature=temperature,
+    )

@@ -74,7 +74,7 @@ def split_prompts(context: MicroContexts) -> list[MicroContexts]:
             [context.teacher_encoded[i]],
             [context.selections[i]],
             None if probe is None else [probe[i]],
-        )  # fmt: skip
+        )
         for i in range(len(context.items))
     ]
 
@@ -90,9 +90,7 @@ def group_rewards(cfg: TrainConfig, prefix: Prefix, context: MicroContexts) -> t
     values = REWARDS.get(rl.reward.name)(prefix.texts, [item] * len(prefix.texts), **rl.reward.params)
     if any(v is None for v in values):
         return None
-    bad = [
-        v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-    ]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
     if bad:
         raise ValueError(
             f"reward {rl.reward.name!r} returned {bad[0]!r} for training item {item.index}: a reward must be "
@@ -118,8 +116,9 @@ def rollout_groups(
     return [Group(p, x, group_rewards(cfg, x, p)) for p, x in zip(prompts, prefixes, strict=True)]
 
 
-def refill(groups: list[Group], rollout: RolloutFn, contexts_of: Callable[[Batch], MicroContexts],
-           draw: Draw, max_draws: int) -> tuple[list[Group], int]:  # fmt: skip
+def refill(
+    groups: list[Group], rollout: RolloutFn, contexts_of: Callable[[Batch], MicroContexts], draw: Draw, max_draws: int
+) -> tuple[list[Group], int]:
     """Returns the groups with zero-variance slots refilled by informative new groups, and prompts drawn.
 
     DAPO's dynamic sampling (Yu et al. 2025, Eq. 11): each round draws as many new prompts as there are
@@ -144,26 +143,27 @@ def _micro_batch(cfg: TrainConfig, groups: list[Group], drawn: int) -> MicroBatc
     rl, size = cfg.method.rl, cfg.method.rl.group_size
     context = repeat_context(_join([g.context for g in groups]), size)
     prefix = Prefix(
-        [t for g in groups for t in g.prefix.tokens], [t for g in groups for t in g.prefix.texts],
+        [t for g in groups for t in g.prefix.tokens],
+        [t for g in groups for t in g.prefix.texts],
         [s for g in groups for s in g.prefix.stopped],
-    )  # fmt: skip
+    )
     ids, valid = prefix.padded()
-    rewards = torch.cat(
-        [torch.zeros(size, dtype=torch.float64) if g.rewards is None else g.rewards for g in groups]
-    )
+    rewards = torch.cat([torch.zeros(size, dtype=torch.float64) if g.rewards is None else g.rewards for g in groups])
     advantages = group_advantages(rewards, size, scale=rl.scale_rewards, std=rl.std).float()
-    keep = torch.tensor(
-        [g.informative or (g.rewards is not None and not rl.dynamic_sampling) for g in groups]
-    )
+    keep = torch.tensor([g.informative or (g.rewards is not None and not rl.dynamic_sampling) for g in groups])
     keep = keep.repeat_interleave(size).to(valid.device)
     if rl.mask_truncated:
         keep = keep & torch.tensor(prefix.stopped, device=valid.device)
     valid = valid & keep[:, None]
     info = GroupBatch(
-        rewards=rewards, advantages=advantages.to(valid.device), group_size=size,
-        informative=sum(g.informative for g in groups), unscorable=sum(size for g in groups if g.rewards is None),
-        drawn=drawn, dropped=sum(rl.dynamic_sampling and g.rewards is not None and not g.informative for g in groups),
-    )  # fmt: skip
+        rewards=rewards,
+        advantages=advantages.to(valid.device),
+        group_size=size,
+        informative=sum(g.informative for g in groups),
+        unscorable=sum(size for g in groups if g.rewards is None),
+        drawn=drawn,
+        dropped=sum(rl.dynamic_sampling and g.rewards is not None and not g.informative for g in groups),
+    )
     return MicroBatch.of(context, prefix, ids, valid, valid.sum(dim=-1), group=info)
 
 
@@ -177,9 +177,14 @@ def _join(contexts: list[MicroContexts]) -> MicroContexts:
 
 
 def prepare_groups(
-    cfg: TrainConfig, student: Student, batches: list[Batch], budget: float, generator: torch.Generator,
-    hosts: list[HostInputs] | None = None, draw: Draw | None = None,
-) -> list[MicroBatch]:  # fmt: skip
+    cfg: TrainConfig,
+    student: Student,
+    batches: list[Batch],
+    budget: float,
+    generator: torch.Generator,
+    hosts: list[HostInputs] | None = None,
+    draw: Draw | None = None,
+) -> list[MicroBatch]:
     """Returns the step's micro-batches of G-rollout groups (``contexts.prepare_step``'s policy-gradient twin).
 
     Args:
@@ -190,18 +195,19 @@ def prepare_groups(
     """
     rl = cfg.method.rl
     hosts = hosts or [None] * len(batches)
-    contexts = [
-        micro_contexts(cfg, student, *batch, budget, host) for batch, host in zip(batches, hosts, strict=True)
-    ]
+    contexts = [micro_contexts(cfg, student, *batch, budget, host) for batch, host in zip(batches, hosts, strict=True)]
     groups = rollout_groups(cfg, student, contexts, generator)
     drawn = 0
     if rl.dynamic_sampling:
         if draw is None:
             raise RuntimeError("method.rl.dynamic_sampling needs a prompt source for its refills (draw)")
         groups, drawn = refill(
-            groups, lambda cs: rollout_groups(cfg, student, cs, generator),
-            lambda batch: micro_contexts(cfg, student, *batch, budget), draw, rl.max_draws,
-        )  # fmt: skip
+            groups,
+            lambda cs: rollout_groups(cfg, student, cs, generator),
+            lambda batch: micro_contexts(cfg, student, *batch, budget),
+            draw,
+            rl.max_draws,
+        )
     unscorable = [g.context.items[0].index for g in groups if g.rewards is None]
     if unscorable:
         warnings.warn(
@@ -225,14 +231,24 @@ def stored_rollouts(micro: list[MicroBatch]) -> list[dict[str, Any]]:
     out = []
     for mb in micro:
         group, size = mb.group, mb.group.group_size
-        out.append({
-            "positions": mb.positions[::size], "items": [it.index for it in mb.items[::size]],
-            "tokens": [t.cpu() for t in mb.prefix.tokens], "texts": list(mb.prefix.texts),
-            "stopped": list(mb.prefix.stopped), "valid": mb.valid.cpu(), "old_logp": mb.old_logp.cpu(),
-            "rewards": group.rewards.cpu(), "advantages": group.advantages.cpu(), "group_size": size,
-            "informative": group.informative, "unscorable": group.unscorable, "dropped": group.dropped,
-            "kept": _in_llm_kept(mb.selections[::size]),
-        })  # fmt: skip
+        out.append(
+            {
+                "positions": mb.positions[::size],
+                "items": [it.index for it in mb.items[::size]],
+                "tokens": [t.cpu() for t in mb.prefix.tokens],
+                "texts": list(mb.prefix.texts),
+                "stopped": list(mb.prefix.stopped),
+                "valid": mb.valid.cpu(),
+                "old_logp": mb.old_logp.cpu(),
+                "rewards": group.rewards.cpu(),
+                "advantages": group.advantages.cpu(),
+                "group_size": size,
+                "informative": group.informative,
+                "unscorable": group.unscorable,
+                "dropped": group.dropped,
+                "kept": _in_llm_kept(mb.selections[::size]),
+            }
+        )
     return out
 
 
@@ -245,9 +261,12 @@ def _in_llm_kept(selections: list[list[Selection]]) -> list[list[torch.Tensor]] 
 
 
 def reused_groups(
-    cfg: TrainConfig, student: Student, stored: list[dict[str, Any]], budget: float,
+    cfg: TrainConfig,
+    student: Student,
+    stored: list[dict[str, Any]],
+    budget: float,
     item_at: Callable[[int], Item],
-) -> list[MicroBatch]:  # fmt: skip
+) -> list[MicroBatch]:
     """Returns the micro-batches of a reuse step: the stored rollouts on contexts rebuilt at the generation
     step's ``budget`` from the same items and positions (refilled prompts included); no generation.
 
@@ -272,9 +291,14 @@ def reused_groups(
         ids, _ = prefix.padded()
         valid = entry["valid"].to(device)
         info = GroupBatch(
-            rewards=entry["rewards"], advantages=entry["advantages"].to(device), group_size=size,
-            informative=entry["informative"], unscorable=entry["unscorable"], drawn=0, dropped=entry["dropped"],
-        )  # fmt: skip
+            rewards=entry["rewards"],
+            advantages=entry["advantages"].to(device),
+            group_size=size,
+            informative=entry["informative"],
+            unscorable=entry["unscorable"],
+            drawn=0,
+            dropped=entry["dropped"],
+        )
         old_logp = entry["old_logp"].to(device)
         out.append(MicroBatch.of(c, prefix, ids, valid, valid.sum(dim=-1), group=info, old_logp=old_logp))
     return out

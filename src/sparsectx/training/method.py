@@ -89,9 +89,7 @@ class DivergenceConfig:
         if self.beta is not None and not 0.0 <= self.beta <= 1.0:
             raise ValueError(f"method.divergence.beta={self.beta!r} must lie in [0, 1] (0 = forward KL)")
         if self.top_k is not None and self.top_k < 1:
-            raise ValueError(
-                f"method.divergence.top_k={self.top_k!r} must be >= 1, or null for the full vocabulary"
-            )
+            raise ValueError(f"method.divergence.top_k={self.top_k!r} must be >= 1, or null for the full vocabulary")
         if not self.temperature > 0:
             raise ValueError(f"method.divergence.temperature={self.temperature!r} must be > 0 (1.0 in SCOPD)")
         if self.chunk_size < 1:
@@ -118,9 +116,7 @@ class PositionsConfig:
     def __post_init__(self) -> None:
         check_registry_key(POSITION_SELECTORS, self.name, "method.positions.name")
         selector = POSITION_SELECTORS.get(self.name)
-        _check_used(
-            selector.select, "fraction", self.fraction, "method.positions.fraction", f"selector {self.name!r}"
-        )
+        _check_used(selector.select, "fraction", self.fraction, "method.positions.fraction", f"selector {self.name!r}")
         check_params(selector.select, self.extra(), _SELECTOR_ARGS, "method.positions")
         if self.fraction is not None and not 0.0 < self.fraction <= 1.0:
             raise ValueError(
@@ -135,8 +131,7 @@ class PositionsConfig:
                 )
         elif self.delta is not None:
             raise ValueError(
-                f"method.positions.delta={self.delta!r} is only used by the sensitivity selectors; "
-                "set it to null"
+                f"method.positions.delta={self.delta!r} is only used by the sensitivity selectors; set it to null"
             )
         check_choice(self.probe_nesting, PROBE_NESTINGS, "method.positions.probe_nesting")
 
@@ -166,9 +161,7 @@ class ScheduleConfig:
     def __post_init__(self) -> None:
         check_registry_key(BUDGET_SCHEDULES, self.name, "method.schedule.name")
         if self.name not in self.params:
-            raise KeyError(
-                f"method.schedule.params.{self.name} is missing: give the arguments of {self.name!r}"
-            )
+            raise KeyError(f"method.schedule.params.{self.name} is missing: give the arguments of {self.name!r}")
         for name, block in self.params.items():
             key = f"method.schedule.params.{name}"
             check_registry_key(BUDGET_SCHEDULES, name, key)
@@ -213,9 +206,7 @@ class LoraSettings:
     def __post_init__(self) -> None:
         if self.enabled:
             if self.r < 1 or self.alpha <= 0:
-                raise ValueError(
-                    f"method.lora.r={self.r} and method.lora.alpha={self.alpha} must be positive"
-                )
+                raise ValueError(f"method.lora.r={self.r} and method.lora.alpha={self.alpha} must be positive")
             if not 0.0 <= self.dropout < 1.0:
                 raise ValueError(f"method.lora.dropout={self.dropout} must lie in [0, 1)")
             if not self.target_modules:
@@ -309,13 +300,9 @@ class MethodConfig:
                 "set method.teacher.kind=none"
             )
         if self.objective == "sft" and self.prefix != "reference":
-            raise ValueError(
-                "method.objective='sft' trains on the reference answer; set method.prefix=reference"
-            )
+            raise ValueError("method.objective='sft' trains on the reference answer; set method.prefix=reference")
         if self.objective == "distill" and self.teacher.kind == "none":
-            raise ValueError(
-                "method.teacher.kind='none' with method.objective='distill': pick frozen, ema or shared"
-            )
+            raise ValueError("method.teacher.kind='none' with method.objective='distill': pick frozen, ema or shared")
         if (
             POSITION_SELECTORS.get(self.positions.name).score in ("teacher_divergence", "tip")
             and self.teacher.kind == "none"
@@ -390,8 +377,7 @@ class MethodConfig:
         if weight is not None:
             if isinstance(weight, bool) or not 0.0 <= weight <= 1.0:
                 raise ValueError(
-                    f"method.distill_weight={weight!r} must lie in [0, 1]: α·divergence + (1 - α)·CE "
-                    "(EPIC: 0.5)"
+                    f"method.distill_weight={weight!r} must lie in [0, 1]: α·divergence + (1 - α)·CE (EPIC: 0.5)"
                 )
             if self.prefix != "reference" or self.teacher.kind == "none":
                 raise ValueError(

@@ -84,9 +84,15 @@ def visual_sensitivity(
     """
     with torch.no_grad():
         return jsd(
-            student_logits=student_logits.detach(), teacher_logits=probe_logits.detach(), mask=mask,
-            sampled_ids=None, beta=0.5, top_k=None, chunk_size=chunk_size, temperature=temperature,
-        )  # fmt: skip
+            student_logits=student_logits.detach(),
+            teacher_logits=probe_logits.detach(),
+            mask=mask,
+            sampled_ids=None,
+            beta=0.5,
+            top_k=None,
+            chunk_size=chunk_size,
+            temperature=temperature,
+        )
 
 
 def student_entropy(
@@ -175,24 +181,18 @@ def select_top_fraction(scores: torch.Tensor, mask: torch.Tensor, fraction: floa
         fraction: ρ in (0, 1].
     """
     if scores.shape != mask.shape or mask.dtype != torch.bool or mask.dim() != 2:
-        raise ValueError(
-            f"scores {tuple(scores.shape)} and mask {tuple(mask.shape)} must both be (B, T), mask bool"
-        )
+        raise ValueError(f"scores {tuple(scores.shape)} and mask {tuple(mask.shape)} must both be (B, T), mask bool")
     k = positions_per_sequence(mask, fraction)
     # Two stable sorts: by score (descending), then valid-first; ties keep the earlier position.
     order = scores.detach().float().argsort(dim=-1, descending=True, stable=True)
     valid_sorted = mask.gather(1, order)
     order = order.gather(1, valid_sorted.to(torch.uint8).argsort(dim=-1, descending=True, stable=True))
     steps = mask.shape[-1]
-    ranks = torch.empty_like(order).scatter_(
-        1, order, torch.arange(steps, device=mask.device).expand_as(order)
-    )
+    ranks = torch.empty_like(order).scatter_(1, order, torch.arange(steps, device=mask.device).expand_as(order))
     return (ranks < k.unsqueeze(1)) & mask
 
 
-def select_all(
-    mask: torch.Tensor, scores: torch.Tensor | None, *, generator: torch.Generator | None
-) -> torch.Tensor:
+def select_all(mask: torch.Tensor, scores: torch.Tensor | None, *, generator: torch.Generator | None) -> torch.Tensor:
     """Returns ``mask`` unchanged: dense distillation on every valid position (SCOPD Eq. 4).
 
     Args:
@@ -234,9 +234,7 @@ def select_bottom_sensitivity(
         generator: unused.
         fraction: ρ in (0, 1].
     """
-    return select_top_fraction(
-        -_require_scores(scores, "bottom_sensitivity").detach().float(), mask, fraction
-    )
+    return select_top_fraction(-_require_scores(scores, "bottom_sensitivity").detach().float(), mask, fraction)
 
 
 def select_top_kl(
@@ -285,9 +283,7 @@ def select_random(
 
 
 POSITION_SELECTORS.register("all")(PositionSelector(score="none", select=select_all))
-POSITION_SELECTORS.register("top_sensitivity")(
-    PositionSelector(score="sensitivity", select=select_top_sensitivity)
-)
+POSITION_SELECTORS.register("top_sensitivity")(PositionSelector(score="sensitivity", select=select_top_sensitivity))
 POSITION_SELECTORS.register("bottom_sensitivity")(
     PositionSelector(score="sensitivity", select=select_bottom_sensitivity)
 )

@@ -76,9 +76,7 @@ class HostPrefetch:
             return host_inputs(cfg, processor, batch, pin=False)
         return future.result()
 
-    def submit(
-        self, cfg: TrainConfig, processor: ImageTextProcessor, batches: list[Batch], pin: bool
-    ) -> None:
+    def submit(self, cfg: TrainConfig, processor: ImageTextProcessor, batches: list[Batch], pin: bool) -> None:
         """Returns None after queueing ``batches`` (the next step's) for the thread; drops older entries."""
         for future in self._pending.values():
             future.cancel()

@@ -52,9 +52,11 @@ def scorable(item: Item) -> bool:
 def is_answer_correct(text: str, item: Item) -> bool:
     """Returns whether the strict ``<answer>`` of ``text`` scores full marks under ``scorer_for(item)``."""
     scored = ScoredItem(
-        id=str(item.index), prediction=extract_answer(text).strict, reference=item.answer.strip(),
+        id=str(item.index),
+        prediction=extract_answer(text).strict,
+        reference=item.answer.strip(),
         options=dict(item.options),
-    )  # fmt: skip
+    )
     return score_items(scorer_for(item), [scored]).metrics["score"] == 100.0
 
 

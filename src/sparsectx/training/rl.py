@@ -77,9 +77,7 @@ def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return (grouped != grouped[:, :1]).any(dim=1)
 
 
-def token_logprobs(
-    logits: torch.Tensor, ids: torch.Tensor, temperature: float, chunk_size: int
-) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float, chunk_size: int) -> torch.Tensor:
     """Returns (B, T) fp32 log π(y_t | ·) of the sampled ids under softmax(logits / temperature).
 
     Computed in fp32 over chunks of ``chunk_size`` rows (never a (B, T, V) fp32 copy at once).
@@ -100,9 +98,15 @@ def token_logprobs(
 
 
 def clipped_surrogate(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
-    epsilon_low: float, epsilon_high: float, level: str,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    level: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns the (B, T) PPO clipped surrogate loss −min(wA, clip(w, 1−ε_low, 1+ε_high)A) and (B, T) clipped.
 
     ``level="token"``: w_t = exp(log π_t − log π_old,t) (GRPO; DAPO's clip-higher is ε_high > ε_low).

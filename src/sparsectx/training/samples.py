@@ -34,9 +34,19 @@ from sparsectx.training.teachers import TEACHERS
 from sparsectx.training.update import Trainer
 
 TABLE_COLUMNS = [
-    "step", "sample_id", "image", "question", "student_answer", "teacher_full_answer", "reference",
-    "student_correct", "teacher_correct", "kept_visual", "visual_tokens", "budget",
-]  # fmt: skip
+    "step",
+    "sample_id",
+    "image",
+    "question",
+    "student_answer",
+    "teacher_full_answer",
+    "reference",
+    "student_correct",
+    "teacher_correct",
+    "kept_visual",
+    "visual_tokens",
+    "budget",
+]
 """Columns of the ``rollouts`` table (``teacher_full_answer``: the teacher's greedy answer at budget 1)."""
 
 
@@ -71,8 +81,20 @@ def sample_rows(trainer: Trainer, step: int, budget: float, micro: list[MicroBat
         item, text = mb.items[i], mb.prefix.texts[i]
         kept = sum(s.indices.numel() for s in mb.selections[i])
         total = sum(image.num_tokens for image in mb.encoded[i].images)
-        rows.append([
-            step, mb.encoded[i].sample_id, item.image(), item.question, text, full,
-            item.answer, is_correct(text, item), is_correct(full, item), kept, total, budget,
-        ])  # fmt: skip
+        rows.append(
+            [
+                step,
+                mb.encoded[i].sample_id,
+                item.image(),
+                item.question,
+                text,
+                full,
+                item.answer,
+                is_correct(text, item),
+                is_correct(full, item),
+                kept,
+                total,
+                budget,
+            ]
+        )
     return rows

@@ -131,9 +131,7 @@ def check_cosine_curriculum(
                 "total_steps/alpha steps; set decay_fraction: null or use shape: power"
             )
         if alpha < 1:
-            raise ValueError(
-                f"alpha={alpha!r} must be >= 1 for shape='horizon' (decay over total_steps/alpha)"
-            )
+            raise ValueError(f"alpha={alpha!r} must be >= 1 for shape='horizon' (decay over total_steps/alpha)")
     else:
         raise ValueError(f"shape={shape!r} must be 'power' (reading A, default) or 'horizon' (reading B)")
 

@@ -65,17 +65,13 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch
     return out.index_put((rows,), values).view(mask.shape)
 
 
-def _probe_sensitivity(
-    cfg: TrainConfig, student: Student, mb: MicroBatch, s_logits: torch.Tensor
-) -> torch.Tensor:
+def _probe_sensitivity(cfg: TrainConfig, student: Student, mb: MicroBatch, s_logits: torch.Tensor) -> torch.Tensor:
     """Returns (B, T) visual sensitivity JSD_0.5(p_b, p_{b+δ}) on the same prefix (SCOPD Eq. 7), no grad."""
     with torch.no_grad(), mode(student.model, training=False), student.compute():
         batch = build_context(student.adapter, mb.encoded, mb.probe_selections, mb.prefix.tokens)
         probe_logits, _ = response_logits(student.adapter, batch)
     div = cfg.method.divergence
-    return visual_sensitivity(
-        s_logits, probe_logits, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature
-    )
+    return visual_sensitivity(s_logits, probe_logits, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature)
 
 
 def _divergence(
@@ -84,14 +80,18 @@ def _divergence(
     """Returns (B, T) fp32 ``method.divergence`` between student and teacher logits at ``mask`` positions."""
     div = cfg.method.divergence
     return DIVERGENCES.get(div.name)(
-        student_logits=s_logits, teacher_logits=t_logits, mask=mask, sampled_ids=ids, top_k=div.top_k,
-        chunk_size=div.chunk_size, temperature=div.temperature, **div.extra(),
-    )  # fmt: skip
+        student_logits=s_logits,
+        teacher_logits=t_logits,
+        mask=mask,
+        sampled_ids=ids,
+        top_k=div.top_k,
+        chunk_size=div.chunk_size,
+        temperature=div.temperature,
+        **div.extra(),
+    )
 
 
-def _reduce(
-    cfg: TrainConfig, per_token: torch.Tensor, selected: torch.Tensor, counts: StepCounts
-) -> torch.Tensor:
+def _reduce(cfg: TrainConfig, per_token: torch.Tensor, selected: torch.Tensor, counts: StepCounts) -> torch.Tensor:
     """Returns the micro-batch's share of the step loss under ``method.reduction`` (step-wide counts)."""
     if cfg.method.reduction == "seq_mean_token_mean":
         return reduction.seq_mean_token_mean(per_token, selected, num_sequences=counts.sequences)
@@ -113,9 +113,12 @@ def _reference_logprobs(cfg: TrainConfig, student: Student, mb: MicroBatch) -> t
 
 
 def _policy_loss(
-    cfg: TrainConfig, s_logits: torch.Tensor, mb: MicroBatch, mask: torch.Tensor,
+    cfg: TrainConfig,
+    s_logits: torch.Tensor,
+    mb: MicroBatch,
+    mask: torch.Tensor,
     ref_logp: torch.Tensor | None,
-) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Returns the (B, T) clipped-surrogate (+ β·k3 KL) loss of the rollouts and its statistics (spec §5.4).
 
     The old log-probabilities are those of the policy that sampled, at the rollouts' sampling temperature: on
@@ -127,9 +130,14 @@ def _policy_loss(
     if mb.old_logp is None:
         mb.old_logp = logp.detach()
     per_token, clipped = clipped_surrogate(
-        logp, mb.old_logp, mb.group.advantages, mask, epsilon_low=rl.epsilon_low,
-        epsilon_high=rl.epsilon_high, level=rl.importance_sampling_level,
-    )  # fmt: skip
+        logp,
+        mb.old_logp,
+        mb.group.advantages,
+        mask,
+        epsilon_low=rl.epsilon_low,
+        epsilon_high=rl.epsilon_high,
+        level=rl.importance_sampling_level,
+    )
     kl = None
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)
@@ -162,9 +170,13 @@ def _teacher_logits(
 
 
 def _select_positions(
-    cfg: TrainConfig, mb: MicroBatch, s_logits: torch.Tensor, t_logits: torch.Tensor | None,
-    sensitivity: torch.Tensor | None, generator: torch.Generator,
-) -> torch.Tensor:  # fmt: skip
+    cfg: TrainConfig,
+    mb: MicroBatch,
+    s_logits: torch.Tensor,
+    t_logits: torch.Tensor | None,
+    sensitivity: torch.Tensor | None,
+    generator: torch.Generator,
+) -> torch.Tensor:
     """Returns the (B, T) bool positions ``method.positions`` picks, exactly the step's planned count per row.
 
     Raises:
@@ -178,9 +190,7 @@ def _select_positions(
             scores = _divergence(cfg, s_logits.detach(), t_logits, mb.valid, mb.ids)
             if selector.score == "tip":  # Soft-OR of student entropy and this divergence (Xu et al. 2026)
                 div = method.divergence
-                scores = tip_scores(
-                    s_logits, scores, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature
-                )
+                scores = tip_scores(s_logits, scores, mb.valid, chunk_size=div.chunk_size, temperature=div.temperature)
     selected = selector.select(mb.valid, scores, generator=generator, **method.positions.extra())
     if not torch.equal(selected.sum(dim=-1), mb.planned):
         raise RuntimeError(
@@ -191,9 +201,13 @@ def _select_positions(
 
 
 def _objective(
-    cfg: TrainConfig, mb: MicroBatch, s_logits: torch.Tensor, t_logits: torch.Tensor | None,
-    selected: torch.Tensor, ref_logp: torch.Tensor | None,
-) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    cfg: TrainConfig,
+    mb: MicroBatch,
+    s_logits: torch.Tensor,
+    t_logits: torch.Tensor | None,
+    selected: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Returns the (B, T) per-position loss of ``method.objective`` at ``selected`` and its extra statistics."""
     method = cfg.method
     if method.objective == "sft":
@@ -208,9 +222,14 @@ def _objective(
 
 
 def micro_loss(
-    cfg: TrainConfig, student: Student, mb: MicroBatch, counts: StepCounts, generator: torch.Generator,
-    stored_teacher: torch.Tensor | None = None, trace: TokenTrace | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    cfg: TrainConfig,
+    student: Student,
+    mb: MicroBatch,
+    counts: StepCounts,
+    generator: torch.Generator,
+    stored_teacher: torch.Tensor | None = None,
+    trace: TokenTrace | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Returns this micro-batch's share of the step loss (grad attached) and its summed statistics.
 
     Args:
@@ -247,9 +266,13 @@ def micro_loss(
 
 
 def micro_stats(
-    mb: MicroBatch, per_token: torch.Tensor, selected: torch.Tensor, sensitivity: torch.Tensor | None,
-    loss: torch.Tensor, on_policy: bool,
-) -> dict[str, float]:  # fmt: skip
+    mb: MicroBatch,
+    per_token: torch.Tensor,
+    selected: torch.Tensor,
+    sensitivity: torch.Tensor | None,
+    loss: torch.Tensor,
+    on_policy: bool,
+) -> dict[str, float]:
     """Returns the micro-batch's statistics as sums and counts (they add across micro-batches and ranks)."""
     kept = [sum(s.indices.numel() for s in sel) for sel in mb.selections]
     total = [sum(image.num_tokens for image in s.images) for s in mb.encoded]
@@ -277,9 +300,15 @@ def micro_stats(
 
 
 ROLLOUT_SUMS = (
-    "graded", "correct", "formatted", "correct_length_sum", "wrong_length_sum", "groups", "groups_all_correct",
+    "graded",
+    "correct",
+    "formatted",
+    "correct_length_sum",
+    "wrong_length_sum",
+    "groups",
+    "groups_all_correct",
     "groups_mixed",
-)  # fmt: skip
+)
 """Sums of ``rollout_sums`` (every micro-batch has each key, so they add across micro-batches and ranks)."""
 
 

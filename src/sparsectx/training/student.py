@@ -122,9 +122,7 @@ def load_trainable_state(student: Student, state: dict[str, torch.Tensor]) -> No
             sorted(set(student.trainable) - set(state)),
             sorted(set(state) - set(student.trainable)),
         )
-        raise KeyError(
-            f"resume state tensors differ from the model: missing {missing[:3]}, unexpected {extra[:3]}"
-        )
+        raise KeyError(f"resume state tensors differ from the model: missing {missing[:3]}, unexpected {extra[:3]}")
     with torch.no_grad():
         for name, param in student.trainable.items():
             param.copy_(state[name])

@@ -34,9 +34,7 @@ class TeacherGapConfig:
     """cap on the gap, in [start, 1) (EPIC: 0.3)."""
 
     def __post_init__(self) -> None:
-        check_epic_gap(
-            gap_start=self.start, gap_slope=self.slope, gap_max=self.max, key="method.teacher.budget_gap"
-        )
+        check_epic_gap(gap_start=self.start, gap_slope=self.slope, gap_max=self.max, key="method.teacher.budget_gap")
 
 
 @dataclass
@@ -66,9 +64,7 @@ class TeacherConfig:
             raise ValueError("method.teacher.budget_gap is set but method.teacher.kind=none; set it to null")
         if self.kind == "ema":
             if self.ema_decay is None or not 0.0 <= self.ema_decay <= 1.0:
-                raise ValueError(
-                    f"method.teacher.ema_decay={self.ema_decay!r} must lie in [0, 1] for kind=ema"
-                )
+                raise ValueError(f"method.teacher.ema_decay={self.ema_decay!r} must lie in [0, 1] for kind=ema")
         elif self.ema_decay is not None:
             raise ValueError(f"method.teacher.ema_decay={self.ema_decay!r} must be null unless kind=ema")
         lam, interval = self.trust_region_lambda, self.update_interval
@@ -79,12 +75,9 @@ class TeacherConfig:
                 "1 = the current student)"
             )
         _check_knob(self.kind, "progressive", interval, "method.teacher.update_interval")
-        if interval is not None and (
-            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
-        ):
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
             raise ValueError(
-                f"method.teacher.update_interval={interval!r} must be an integer >= 1 (optimizer steps "
-                "between copies)"
+                f"method.teacher.update_interval={interval!r} must be an integer >= 1 (optimizer steps between copies)"
             )
         if self.reference_in_prompt and "{reference}" not in self.reference_template:
             raise ValueError("method.teacher.reference_template must contain '{reference}'")

@@ -47,9 +47,7 @@ def frozen_teacher(student: Student) -> Iterator[VLMAdapter]:
             yield student.adapter
         return
     if student.frozen is None:
-        raise RuntimeError(
-            "teacher 'frozen' without LoRA needs the frozen copy; build_student did not make one"
-        )
+        raise RuntimeError("teacher 'frozen' without LoRA needs the frozen copy; build_student did not make one")
     yield student.frozen
 
 
@@ -101,10 +99,14 @@ def trust_region_logits(reference: torch.Tensor, current: torch.Tensor, lam: flo
 
 
 def teacher_logits(
-    student: Student, kind: str, samples: list[EncodedSample], responses: list[torch.Tensor],
-    twin: Callable[[], VLMAdapter] | None = None, selections: list[list[Selection]] | None = None,
+    student: Student,
+    kind: str,
+    samples: list[EncodedSample],
+    responses: list[torch.Tensor],
+    twin: Callable[[], VLMAdapter] | None = None,
+    selections: list[list[Selection]] | None = None,
     vision: VisionInputs | None = None,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Returns (B, T, V) detached teacher logits at the response positions (eval, no_grad).
 
     The context is built inside the teacher view, so its text embeddings are the teacher's own (they differ

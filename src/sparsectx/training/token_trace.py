@@ -35,9 +35,24 @@ from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.divergences import forward_kl
 
 TRACE_KEYS = (
-    "step", "rollout", "item", "index", "position", "budget", "question", "reference", "response", "stopped",
-    "fraction", "temperature", "token_ids", "tokens", "kl", "sensitivity", "selected",
-)  # fmt: skip
+    "step",
+    "rollout",
+    "item",
+    "index",
+    "position",
+    "budget",
+    "question",
+    "reference",
+    "response",
+    "stopped",
+    "fraction",
+    "temperature",
+    "token_ids",
+    "tokens",
+    "kl",
+    "sensitivity",
+    "selected",
+)
 """The keys of every line of ``token_traces.jsonl``."""
 
 
@@ -47,9 +62,13 @@ def traced_step(step: int, steps: int) -> bool:
 
 
 def token_kl(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor, *, chunk_size: int,
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    chunk_size: int,
     temperature: float,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Returns (B, T) fp32 KL(q‖p) = Σ_v q_v (log q_v − log p_v) over the full vocabulary (SCOPD Eq. 4), no grad.
 
     Args:
@@ -61,9 +80,14 @@ def token_kl(
     """
     with torch.no_grad():
         return forward_kl(
-            student_logits=student_logits.detach(), teacher_logits=teacher_logits.detach(), mask=mask,
-            sampled_ids=None, top_k=None, chunk_size=chunk_size, temperature=temperature,
-        )  # fmt: skip
+            student_logits=student_logits.detach(),
+            teacher_logits=teacher_logits.detach(),
+            mask=mask,
+            sampled_ids=None,
+            top_k=None,
+            chunk_size=chunk_size,
+            temperature=temperature,
+        )
 
 
 def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -83,9 +107,15 @@ class TokenTrace:
     """The lines so far, without ``budget`` (``records`` adds it)."""
 
     def add(
-        self, cfg: TrainConfig, tokenizer: Any, mb: MicroBatch, s_logits: torch.Tensor,
-        t_logits: torch.Tensor | None, sensitivity: torch.Tensor | None, selected: torch.Tensor,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: TrainConfig,
+        tokenizer: Any,
+        mb: MicroBatch,
+        s_logits: torch.Tensor,
+        t_logits: torch.Tensor | None,
+        sensitivity: torch.Tensor | None,
+        selected: torch.Tensor,
+    ) -> None:
         """Returns None after tracing the micro-batch's first rollouts while fewer than ``rollouts`` are traced.
 
         Args:
@@ -103,22 +133,38 @@ class TokenTrace:
         div = cfg.method.divergence
         kl = None
         if t_logits is not None:
-            kl = token_kl(s_logits[:count], t_logits[:count], mb.valid[:count], chunk_size=div.chunk_size,
-                          temperature=div.temperature).cpu()  # fmt: skip
+            kl = token_kl(
+                s_logits[:count],
+                t_logits[:count],
+                mb.valid[:count],
+                chunk_size=div.chunk_size,
+                temperature=div.temperature,
+            ).cpu()
         sens = None if sensitivity is None else sensitivity[:count].detach().float().cpu()
         for i in range(count):
             length = int(mb.valid[i].sum())
             ids = mb.ids[i, :length].tolist()
             item = mb.items[i]
-            self.lines.append({
-                "step": self.step, "rollout": len(self.lines), "item": mb.encoded[i].sample_id, "index": item.index,
-                "position": mb.positions[i], "question": item.question, "reference": item.answer,
-                "response": mb.prefix.texts[i], "stopped": bool(mb.prefix.stopped[i]),
-                "fraction": cfg.method.positions.fraction, "temperature": div.temperature, "token_ids": ids,
-                "tokens": token_pieces(tokenizer, ids), "kl": None if kl is None else kl[i, :length].tolist(),
-                "sensitivity": None if sens is None else sens[i, :length].tolist(),
-                "selected": selected[i, :length].tolist(),
-            })  # fmt: skip
+            self.lines.append(
+                {
+                    "step": self.step,
+                    "rollout": len(self.lines),
+                    "item": mb.encoded[i].sample_id,
+                    "index": item.index,
+                    "position": mb.positions[i],
+                    "question": item.question,
+                    "reference": item.answer,
+                    "response": mb.prefix.texts[i],
+                    "stopped": bool(mb.prefix.stopped[i]),
+                    "fraction": cfg.method.positions.fraction,
+                    "temperature": div.temperature,
+                    "token_ids": ids,
+                    "tokens": token_pieces(tokenizer, ids),
+                    "kl": None if kl is None else kl[i, :length].tolist(),
+                    "sensitivity": None if sens is None else sens[i, :length].tolist(),
+                    "selected": selected[i, :length].tolist(),
+                }
+            )
 
     def records(self, budget: float) -> list[dict[str, Any]]:
         """Returns the step's lines with its student ``budget`` (``TRACE_KEYS``)."""

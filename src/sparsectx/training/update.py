@@ -158,9 +158,13 @@ def step_teacher_budget(trainer: Trainer, budget: float) -> float | None:
     if gap is None:
         return None
     return epic_teacher_budget(
-        budget, step=trainer.step, total_steps=trainer.cfg.steps, gap_start=gap.start, gap_slope=gap.slope,
+        budget,
+        step=trainer.step,
+        total_steps=trainer.cfg.steps,
+        gap_start=gap.start,
+        gap_slope=gap.slope,
         gap_max=gap.max,
-    )  # fmt: skip
+    )
 
 
 def step_layer(trainer: Trainer) -> int | None:
@@ -308,8 +312,7 @@ def reused_step(trainer: Trainer) -> tuple[float, list[MicroBatch]]:
             f"step {trainer.step} reuses the rollouts of step {origin} (method.rl.num_iterations) but they "
             f"are not kept (kept: {None if rollouts is None else rollouts['step']})"
         )
-    micro = reused_groups(trainer.cfg, trainer.student, rollouts["micro"], rollouts["budget"],
-                          trainer.data.item_at)  # fmt: skip
+    micro = reused_groups(trainer.cfg, trainer.student, rollouts["micro"], rollouts["budget"], trainer.data.item_at)
     return rollouts["budget"], micro
 
 
@@ -431,8 +434,12 @@ def rollout_metrics(totals: dict[str, Any]) -> dict[str, float]:
     groups = totals["groups"]
     if groups > 0:
         mixed, all_correct = totals["groups_mixed"] / groups, totals["groups_all_correct"] / groups
-        metrics.update({
-            "rollout/pass_at_group": mixed + all_correct, "rollout/groups_all_correct": all_correct,
-            "rollout/groups_mixed": mixed, "rollout/groups_all_wrong": 1.0 - mixed - all_correct,
-        })  # fmt: skip
+        metrics.update(
+            {
+                "rollout/pass_at_group": mixed + all_correct,
+                "rollout/groups_all_correct": all_correct,
+                "rollout/groups_mixed": mixed,
+                "rollout/groups_all_wrong": 1.0 - mixed - all_correct,
+            }
+        )
     return metrics

@@ -54,9 +54,7 @@ def check_trainable_tower(adapter: VLMAdapter) -> None:
         )
 
 
-def tower_vectors(
-    adapter: VLMAdapter, vision: VisionInputs
-) -> list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]:
+def tower_vectors(adapter: VLMAdapter, vision: VisionInputs) -> list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]:
     """Returns per image its (N, D) merged vectors and DeepStack levels from one tower pass, with gradients
     where they are enabled; no pruner signals are recorded."""
     visual = adapter.visual
@@ -129,9 +127,7 @@ def trained_inputs(
     return samples, replayed
 
 
-def teacher_samples(
-    adapter: VLMAdapter, samples: list[EncodedSample], vision: VisionInputs
-) -> list[EncodedSample]:
+def teacher_samples(adapter: VLMAdapter, samples: list[EncodedSample], vision: VisionInputs) -> list[EncodedSample]:
     """Returns ``samples`` with the vision vectors of the teacher ``adapter``'s own tower (no gradients)."""
     with torch.no_grad():
         return with_vectors(samples, row_vectors(adapter, vision, samples))

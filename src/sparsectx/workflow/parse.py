@@ -31,10 +31,16 @@ def parse_budgets(values: Iterable[float], key: str) -> tuple[float, ...]:
 def parse_methods(section: Mapping[str, Any]) -> dict[str, Method]:
     """Returns name -> ``Method`` for ``grid.methods`` (``preset`` defaults to the method's own name)."""
     return {
-        name: Method(name, spec["pruner"], parse_budgets(spec["budgets"], f"grid.methods.{name}.budgets"),
-                     spec.get("unsupported"), tuple(spec.get("overrides", ())), spec.get("preset", name))
+        name: Method(
+            name,
+            spec["pruner"],
+            parse_budgets(spec["budgets"], f"grid.methods.{name}.budgets"),
+            spec.get("unsupported"),
+            tuple(spec.get("overrides", ())),
+            spec.get("preset", name),
+        )
         for name, spec in section.items()
-    }  # fmt: skip
+    }
 
 
 def check_presets(methods: Mapping[str, Method], conf_dir: str | Path) -> None:
@@ -97,10 +103,17 @@ def parse_sweeps(grid: Mapping[str, Any]) -> dict[str, Sweep]:
             raise ValueError(f"{key}.points name {BASE!r}, the untrained model: each point is a trained method")
         parameter = spec["parameter"]
         sweeps[name] = Sweep(
-            name, tuple(spec["models"]), tuple(spec["benchmarks"]), spec["pruner"],
-            parse_budgets([spec["budget"]], f"{key}.budget")[0], spec["reference"], parameter["key"],
-            parameter["label"], parameter["percent"], tuple(sorted(points, key=lambda p: p.value)),
-        )  # fmt: skip
+            name,
+            tuple(spec["models"]),
+            tuple(spec["benchmarks"]),
+            spec["pruner"],
+            parse_budgets([spec["budget"]], f"{key}.budget")[0],
+            spec["reference"],
+            parameter["key"],
+            parameter["label"],
+            parameter["percent"],
+            tuple(sorted(points, key=lambda p: p.value)),
+        )
     return sweeps
 
 

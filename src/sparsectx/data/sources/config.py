@@ -74,20 +74,15 @@ class SourceConfig:
         expected = set(LAYOUT_FIELDS[self.layout])
         if set(self.fields) != expected:
             raise ValueError(
-                f"{key}.fields has keys {sorted(self.fields)}; layout {self.layout!r} needs exactly "
-                f"{sorted(expected)}"
+                f"{key}.fields has keys {sorted(self.fields)}; layout {self.layout!r} needs exactly {sorted(expected)}"
             )
         empty = [name for name, column in self.fields.items() if not column and name not in OPTIONAL_FIELDS]
         if empty:
-            raise ValueError(
-                f"{key}.fields: {empty} must name a key of the row (only id and trace may be '')"
-            )
+            raise ValueError(f"{key}.fields: {empty} must name a key of the row (only id and trace may be '')")
         if not self.files:
             raise ValueError(f"{key}.files is empty; list the downloaded row files (or glob patterns)")
         if "{}" not in self.image_template:
-            raise ValueError(
-                f"{key}.image_template={self.image_template!r} must contain {{}} for the cell value"
-            )
+            raise ValueError(f"{key}.image_template={self.image_template!r} must contain {{}} for the cell value")
         if self.quota < 1:
             raise ValueError(f"{key}.quota={self.quota} must be >= 1")
         if self.seed is None or isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -158,9 +158,7 @@ def style_response(response: str, trace: str, style: str) -> tuple[str, str] | D
         text = f"{trace}{response}"
         think, answer = _tag(text, "think"), _tag(text, "answer")
         if think is None or not answer:
-            return Drop(
-                PROBLEM, "missing think/answer", "the response lacks <think>…</think> or <answer>…</answer>"
-            )
+            return Drop(PROBLEM, "missing think/answer", "the response lacks <think>…</think> or <answer>…</answer>")
         return answer, f"<think>{think}</think><answer>{answer}</answer>"
     parts = {tag: _tag(response, tag) for tag in LLAVA_COT_TAGS}
     missing = [tag for tag, part in parts.items() if not part]

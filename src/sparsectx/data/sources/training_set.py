@@ -111,9 +111,7 @@ def draw(
         cursor += len(chunk)
         for candidate, loaded in zip(
             chunk,
-            load_images(
-                [c.image for c in chunk], source.fields["image"], cfg.min_image_side, cfg.max_aspect_ratio
-            ),
+            load_images([c.image for c in chunk], source.fields["image"], cfg.min_image_side, cfg.max_aspect_ratio),
             strict=True,
         ):
             drop = image_problem(candidate, loaded.data, loaded.reason, loaded.detail)
@@ -141,9 +139,7 @@ def image_problem(candidate: Candidate, data: bytes | None, reason: str, detail:
     return None
 
 
-def arrange(
-    cfg: TrainingSetConfig, drawn: dict[str, list[tuple[Candidate, bytes]]]
-) -> list[tuple[Candidate, bytes]]:
+def arrange(cfg: TrainingSetConfig, drawn: dict[str, list[tuple[Candidate, bytes]]]) -> list[tuple[Candidate, bytes]]:
     """Returns every drawn row in file order: the balanced sampler's slots (``sampler`` rule 2), or, without
     batches, the one source's draw order."""
     if cfg.batch_size is None:

@@ -100,9 +100,11 @@ def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         if task != "all":
             metrics[f"category/{task}"] = total / len(cycles)
     return {
-        "score": average["all"] / len(cycles), "n": float(len(items)), "missing": float(count_missing(items)),
+        "score": average["all"] / len(cycles),
+        "n": float(len(items)),
+        "missing": float(count_missing(items)),
         **metrics,
-    }  # fmt: skip
+    }
 
 
 CVBENCH_SOURCES = {"2D": ("ADE20K", "COCO"), "3D": ("Omni3D",)}
@@ -149,8 +151,13 @@ def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         kind: sum(by_source[f"source/{s}"] for s in sources) / len(sources) for kind, sources in CVBENCH_SOURCES.items()
     }
     metrics = accuracy_metrics(items, correct, "unmatched", 0)
-    unmatched = sum(item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z")
-                    for item in items)  # fmt: skip
+    unmatched = sum(
+        item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z") for item in items
+    )
     return {
-        **metrics, "unmatched": float(unmatched), "score": (parts["2D"] + parts["3D"]) / 2, **parts, **by_source,
-    }  # fmt: skip
+        **metrics,
+        "unmatched": float(unmatched),
+        "score": (parts["2D"] + parts["3D"]) / 2,
+        **parts,
+        **by_source,
+    }

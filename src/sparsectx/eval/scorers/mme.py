@@ -34,9 +34,17 @@ VERSION = 2
 """2: pairs keyed by (category, image_path) instead of the image alone; ``reasoning`` key."""
 
 PERCEPTION = (
-    "existence", "count", "position", "color", "posters",
-    "celebrity", "scene", "landmark", "artwork", "OCR",
-)  # fmt: skip
+    "existence",
+    "count",
+    "position",
+    "color",
+    "posters",
+    "celebrity",
+    "scene",
+    "landmark",
+    "artwork",
+    "OCR",
+)
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
 
 

@@ -49,9 +49,19 @@ _DIGIT_COMMA = re.compile(r"\d,\d")
 _PERIOD = re.compile(r"\.(?!\d)")
 _PERIOD_COUNT = re.UNICODE  # 32: what the scripts pass as re.sub's count
 _NUMBER_WORDS = {
-    "none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4",
-    "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10",
-}  # fmt: skip
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
 _ARTICLES = {"a", "an", "the"}
 # The contraction table of the VQA/EvalAI scripts, as data: "key=value" pairs separated by spaces.
 _CONTRACTION_PAIRS = (
