@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the real architectures (random weights) and a timing helper.
+"""What the benchmark scripts share: the real architectures (random weights), timing, and counting what a call
+generated (every rate is counted tokens over the time of the same run).
 
 The published configs of the models the seeds train are written out here, so a benchmark builds the real
 architecture with no hub access; cost does not depend on weight values. ``--config DIR`` in each script
@@ -7,14 +8,21 @@ reads a local ``config.json`` instead.
 
 from __future__ import annotations
 
+import gc
 import io
+import json
+import math
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+import transformers
 from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoConfig, AutoModelForImageTextToText, PretrainedConfig
@@ -24,6 +32,7 @@ from transformers.models.qwen3_5 import Qwen3_5Config
 from transformers.models.qwen3_vl import Qwen3VLConfig
 
 from sparsectx.data import Item
+from sparsectx.generation import Generation
 from sparsectx.models import LoadedModel, adapter_for, resolve_model_path
 from sparsectx.models.compiled_blocks import compile_blocks, compile_on
 from sparsectx.models.loading import set_vision_attention
@@ -31,6 +40,7 @@ from sparsectx.models.processor import ImageTextProcessor, load_processor
 from sparsectx.models.vision_mlp import align_vision_mlps
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the dimensions that set the cost).
 QWEN2_5_VL_7B = {
@@ -243,16 +253,120 @@ def noise_items(count: int, side: int, seed: int) -> list[Item]:
     return items
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
-    """Returns the median wall time of ``fn`` over ``repeats`` runs after ``warmup`` untimed ones (synced)."""
-    times = []
+def timed_runs(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> list[tuple[float, object]]:
+    """Returns (wall seconds, what ``fn`` returned) of ``repeats`` runs after ``warmup`` untimed ones (synced), so a
+    rate is the tokens of a run over that same run's time."""
+    runs = []
     for index in range(warmup + repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        fn()
+        result = fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if index >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+            runs.append((time.perf_counter() - start, result))
+    return runs
+
+
+def median_run(runs: list[tuple[float, object]]) -> tuple[float, object]:
+    """Returns the run of median time (the slower middle one of an even count) and what it returned."""
+    return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+
+
+@dataclass
+class GeneratedLengths:
+    """The tokens each sequence of one call generated, counted from the sequences the call returned."""
+
+    lengths: list[int]
+
+    @property
+    def tokens(self) -> int:
+        """Returns the tokens generated over every sequence."""
+        return sum(self.lengths)
+
+    def summary(self) -> dict[str, float]:
+        """Returns min / median / p90 (nearest rank) / max tokens per sequence: what shows an early stop."""
+        ordered = sorted(self.lengths)
+        if not ordered:
+            return {}
+        p90 = ordered[math.ceil(0.9 * len(ordered)) - 1]
+        return {"min": ordered[0], "median": statistics.median(ordered), "p90": p90, "max": ordered[-1]}
+
+    def text(self) -> str:
+        """Returns the summary as one table cell, ``min / median / p90 / max``."""
+        summary = self.summary()
+        return " / ".join(f"{summary[key]:g}" for key in ("min", "median", "p90", "max")) if summary else "none"
+
+
+def engine_lengths(generations: Sequence[Generation]) -> GeneratedLengths:
+    """Returns the lengths of the engine's returned generations (each ends at its end token or stop string,
+    which it keeps, or at the cap: ``sparsectx.engine.decode``)."""
+    return GeneratedLengths([generation.token_ids.numel() for generation in generations])
+
+
+def hf_lengths(sequences: torch.Tensor, prompt_length: int, end_ids: Collection[int]) -> list[int]:
+    """Returns the tokens each row of HF ``generate``'s (B, prompt + T) output generated after its prompt.
+
+    A row that emitted one of ``end_ids`` (the eos ids ``generate`` was given) ends there, the end id counted:
+    transformers 5.17 ``GenerationMixin._sample`` (generation/utils.py) writes ``pad_token_id`` into a finished
+    row for the steps the batch still runs. Without ``end_ids`` every one of the T columns was generated.
+    """
+    new = sequences[:, prompt_length:]
+    if not end_ids:
+        return [new.shape[1]] * new.shape[0]
+    ends = torch.isin(new, torch.tensor(sorted(end_ids), device=new.device))
+    first = torch.where(ends.any(dim=1), ends.int().argmax(dim=1) + 1, new.shape[1])
+    return first.tolist()
+
+
+def tokens_per_second(tokens: int, seconds: float) -> float | None:
+    """Returns the rate of ``tokens`` generated in ``seconds``; None when nothing was generated."""
+    return tokens / seconds if tokens > 0 else None
+
+
+def rate_text(tokens: int, seconds: float) -> str:
+    """Returns the tokens/s cell: the rate, or a note that the call generated no tokens (no rate to print)."""
+    rate = tokens_per_second(tokens, seconds)
+    return "no tokens generated" if rate is None else f"{rate:.0f}"
+
+
+def run_facts(device: torch.device) -> dict[str, object]:
+    """Returns what a ``--json`` record says about where it ran: device, library versions, commit (and whether
+    tracked files differed from it), command."""
+    git = lambda *args: subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)  # noqa: E731
+    try:
+        commit = git("rev-parse", "HEAD").stdout.strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.CalledProcessError):  # a copy of the tree without its git directory
+        commit, dirty = None, None
+    return {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "commit": commit,
+        "commit_dirty": dirty,
+        "command": " ".join(sys.argv),
+    }
+
+
+def unless_out_of_memory(measure: Callable[[], T]) -> tuple[T | None, str | None]:
+    """Returns (``measure()``, None), or (None, the allocator's message) when the GPU ran out of memory
+    (``torch.cuda.OutOfMemoryError``): the caller prints ``OOM`` for that cell and goes on with the memory freed,
+    so ``measure`` should hold what it allocates (an engine, its caches) in its own frame."""
+    try:
+        return measure(), None
+    except torch.cuda.OutOfMemoryError as error:
+        message = str(error).splitlines()[0]
+    gc.collect()  # outside the except block: the error's traceback no longer holds the failed call's tensors
+    torch.cuda.empty_cache()
+    return None, message
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Writes ``record`` to ``path`` whole (a temporary file, then renamed), so a run cut off mid-way leaves the
+    rows finished so far, never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    partial.replace(path)
