@@ -41,7 +41,7 @@ constraints:
 
 # The suite runs on a worker per core (pytest-xdist), a test file per worker at a time: the files that hold
 # slow end-to-end runs go first (tests/conftest.py). One worker: `.venv/bin/python -m pytest -q`.
-test: $(STAMP) $(TEST_ENVS) $(TEST_BROWSER)
+test: $(STAMP) $(TEST_ENVS) $(TEST_BROWSER) lint
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slurm_long and not long"
 
 # The real-scheduler tests too long for CI (as root, like make slurm-demo; docs/testing.md): a training job stopped
@@ -55,8 +55,10 @@ test-long: $(STAMP) $(TEST_ENVS)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m long
 	$(MAKE) test-slurm
 
+# The formatter decides layout (no `# fmt: skip`); make test runs this first, so CI fails on an unformatted file.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 
 # sparsectx.pipeline runs snakemake, first removing a lock that a killed run left (none running there).
 # demo: the seeds' headline claims on the whole synthetic suite (conf/experiment/tiny_demo.yaml);

@@ -45,38 +45,81 @@ T = TypeVar("T")
 # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the dimensions that set the cost).
 QWEN2_5_VL_7B = {
     "text_config": {
-        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
-        "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 128000,
-        "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 128000,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
     },
     "vision_config": {
-        "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "patch_size": 14,
-        "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31], "out_hidden_size": 3584,
-        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "hidden_act": "silu",
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "patch_size": 14,
+        "window_size": 112,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "out_hidden_size": 3584,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "hidden_act": "silu",
         "tokens_per_second": 2,
     },
-    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653, "tie_word_embeddings": False,
-}  # fmt: skip
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "tie_word_embeddings": False,
+}
 
 # Qwen/Qwen3-VL-4B-Instruct's config.json (the dimensions that set the cost).
 QWEN3_VL_4B = {
     "text_config": {
-        "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 262144,
-        "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
-                            "mrope_interleaved": True},
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": True,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5000000.0,
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
     },
     "vision_config": {
-        "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "patch_size": 16,
-        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 2560,
-        "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17], "hidden_act": "gelu_pytorch_tanh",
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "out_hidden_size": 2560,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [5, 11, 17],
+        "hidden_act": "gelu_pytorch_tanh",
     },
-    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653, "tie_word_embeddings": True,
-}  # fmt: skip
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "tie_word_embeddings": True,
+}
 
 # Qwen/Qwen3.5-4B, as conf/model/qwen3_5_4b.yaml states it: hidden 2560, 32 hybrid layers (every fourth full
 # attention, 16 query / 4 KV heads of 256, a gated q_proj), vocabulary 248,320, tied embeddings. UNVERIFIED here
@@ -85,21 +128,44 @@ QWEN3_VL_4B = {
 # sections and the vision tower (taken as Qwen3-VL-4B's: depth 24, width 1024, out 2560, no DeepStack).
 QWEN3_5_4B = {
     "text_config": {
-        "hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 32, "num_attention_heads": 16,
-        "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144,
-        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "rms_norm_eps": 1e-6,
+        "hidden_size": 2560,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "rms_norm_eps": 1e-6,
         "tie_word_embeddings": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [11, 11, 10],
-                            "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000000.0,
+            "mrope_section": [11, 11, 10],
+            "mrope_interleaved": True,
+            "partial_rotary_factor": 0.25,
+        },
     },
     "vision_config": {
-        "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "patch_size": 16,
-        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 2560,
-        "num_position_embeddings": 2304, "hidden_act": "gelu_pytorch_tanh",
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "out_hidden_size": 2560,
+        "num_position_embeddings": 2304,
+        "hidden_act": "gelu_pytorch_tanh",
     },
     "tie_word_embeddings": True,
-}  # fmt: skip
+}
 
 # Qwen3.5-9B, as conf/model/qwen3_5_9b.yaml states it: transformers 5.17's Qwen3_5TextConfig defaults, which it
 # documents as the 9B style (width 4096, MLP 12288, 32 hybrid layers, 16 query / 4 KV heads of 256, linear
@@ -108,14 +174,20 @@ QWEN3_5_4B = {
 # width 1152, MLP 4304) with its output at the decoder's width, and the rotary sections (the 4B's).
 QWEN3_5_9B = {
     "text_config": {
-        **QWEN3_5_4B["text_config"], "hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False,
+        **QWEN3_5_4B["text_config"],
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "tie_word_embeddings": False,
     },
     "vision_config": {
-        **QWEN3_5_4B["vision_config"], "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+        **QWEN3_5_4B["vision_config"],
+        "depth": 27,
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
         "out_hidden_size": 4096,
     },
     "tie_word_embeddings": False,
-}  # fmt: skip
+}
 
 # zai-org/GLM-4.6V-Flash: src/sparsectx/assets/published/GLM-4.6V-Flash/config.json (its sources: SOURCES.md there):
 # vision depth 24, width 1536, 12 heads, MLP 13696, image size 336, out 4096, patch 14, merge 2; a 40-layer
@@ -125,19 +197,38 @@ QWEN3_5_9B = {
 # The published config.json declares glm4v (Glm4vForConditionalGeneration); Glm46VConfig builds the same model.
 GLM46V_9B = {
     "text_config": {
-        "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32,
-        "num_key_value_heads": 2, "vocab_size": 151552, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
-        "attention_bias": True, "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12],
-                            "partial_rotary_factor": 0.5},
+        "hidden_size": 4096,
+        "intermediate_size": 13696,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 2,
+        "vocab_size": 151552,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "attention_bias": True,
+        "tie_word_embeddings": False,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [8, 12, 12],
+            "partial_rotary_factor": 0.5,
+        },
     },
     "vision_config": {
-        "depth": 24, "hidden_size": 1536, "intermediate_size": 13696, "num_heads": 12, "patch_size": 14,
-        "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3, "out_hidden_size": 4096,
-        "image_size": 336, "hidden_act": "silu",
+        "depth": 24,
+        "hidden_size": 1536,
+        "intermediate_size": 13696,
+        "num_heads": 12,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "out_hidden_size": 4096,
+        "image_size": 336,
+        "hidden_act": "silu",
     },
     "tie_word_embeddings": False,
-}  # fmt: skip
+}
 
 ARCHITECTURES = {
     "qwen2_5_vl_7b": (Qwen2_5_VLConfig, QWEN2_5_VL_7B),
@@ -210,9 +301,7 @@ def real_model(
         processor = load_processor(scratch, preset.image_workers)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = AutoModelForImageTextToText.from_config(
-            config, dtype=torch.bfloat16, attn_implementation="sdpa"
-        )
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     vision = model.config.vision_config
     side = vision.patch_size * vision.spatial_merge_size * round(visual_tokens**0.5)
     image_processor = processor.image_processor
@@ -248,7 +337,7 @@ def noise_items(count: int, side: int, seed: int) -> list[Item]:
                 "<think>I count three circles.</think><answer>3</answer>",
                 "",
                 {},
-            )  # fmt: skip
+            )
         )
     return items
 

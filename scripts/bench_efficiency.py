@@ -43,10 +43,16 @@ def efficiency_job(model: str, pruner: str, args: argparse.Namespace) -> EvalJob
     """Returns an evaluation job of ``conf/evaluate.yaml`` in efficiency mode for ``model`` and ``pruner``."""
     budgets = ",".join(str(b) for b in args.budgets)
     overrides = [
-        f"model={model}", f"pruner={pruner}", "mode=efficiency", "logger=none", f"efficiency.budgets=[{budgets}]",
-        f"efficiency.num_items={args.items}", f"efficiency.repetitions={args.repeats}",
-        f"efficiency.warmup={args.warmup}", f"efficiency.decode_tokens={args.decode_tokens}",
-    ]  # fmt: skip
+        f"model={model}",
+        f"pruner={pruner}",
+        "mode=efficiency",
+        "logger=none",
+        f"efficiency.budgets=[{budgets}]",
+        f"efficiency.num_items={args.items}",
+        f"efficiency.repetitions={args.repeats}",
+        f"efficiency.warmup={args.warmup}",
+        f"efficiency.decode_tokens={args.decode_tokens}",
+    ]
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
         cfg = compose("evaluate", overrides=overrides)
     return EvalJob(load_eval_config(cfg), OmegaConf.to_container(cfg, resolve=True), Path("unused"))
@@ -78,9 +84,7 @@ def print_rows(pruner: str, rows: list[dict]) -> None:
 
 def main() -> None:
     """Prints the efficiency table of every pruner on one architecture."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run on the shipped tiny model")
     parser.add_argument("--arch", default="qwen2_5_vl_7b", choices=sorted(ARCHITECTURES))
     parser.add_argument("--config", default=None, help="a local model dir whose config.json to build")
@@ -100,12 +104,16 @@ def main() -> None:
         items = noise_items(args.items, side, seed=0)
         device = loaded.adapter.model.device
         name = "tiny" if args.tiny else args.arch
-        print(f"# {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, {name}, {side}x{side} "
-              f"images ({args.visual_tokens} visual tokens), {args.items} items, {args.decode_tokens} decode "
-              f"tokens, median of {args.repeats} after {args.warmup} warm-up")  # fmt: skip
-        print("| pruner | budget | kept | prefill len | prefill TFLOPs | FLOPs ratio | KV/state MiB | KV ratio | "
-              "vision ms | select ms | prefill ms | decode ms | total ms | prefill latency ratio | "
-              "total latency ratio |")  # fmt: skip
+        print(
+            f"# {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, {name}, {side}x{side} "
+            f"images ({args.visual_tokens} visual tokens), {args.items} items, {args.decode_tokens} decode "
+            f"tokens, median of {args.repeats} after {args.warmup} warm-up"
+        )
+        print(
+            "| pruner | budget | kept | prefill len | prefill TFLOPs | FLOPs ratio | KV/state MiB | KV ratio | "
+            "vision ms | select ms | prefill ms | decode ms | total ms | prefill latency ratio | "
+            "total latency ratio |"
+        )
         print("|" + " --- |" * 15)
         for pruner in args.pruners:
             job = efficiency_job("tiny" if args.tiny else args.arch, pruner, args)

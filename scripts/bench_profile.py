@@ -53,9 +53,7 @@ def phase_report(trace: dict, top: int) -> list[str]:
     lines = ["| phase | calls | wall ms | GPU busy ms | idle % | top kernels (ms) |"]
     lines.append("| --- | --- | --- | --- | --- | --- |")
     for name, (calls, wall, busy) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        names = "; ".join(
-            f"{k} {ms:.1f}" for k, ms in sorted(heavy[name].items(), key=lambda kv: -kv[1])[:top]
-        )
+        names = "; ".join(f"{k} {ms:.1f}" for k, ms in sorted(heavy[name].items(), key=lambda kv: -kv[1])[:top])
         idle = 100 * (1 - busy / wall) if wall else 0.0
         lines.append(f"| {name} | {calls} | {wall:.1f} | {busy:.1f} | {idle:.0f} | {names} |")
     return lines

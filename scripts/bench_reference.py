@@ -133,15 +133,16 @@ def _step(peft, processor, build, rows, shape, optimizer, phase) -> None:  # noq
         prompts = build_prompts(build, rows, processor.image_workers)
         inputs = processor_inputs(processor, prompts)
         pixels = inputs["pixel_values"].to(device, model.dtype)
-        model.model.get_image_features(
-            pixel_values=pixels, image_grid_thw=inputs["image_grid_thw"].to(device)
-        )
+        model.model.get_image_features(pixel_values=pixels, image_grid_thw=inputs["image_grid_thw"].to(device))
     student_ids = text_ids(batch, shape.student, vocab, device)
     with phase("rollout"), torch.no_grad(), autocast:
         config = GenerationConfig(
-            max_new_tokens=shape.new_tokens, min_new_tokens=shape.new_tokens, do_sample=shape.do_sample,
-            eos_token_id=None, pad_token_id=0,
-        )  # fmt: skip
+            max_new_tokens=shape.new_tokens,
+            min_new_tokens=shape.new_tokens,
+            do_sample=shape.do_sample,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
         out = peft.generate(
             input_ids=student_ids, attention_mask=torch.ones_like(student_ids), generation_config=config
         )

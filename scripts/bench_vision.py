@@ -62,23 +62,23 @@ VISION_TINY = {
     "temporal_patch_size": 2,
 }
 # The real vocabulary size keeps the config's special-token ids valid; everything else is minimal.
-TEXT_STUB = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "vocab_size": 151936}  # fmt: skip
+TEXT_STUB = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+}
 
 
 def parse_args() -> argparse.Namespace:
     """Returns the command line; the defaults are the measurement of ``shared/specs/engine.md``."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny dimensions on CPU (conf/model/tiny.yaml)")
     parser.add_argument("--config", help="a model directory whose config.json gives the vision dimensions")
-    parser.add_argument(
-        "--image-size", type=int, help="square image side in pixels (default 1008; 224 with --tiny)"
-    )
-    parser.add_argument(
-        "--batch-sizes", type=int, nargs="+", help="images per call (default 1 32; 1 4 with --tiny)"
-    )
+    parser.add_argument("--image-size", type=int, help="square image side in pixels (default 1008; 224 with --tiny)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help="images per call (default 1 32; 1 4 with --tiny)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls before timing")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls; the median is printed")
     return parser.parse_args()
@@ -143,9 +143,7 @@ def time_batch(model: torch.nn.Module, cfg, batch: int, side: int, args: argpars
         bare = median_ms(lambda: visual(pixels, grid_thw=grid), device, args.warmup, args.repeats)
         signals = median_ms(lambda: adapter.encode_images(pixels, grid), device, args.warmup, args.repeats)
         encoded[choice] = adapter.encode_images(pixels, grid)
-        print(
-            f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image"
-        )
+        print(f"  {choice:8s} tower {bare / batch:9.2f} ms/image   with signals {signals / batch:9.2f} ms/image")
     for choice in ("grouped", "aligned", "compiled"):
         for name in ("embeds", "attention_received", "keys"):
             got, want = (torch.cat([getattr(im, name).float() for im in encoded[c]]) for c in (choice, "hf"))
@@ -161,9 +159,11 @@ def main() -> None:
     model = build_model(args, DTYPES[cfg.dtype], cfg.device)
     vc = model.config.vision_config
     merged = (side // vc.patch_size // vc.spatial_merge_size) ** 2
-    print(f"{'tiny' if args.tiny else 'Qwen2.5-VL-7B'} vision tower ({vc.depth} blocks, hidden {vc.hidden_size}), "
-          f"{cfg.dtype} on {cfg.device}, {side}x{side} images = {merged} merged tokens, "
-          f"signal_chunk {cfg.signal_chunk}, median of {args.repeats} after {args.warmup} warmup")  # fmt: skip
+    print(
+        f"{'tiny' if args.tiny else 'Qwen2.5-VL-7B'} vision tower ({vc.depth} blocks, hidden {vc.hidden_size}), "
+        f"{cfg.dtype} on {cfg.device}, {side}x{side} images = {merged} merged tokens, "
+        f"signal_chunk {cfg.signal_chunk}, median of {args.repeats} after {args.warmup} warmup"
+    )
     for batch in args.batch_sizes or ([1, 4] if args.tiny else [1, 32]):
         time_batch(model, cfg, batch, side, args)
     if cfg.device.startswith("cuda"):

@@ -65,9 +65,7 @@ def main() -> None:
 
     Each pruner re-encodes the items: the tower records only the signals that pruner declares.
     """
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=float, default=0.1)
     parser.add_argument("--pruners", nargs="+", default=["visionzip", "divprune", "cdpruner", "random"])
     parser.add_argument("--benches", nargs="+", default=list(BENCHES))
@@ -87,12 +85,8 @@ def main() -> None:
             items = load_bench_items(cfg.bench[bench], cfg.max_skip_fraction)[0][: args.items]
             hits, ons, kept = [], [], []
             for item in items:
-                sample = encode_samples(
-                    loaded.adapter, loaded.processor, [prompt_item(item, cfg.prompt, True)]
-                )[0]
-                (selection,) = select_visual(
-                    loaded.adapter, [sample], cfg.pruner, args.budget, cfg.seed, bench
-                )[0]
+                sample = encode_samples(loaded.adapter, loaded.processor, [prompt_item(item, cfg.prompt, True)])[0]
+                (selection,) = select_visual(loaded.adapter, [sample], cfg.pruner, args.budget, cfg.seed, bench)[0]
                 side = int(round(sample.images[0].num_tokens ** 0.5))
                 hit, on = coverage(json.loads(item.scene), selection.indices.tolist(), cell, side)
                 hits.append(hit)
