@@ -22,6 +22,9 @@ from pathlib import Path
 
 import torch
 
+from sparsectx.checkpoints import fresh_tmp, replace_dir, verify_checkpoint, weight_files
+from sparsectx.hashing import file_sha256, files_sha256
+from sparsectx.paths import CHECKPOINT_INFO
 from sparsectx.training import checkpoint as ckpt
 
 
@@ -45,17 +48,17 @@ def dummy_payload(gb: float) -> dict:
 
 def old_save(state: Path, payload: dict) -> None:
     """The save before this change: torch.save to the path, then the file read back for its sha256."""
-    tmp = ckpt.fresh_tmp(state)
+    tmp = fresh_tmp(state)
     torch.save(payload, tmp / ckpt.STATE_FILE)
-    meta = {"step": 1, "samples_seen": 8, "payload_sha256": ckpt.file_sha256(tmp / ckpt.STATE_FILE)}
+    meta = {"step": 1, "samples_seen": 8, "payload_sha256": file_sha256(tmp / ckpt.STATE_FILE)}
     (tmp / ckpt.META_FILE).write_text(json.dumps(meta))
-    ckpt.replace_dir(tmp, state)
+    replace_dir(tmp, state)
 
 
 def old_resume(state: Path) -> dict:
     """The resume before this change: the whole file hashed, then loaded."""
     meta = json.loads((state / ckpt.META_FILE).read_text())
-    assert ckpt.file_sha256(state / ckpt.STATE_FILE) == meta["payload_sha256"]
+    assert file_sha256(state / ckpt.STATE_FILE) == meta["payload_sha256"]
     return torch.load(state / ckpt.STATE_FILE, weights_only=True)
 
 
@@ -71,8 +74,8 @@ def fake_checkpoint(root: Path, payload: dict, shards: int) -> Path:
     tensors = list(payload["trainable"].values())
     for i in range(shards):
         torch.save(tensors[i::shards], target / f"model-{i:05d}.pt")
-    digests = ckpt.files_sha256(ckpt.weight_files(target))
-    (target / ckpt.CHECKPOINT_INFO).write_text(json.dumps({"weights_sha256": digests}))
+    digests = files_sha256(weight_files(target))
+    (target / CHECKPOINT_INFO).write_text(json.dumps({"weights_sha256": digests}))
     return target
 
 
@@ -88,7 +91,7 @@ def main() -> None:
     try:
         old, new = root / "old" / "state", root / "new" / "state"
         shards = fake_checkpoint(root, payload, shards=4)
-        files = ckpt.weight_files(shards)
+        files = weight_files(shards)
         rows = [
             (
                 "save state",
@@ -102,12 +105,12 @@ def main() -> None:
             ),
             (
                 "verify 4-shard checkpoint",
-                median_seconds(lambda: {p.name: ckpt.file_sha256(p) for p in files}, args.repeats),
-                median_seconds(lambda: ckpt.verify_checkpoint(shards), args.repeats),
+                median_seconds(lambda: {p.name: file_sha256(p) for p in files}, args.repeats),
+                median_seconds(lambda: verify_checkpoint(shards), args.repeats),
             ),
         ]
         size = (new / ckpt.STATE_FILE).stat().st_size
-        hashed = median_seconds(lambda: ckpt.file_sha256(new / ckpt.STATE_FILE), args.repeats)
+        hashed = median_seconds(lambda: file_sha256(new / ckpt.STATE_FILE), args.repeats)
         print(f"trainer.pt {size / 1e9:.2f} GB; sha256 of it alone (page cache) {hashed:.2f} s")
         print(f"{'operation':28s} {'before s':>9s} {'after s':>9s}")
         for name, before, after in rows:

@@ -218,6 +218,20 @@ def append_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
         os.close(fd)
 
 
+def read_json_object(path: Path, fix: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
+    """Returns the JSON object in ``path``, a file this project wrote (a result, a checkpoint's record, a
+    resume state's metadata); raises ``error`` naming the file and ``fix`` when it cannot be read, is not
+    JSON or holds another kind of value. Such files are written atomically, so a broken one is damage, never
+    a write in progress; ``fix`` says how its kind is restored (rerun the job, delete the state)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{path} is not valid JSON ({err}); {fix}") from err
+    if not isinstance(data, dict):
+        raise error(f"{path} holds {type(data).__name__}, not a JSON object; {fix}")
+    return data
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Returns the complete rows of a JSONL file; a torn final line (an interrupted append) is ignored."""
     path = Path(path)

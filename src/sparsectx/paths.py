@@ -26,6 +26,12 @@ PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 with a letter or digit, so never a separator, ``.``, ``..``, a hidden or an absolute name."""
 PATH_NAME_MAX = 128
 """The longest such name (a file system allows 255 bytes per component; the suffixes added need room)."""
+BASE = "base"
+"""The method component of the untrained model's results (``conf/evaluate.yaml``'s ``method.name``): never a
+trained checkpoint's, and never declared in a grid's ``methods``."""
+CHECKPOINT_INFO = "sparsectx_training.json"
+"""The training record in every trained model directory (``checkpoint/``, ``adapter/``): provenance and the
+sha256 of each other file (``sparsectx.checkpoints``); a model directory without it is not a trained one."""
 
 
 def path_name(value: object, key: str, source: str = "the config", fix: str | None = None) -> str:

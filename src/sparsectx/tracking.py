@@ -23,7 +23,6 @@ run records in W&B is redacted (``sparsectx.redact``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from typing import Any, Protocol
 
 from PIL import Image
 
+from sparsectx.hashing import config_hash
 from sparsectx.io import atomic_write_text
 from sparsectx.redact import redact
 
@@ -229,8 +229,7 @@ def run_id(experiment: str, job_type: str, cell: Mapping[str, Any]) -> str:
         for key, value in cell.items()
         if value is not None
     }
-    text = json.dumps({"experiment": experiment, "job_type": job_type, "cell": parts}, sort_keys=True)
-    return job_type + hashlib.sha256(text.encode()).hexdigest()[:RUN_ID_DIGITS]
+    return job_type + config_hash({"experiment": experiment, "job_type": job_type, "cell": parts}, RUN_ID_DIGITS)
 
 
 def summary_file(wandb_dir: Path, run: str) -> Path:

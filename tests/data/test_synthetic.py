@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparsectx.data.synthetic import build_suite, derive_seed, generate_bench, generate_train
+from sparsectx.data.synthetic import build_suite, generate_bench, generate_train
 from sparsectx.data.tsv import read_tsv
+from sparsectx.seeding import derive_seed
 
 from .conftest import BENCHES, SMALL_BENCH, SMALL_TRAIN, small_suite_config
 

@@ -11,10 +11,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from sparsectx.checkpoints import weight_files
 from sparsectx.eval.runner import run
 from sparsectx.eval.trained import leaf_method, training_record
-from sparsectx.paths import budget_tag
-from sparsectx.training.checkpoint import CHECKPOINT_INFO, file_sha256, weight_files
+from sparsectx.hashing import file_sha256
+from sparsectx.paths import CHECKPOINT_INFO, budget_tag
 
 from .test_runner_support import CONF, SIDE, base_overrides, build_model_dir, compose_eval, write_bench
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sparsectx.eval.scorers import SCORERS
 from sparsectx.eval.vlmeval_bridge import (
-    READINGS,
     BridgeConfig,
     check_columns,
     flatten,
@@ -56,13 +56,15 @@ def test_flatten_reads_split_tables_one_row_tables_and_nested_dicts() -> None:
 def test_video_ratings_flatten_by_position_and_give_their_headlines() -> None:
     mvbench = {"type": "dict", "value": {"t1": [3, 4, "75.00%"], "overall": [3, 8, "37.50%"]}}
     assert flatten(mvbench) == {"t1/0": 3.0, "t1/1": 4.0, "overall/0": 3.0, "overall/1": 8.0}
-    assert READINGS["mvbench"].headline(flatten(mvbench)) == 37.5
+    assert SCORERS.get("mvbench").vlmeval.headline(flatten(mvbench)) == 37.5
     mlvu = {"type": "dict", "value": {"plotQA": [1, 4], "needle": [2, 2]}}
-    assert READINGS["mlvu"].headline(flatten(mlvu)) == 50.0
-    assert READINGS["tempcompass_mcq"].headline(flatten({"type": "dict", "value": {"speed. multi-choice": [1, 3]}}))
+    assert SCORERS.get("mlvu").vlmeval.headline(flatten(mlvu)) == 50.0
+    assert SCORERS.get("tempcompass_mcq").vlmeval.headline(
+        flatten({"type": "dict", "value": {"speed. multi-choice": [1, 3]}})
+    )
     with pytest.raises(KeyError):
-        READINGS["mlvu"].headline({})
-    assert READINGS["mme_realworld"].headline(flatten({"type": "dict", "value": {"Overall": 0.25}})) == 25.0
+        SCORERS.get("mlvu").vlmeval.headline({})
+    assert SCORERS.get("mme_realworld").vlmeval.headline(flatten({"type": "dict", "value": {"Overall": 0.25}})) == 25.0
 
 
 def test_missing_column_names_the_file_and_the_column(tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from sparsectx.eval.config import compose_bench
-from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
+from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import parse_yes_no, score_items
 from sparsectx.eval.vlmeval_bridge import BridgeConfig, score_with_vlmeval
+from sparsectx.hashing import file_sha256
 from sparsectx.paths import predictions_path, result_path
 from sparsectx.rehearsal.benchmarks import write_rows
 from sparsectx.rehearsal.benchmarks.vqa import mathvista
@@ -53,7 +54,7 @@ def leaf(root: Path, bench: str, rows: list[dict[str, str]], answers: list[str |
     predictions_path(out.parent, bench).parent.mkdir(parents=True, exist_ok=True)
     records = [{"id": i, "answer": a, "output": f"<answer>{a}</answer>"} for i, a in by_id.items()]
     predictions_path(out.parent, bench).write_text("".join(json.dumps(r) + "\n" for r in records))
-    provenance = {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_digest(tsv)}}
+    provenance = {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_sha256(tsv)}}
     payload = {
         "benchmark": bench,
         "scorer": spec.scorer,

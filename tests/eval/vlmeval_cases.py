@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from sparsectx.eval.config import compose_bench
-from sparsectx.eval.protocol import file_digest, load_bench_items, sample_id, scored_item
+from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 from sparsectx.eval.scorers import score_items
+from sparsectx.hashing import file_sha256
 from sparsectx.paths import predictions_path, result_path
 from sparsectx.rehearsal.benchmarks import png_b64
 from sparsectx.rehearsal.benchmarks import write_rows as write_tsv
@@ -362,7 +363,7 @@ def make_leaf(root: Path, bench: str, rows: list[dict[str, str]], predictions: l
         "metrics": report.metrics,
         "n_scored": len(items),
         "n_rows": len(items),
-        "provenance": {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_digest(data)}},
+        "provenance": {"config": {"bench": {bench: asdict(spec)}}, "inputs": {"bench_sha256": file_sha256(data)}},
     }
     out = result_path(leaf, bench)
     out.write_text(json.dumps(payload, indent=2))

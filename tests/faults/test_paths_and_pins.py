@@ -23,9 +23,12 @@ from omegaconf import OmegaConf
 from tiny_models import char_processor, tiny_qwen2_5_vl
 from training.test_loop_support import compose_train
 
+from sparsectx.checkpoints import weight_files
 from sparsectx.eval.runner import run
+from sparsectx.hashing import file_sha256
+from sparsectx.paths import CHECKPOINT_INFO
 from sparsectx.preflight import check_checkpoint, load_preflight_config
-from sparsectx.training.checkpoint import CHECKPOINT_INFO, check_resume, file_sha256, weight_files
+from sparsectx.training.checkpoint import check_resume
 from sparsectx.training.config import run_defining
 
 pytestmark = pytest.mark.faults

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from sparsectx import workflow as wf
-from sparsectx.training import checkpoint as ckpt
+from sparsectx.checkpoints import checkpoint_info, verify_checkpoint
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -119,8 +119,8 @@ def outputs(workdir: Path) -> dict[str, object]:
             path = workdir / target
             assert path.is_file(), target
             if stage == "train":
-                assert ckpt.verify_checkpoint(path.parent), target  # raises naming a missing or changed file
-                found[target] = ckpt.checkpoint_info(path.parent)
+                assert verify_checkpoint(path.parent), target  # raises naming a missing or changed file
+                found[target] = checkpoint_info(path.parent)
                 continue
             payload = json.loads(path.read_text())
             assert payload["provenance"]["config_hash"], target

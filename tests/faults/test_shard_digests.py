@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from sparsectx.training import checkpoint as ckpt
+from sparsectx.checkpoints import DamagedFileError
 from sparsectx.training.sharded_state import SHARDS, shard_digests, verify_shards
 
 pytestmark = pytest.mark.faults
@@ -37,16 +37,16 @@ def test_a_damaged_shard_is_named(tmp_path: Path) -> None:
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(ckpt.DamagedFileError, match=rf"{shard.name} differs from its sha256.*delete it"):
+    with pytest.raises(DamagedFileError, match=rf"{shard.name} differs from its sha256.*delete it"):
         verify_shards(ONE, tmp_path, meta)
 
 
 def test_a_missing_or_extra_shard_is_named(tmp_path: Path) -> None:
     meta = saved_state(tmp_path)
     (tmp_path / SHARDS / ".metadata").unlink()
-    with pytest.raises(ckpt.DamagedFileError, match=r"\.metadata is missing"):
+    with pytest.raises(DamagedFileError, match=r"\.metadata is missing"):
         verify_shards(ONE, tmp_path, meta)
     meta = saved_state(tmp_path / "again")
     (tmp_path / "again" / SHARDS / "__9_0.distcp").write_bytes(b"foreign")
-    with pytest.raises(ckpt.DamagedFileError, match=r"__9_0\.distcp is not listed in meta\.json"):
+    with pytest.raises(DamagedFileError, match=r"__9_0\.distcp is not listed in meta\.json"):
         verify_shards(ONE, tmp_path / "again", meta)

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from faults.full_disk import full_disk
+from sparsectx.checkpoints import DamagedFileError
+from sparsectx.hashing import file_sha256
 from sparsectx.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.faults
@@ -45,7 +47,7 @@ def test_the_state_payload_is_hashed_as_it_is_written(tmp_path: Path, monkeypatc
     assert reads == []  # never read back to be hashed
     meta = json.loads((tmp_path / "state" / ckpt.META_FILE).read_text())
     payload = tmp_path / "state" / ckpt.STATE_FILE
-    assert meta["payload_sha256"] == ckpt.file_sha256(payload)
+    assert meta["payload_sha256"] == file_sha256(payload)
     assert meta["payload_bytes"] == payload.stat().st_size
 
 
@@ -64,7 +66,7 @@ def test_a_damaged_payload_passes_the_cheap_check_and_is_refused_while_loading(
         meta = ckpt.read_meta(state)  # before the model loads: metadata, presence and size only
         assert reads == []
     assert meta is not None and meta["step"] == 1
-    with pytest.raises(ckpt.DamagedFileError, match=rf"{payload} does not match.*sha256.*delete"):
+    with pytest.raises(DamagedFileError, match=rf"{payload} does not match.*sha256.*delete"):
         ckpt.load_state(state, torch.device("cpu"), meta)
 
 
@@ -73,12 +75,12 @@ def test_a_truncated_or_foreign_payload_is_refused_before_the_model_loads(tmp_pa
     _save(state, step=1)
     payload = state / ckpt.STATE_FILE
     payload.write_bytes(payload.read_bytes()[:-100])
-    with pytest.raises(ckpt.DamagedFileError, match=rf"{payload} does not match.*bytes, recorded.*delete"):
+    with pytest.raises(DamagedFileError, match=rf"{payload} does not match.*bytes, recorded.*delete"):
         ckpt.read_meta(state)
     other = tmp_path / "other"
     _save(other, step=2, size=1 << 15)
     payload.write_bytes((other / ckpt.STATE_FILE).read_bytes())
-    with pytest.raises(ckpt.DamagedFileError, match=rf"{payload} does not match"):
+    with pytest.raises(DamagedFileError, match=rf"{payload} does not match"):
         ckpt.read_meta(state)
 
 

@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from training.test_loop_support import CONF_DIR, TinyEnv, compose_train, shared_env, train_overrides
 
+from sparsectx.checkpoints import DamagedFileError
 from sparsectx.pretrain import train as pretrain
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training import loop
@@ -72,7 +73,7 @@ def test_a_training_state_that_would_run_code_is_refused_on_resume(tiny_env: Tin
     ckpt.save_state(state, hostile, meta)  # the attacker writes meta.json too: size and sha256 match
     before = _files(state)
     with pytest.raises(
-        ckpt.DamagedFileError,
+        DamagedFileError,
         match=rf"{state / ckpt.STATE_FILE} is not plain data {NAMED}: it may be hostile.*rm -r",
     ):
         loop.run(compose_train(training(2)))
@@ -99,7 +100,7 @@ def test_a_pretraining_state_that_would_run_code_is_refused_on_resume(tmp_path: 
     pretrain._save_state(state.parent, model, torch.optim.AdamW(model.parameters()), 1, [], 1.0, RunsCode(marker))
     before = state.read_bytes()
     with pytest.raises(
-        ckpt.DamagedFileError,
+        DamagedFileError,
         match=rf"{state} is not plain data {NAMED}: it may be hostile.*delete {state}",
     ):
         pretrain.run(cfg)
@@ -149,7 +150,7 @@ def test_shard_metadata_that_would_run_code_is_refused(tmp_path: Path) -> None:
     (state / SHARDS / ".metadata").write_bytes(pickle.dumps(RunsCode(marker)))
     meta = {"shards_sha256": shard_digests(ONE, state / SHARDS)}  # the attacker re-hashes the shards
     with pytest.raises(
-        ckpt.DamagedFileError,
+        DamagedFileError,
         match=rf"{state / SHARDS / '.metadata'} is not DCP metadata {NAMED}.*hostile.*delete",
     ):
         _load_into_fresh(state, meta)
@@ -163,7 +164,7 @@ def test_a_shard_value_that_would_run_code_is_refused(tmp_path: Path) -> None:
     tensors["optim"]["param_groups"][0]["lr"] = RunsCode(marker)  # DCP pickles non-tensor values
     state, meta = _sharded_state(tmp_path, tensors)
     with pytest.raises(
-        ckpt.DamagedFileError,
+        DamagedFileError,
         match=rf"{state / SHARDS}.*the value of optim\.param_groups\.0\.lr is not plain data {NAMED}.*hostile",
     ):
         _load_into_fresh(state, meta)
@@ -182,7 +183,7 @@ def test_shard_metadata_naming_a_file_outside_the_verified_shards_is_refused(tmp
     with open(shards / ".metadata", "wb") as handle:
         pickle.dump(metadata, handle)
     meta = {"shards_sha256": shard_digests(ONE, shards)}
-    with pytest.raises(ckpt.DamagedFileError, match=r"\.metadata names \.\./\.\./elsewhere\.distcp.*not one of"):
+    with pytest.raises(DamagedFileError, match=r"\.metadata names \.\./\.\./elsewhere\.distcp.*not one of"):
         _load_into_fresh(state, meta)
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from training.test_loop_support import TinyEnv, compose_train, shared_env, train_overrides
 
+from sparsectx.checkpoints import verify_checkpoint
 from sparsectx.eval.checkpoints import load_eval_model
 from sparsectx.models import load_model
 from sparsectx.training import checkpoint as ckpt
@@ -124,13 +125,13 @@ def test_damaged_checkpoint_weights_are_rewritten_on_rerun(tiny_env, tmp_path) -
     first = loop.run(cfg)
     weights = first.checkpoint / "model.safetensors"
     good = weights.read_bytes()
-    ckpt.verify_checkpoint(first.checkpoint)
+    verify_checkpoint(first.checkpoint)
     damage(weights)
     with pytest.raises(ValueError, match=rf"{weights}.*sha256"):
-        ckpt.verify_checkpoint(first.checkpoint)
+        verify_checkpoint(first.checkpoint)
     loop.run(cfg)
     assert weights.read_bytes() == good  # rewritten from state/
-    ckpt.verify_checkpoint(first.checkpoint)
+    verify_checkpoint(first.checkpoint)
 
 
 def checkpoint_files(checkpoint: Path) -> dict[str, bytes]:
@@ -154,10 +155,10 @@ def test_a_deleted_changed_or_added_checkpoint_file_is_rewritten_on_rerun(tiny_e
     for name, change in changes.items():
         change(checkpoint / name)
         with pytest.raises(ValueError, match=rf"{checkpoint / name}.*Rerun the training command"):
-            ckpt.verify_checkpoint(checkpoint)
+            verify_checkpoint(checkpoint)
         loop.run(cfg)
         assert checkpoint_files(checkpoint) == good, name
-        assert ckpt.verify_checkpoint(checkpoint)
+        assert verify_checkpoint(checkpoint)
 
 
 def test_damaged_checkpoint_is_refused_by_the_evaluator(tiny_env, tmp_path) -> None:  # noqa: ANN001

@@ -24,7 +24,8 @@ from sparsectx.models import adapter_for
 from sparsectx.models.compiled_blocks import block_lists, compile_blocks
 from sparsectx.models.processor import load_processor
 from sparsectx.prompting import PromptItem, processor_inputs
-from sparsectx.pruning import IN_LLM_PRUNERS
+from sparsectx.pruning import pruners_at
+from sparsectx.pruning.base import IN_LLM
 from sparsectx.pruning.layer import select_in_llm
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "pruner"
@@ -63,7 +64,7 @@ def test_layer_signal_keys_are_the_keys_hf_caches(tiny) -> None:  # noqa: ANN001
     torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-5, rtol=0)  # a softmax row per prompt
 
 
-@pytest.mark.parametrize("name", IN_LLM_PRUNERS)
+@pytest.mark.parametrize("name", pruners_at(IN_LLM))
 @torch.no_grad()
 def test_in_llm_pruners_keep_exactly_k_and_decode_as_the_reforward(name: str, tiny) -> None:  # noqa: ANN001
     family, _, adapter, processor, _ = tiny

@@ -24,11 +24,12 @@ from sparsectx.engine import DecodeEngine, pruned_prompts
 from sparsectx.generation import SamplingConfig, response_logits
 from sparsectx.models import adapter_for
 from sparsectx.prompting import PromptItem, processor_inputs
-from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, declared_signals, select_tokens
+from sparsectx.pruning import declared_signals, pruners_at, select_tokens
+from sparsectx.pruning.base import PRE_LLM as PRE_LLM_STAGE
 from sparsectx.visual import Selection
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "pruner"
-PRE_LLM = [name for name in PRUNERS.names() if name not in IN_LLM_PRUNERS]
+PRE_LLM = pruners_at(PRE_LLM_STAGE)
 RESPONSES = [torch.tensor([20, 21, 22, 23]), torch.tensor([30, 31]), torch.tensor([40, 41, 42])]
 FAMILIES = ["glm46v", "llava_onevision"]
 PATCH = {"glm46v": 14, "llava_onevision": 16}

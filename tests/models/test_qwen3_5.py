@@ -25,12 +25,14 @@ from sparsectx.generation import SamplingConfig, response_logits
 from sparsectx.models import adapter_for, set_vision_attention
 from sparsectx.models.in_llm import LateDrop
 from sparsectx.prompting import PromptItem, processor_inputs
-from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, declared_signals, select_tokens
+from sparsectx.pruning import declared_signals, pruners_at, select_tokens
+from sparsectx.pruning.base import IN_LLM
+from sparsectx.pruning.base import PRE_LLM as PRE_LLM_STAGE
 from sparsectx.pruning.layer import select_in_llm
 from sparsectx.visual import Selection, VisionSignals
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "pruner"
-PRE_LLM = [name for name in PRUNERS.names() if name not in IN_LLM_PRUNERS]
+PRE_LLM = pruners_at(PRE_LLM_STAGE)
 RESPONSES = [torch.tensor([20, 21, 22, 23]), torch.tensor([30, 31]), torch.tensor([40, 41, 42])]
 
 
@@ -193,7 +195,7 @@ def test_every_pre_llm_pruner_keeps_exactly_k_per_image(name: str, hybrid) -> No
 def test_in_llm_pruners_are_a_config_error_naming_the_key(hybrid) -> None:
     adapter = hybrid.adapter
     samples = encode_samples(adapter, hybrid.processor, _items(hybrid.patch))
-    for name in IN_LLM_PRUNERS:
+    for name in pruners_at(IN_LLM):
         params = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))["params"]
         with pytest.raises(ValueError, match=r"pruner\.stage=llm \(pruner\.layer=2\).*qwen3_5.*linear attention"):
             select_in_llm(adapter, samples, name, 0.3, params, 2)

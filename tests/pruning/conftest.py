@@ -1,14 +1,20 @@
-"""Shared fixtures for the pruning tests: random images and the shipped pruner configs."""
+"""Shared fixtures for the pruning tests: random images, the shipped pruner configs, and a folder of operator
+modules searched as part of ``sparsectx.pruning`` (a newcomer's module beside the shipped ones)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+import sparsectx.pruning as pruning
+from sparsectx.pruning import PRUNERS
 from sparsectx.visual import ImageTokens
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "pruner"
@@ -42,3 +48,28 @@ def make_image() -> Callable[..., ImageTokens]:
 def pruner_confs() -> dict[str, dict]:
     """Returns every ``conf/pruner/*.yaml`` parsed, keyed by file stem."""
     return {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CONF_DIR.glob("*.yaml"))}
+
+
+@pytest.fixture
+def operator_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], Path]]:
+    """Returns ``write(module, source)``, which writes ``<module>.py`` into a folder that ``sparsectx.pruning``
+    searches after its own (``__path__``), as if the file were put beside the shipped operators; then
+    ``pruning.register_operators()`` finds it. The registry, ``sys.modules`` and the package are restored after."""
+    folder = tmp_path / "operators"
+    folder.mkdir()
+    monkeypatch.setattr(pruning, "__path__", [*pruning.__path__, str(folder)])
+    monkeypatch.setattr(PRUNERS, "_entries", dict(PRUNERS._entries))
+    written: list[str] = []
+
+    def write(module: str, source: str) -> Path:
+        path = folder / f"{module}.py"
+        path.write_text(textwrap.dedent(source))
+        written.append(module)
+        importlib.invalidate_caches()  # the import system caches folder listings (importlib docs)
+        return path
+
+    yield write
+    for module in written:
+        sys.modules.pop(f"{pruning.__name__}.{module}", None)
+        if hasattr(pruning, module):
+            delattr(pruning, module)

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from sparsectx.budget import tokens_to_keep
-from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, select_tokens
+from sparsectx.pruning import PRUNERS, pruners_at, select_tokens
+from sparsectx.pruning.base import PRE_LLM as PRE_LLM_STAGE
 
 BUDGETS = [0.05, 0.1, 0.2, 0.5, 1.0]
 SIZES = [1, 2, 7, 33, 100]
-PRE_LLM = [name for name in PRUNERS.names() if name not in IN_LLM_PRUNERS]  # in-LLM: tests/engine/test_in_llm
+PRE_LLM = pruners_at(PRE_LLM_STAGE)  # in-LLM: tests/engine/test_in_llm
 
 
 def run(name, image, params, budget, seed=0, question=None):
@@ -49,13 +50,22 @@ def test_same_seed_same_selection(name, make_image, pruner_confs):
     assert all(torch.equal(a, b) for a, b in zip(first.deepstack, second.deepstack, strict=True))
 
 
-@pytest.mark.parametrize("name", ["random", "divprune", "cdpruner"])
+@pytest.mark.parametrize("name", [name for name in PRE_LLM if not PRUNERS.get(name).merges])
 def test_kept_rows_are_gathered_unchanged(name, make_image, pruner_confs):
     image = make_image(40, seed=5, dtype=torch.bfloat16)
     selection = run(name, image, pruner_confs[name]["params"], 0.2)
     assert torch.equal(selection.embeds, image.embeds[selection.indices])
     for got, level in zip(selection.deepstack, image.deepstack, strict=True):
         assert torch.equal(got, level[selection.indices])
+
+
+@pytest.mark.parametrize("name", [name for name in PRE_LLM if not PRUNERS.get(name).seeded])
+def test_unseeded_selection_ignores_the_seed(name, make_image, pruner_confs):
+    image = make_image(60, seed=3)
+    picks = {
+        tuple(run(name, image, pruner_confs[name]["params"], 0.2, seed=seed).indices.tolist()) for seed in range(3)
+    }
+    assert len(picks) == 1
 
 
 def test_random_depends_on_seed(make_image):

@@ -14,7 +14,7 @@ from training.test_loop_support import make_trainer, shared_env
 from sparsectx.budget import tokens_to_keep
 from sparsectx.eval.runner import run
 from sparsectx.io import append_jsonl, read_jsonl
-from sparsectx.pruning import PARAM_CHECKS, PRUNERS, SIGNALS, declared_signals
+from sparsectx.pruning import declared_signals
 from sparsectx.training.loop import train_step
 
 OVERRIDES = {"hiprune": ["pruner.params.alpha=1.0"], "zoo_prune": ["pruner.params.probes=4"]}
@@ -96,8 +96,3 @@ def test_bad_params_fail_before_any_model_loads(model_dir, tmp_path, monkeypatch
     monkeypatch.setattr("sparsectx.eval.runner.load_eval_model", no_model)
     with pytest.raises(ValueError, match=pattern):
         run(_eval(model_dir, tmp_path, pruner, bad))
-
-
-def test_declarations_belong_to_registered_pruners():
-    assert set(SIGNALS.names()) | set(PARAM_CHECKS.names()) <= set(PRUNERS.names())
-    assert {"hiprune", "zoo_prune"} <= set(SIGNALS.names()) & set(PARAM_CHECKS.names())

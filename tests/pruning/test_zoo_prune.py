@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from sparsectx.budget import tokens_to_keep
-from sparsectx.data.synthetic import derive_seed
 from sparsectx.pruning import declared_signals, select_tokens
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.pruning.zoo_prune import sensitivity_diverse_order
+from sparsectx.seeding import derive_seed
 from sparsectx.visual import ImageTokens, MergerProbe, VisionSignals
 
 PARAMS = {"probes": 64, "step": 0.01}

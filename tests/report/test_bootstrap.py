@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from sparsectx.eval.scorers import SCORERS, ScoredItem
+from sparsectx.eval.scorers.spec import ITEM_MEAN
 from sparsectx.report.bootstrap import (
     BootstrapConfig,
     check_enough,
@@ -26,7 +27,6 @@ from sparsectx.report.bootstrap import (
     seed_draws,
     stream,
 )
-from sparsectx.report.units import RESAMPLING
 
 RIGHT = [True, True, False, True, False]
 
@@ -41,8 +41,11 @@ def all_resamples(n: int) -> np.ndarray:
     return np.array(list(itertools.product(range(n), repeat=n)))
 
 
-def test_every_registered_scorer_has_a_resampling_rule() -> None:
-    assert sorted(SCORERS) == sorted(RESAMPLING)
+def test_jointly_scored_benchmarks_are_not_resampled_item_by_item() -> None:
+    """The scorers whose headline is no item mean declare units or strata of their own in their spec."""
+    joint = {"pope", "mme", "mmbench_circular", "hallusionbench", "hrbench", "cvbench"}
+    assert {name for name in SCORERS if SCORERS.get(name).resampling is not ITEM_MEAN} == joint
+    assert not any(SCORERS.get(name).resampling.additive for name in joint)
 
 
 def test_item_mean_replicates_equal_brute_force_over_all_resamples() -> None:

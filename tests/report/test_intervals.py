@@ -22,9 +22,9 @@ from PIL import Image
 from sparsectx import workflow as wf
 from sparsectx.data.tsv import Item, write_tsv
 from sparsectx.eval.config import compose_bench
-from sparsectx.eval.protocol import file_digest
 from sparsectx.eval.results import BenchResult, as_dict, write_json, write_rows
 from sparsectx.eval.scorers import ScoredItem, score_items
+from sparsectx.hashing import file_sha256
 from sparsectx.paths import leaf_dir, predictions_path, result_path
 from sparsectx.report.bootstrap import draw_counts, interval, layout, replicates, stream
 from sparsectx.report.plots import retain_figure
@@ -103,7 +103,7 @@ def write_leaf(root: Path, data: Path, method: str, budget: float, bench: str, r
     spec = {**asdict(bench_spec), "path": str(tsv), "scorer": scorer, "max_new_tokens": 8}
     provenance = {
         "config_hash": "0" * 16,
-        "inputs": {"bench_sha256": file_digest(tsv)},
+        "inputs": {"bench_sha256": file_sha256(tsv)},
         "config": {"bench": {bench: spec}, "max_skip_fraction": 0.0},
     }
     result = BenchResult(

@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 from training.test_loop_support import METHODS, compose_train
 
+from sparsectx.hashing import config_hash
 from sparsectx.redact import REDACTED, redact, redact_text, redact_url
-from sparsectx.training.checkpoint import config_hash
 from sparsectx.training.config import run_defining
 
 

@@ -167,7 +167,7 @@ def config(env: TinyEnv, root: Path, *overrides: str):  # noqa: ANN201
 
 @pytest.mark.parametrize("pruner", ["visionzip", "random", "cdpruner"])
 def test_lcd_with_a_pre_llm_pruner_is_refused_naming_it(pruner: str, deep_env: TinyEnv, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=rf"pruner '{pruner}' prunes before the LLM .*\(pruner=fastv or pruner=dart\)"):
+    with pytest.raises(ValueError, match=rf"pruner '{pruner}' prunes before the LLM .*\(pruner=dart or pruner=fastv\)"):
         config(deep_env, tmp_path, "method=epic_lcd", f"pruner={pruner}")
 
 

@@ -33,10 +33,11 @@ from peft import PeftModel
 from tiny_models import tiny_qwen2_5_vl
 from transformers import AutoModelForImageTextToText, Qwen2_5_VLForConditionalGeneration
 
+from sparsectx.checkpoints import verify_checkpoint
 from sparsectx.eval.runner import run as evaluate
 from sparsectx.models.processor import load_processor
+from sparsectx.paths import CHECKPOINT_INFO
 from sparsectx.training import loop
-from sparsectx.training.checkpoint import CHECKPOINT_INFO, verify_checkpoint
 from tests.eval.test_runner_support import SIDE, base_overrides, compose_eval, write_bench
 
 from .test_hf_checkpoint import LOGIT_ATOL, LORA_RUN, logits, model_inputs

@@ -23,9 +23,10 @@ from safetensors.torch import load_file
 from tiny_models import char_processor, noise_image, tiny_qwen2_5_vl
 from transformers import AutoModelForImageTextToText
 
+from sparsectx.checkpoints import DamagedFileError, verify_checkpoint
 from sparsectx.models.processor import load_processor
+from sparsectx.paths import CHECKPOINT_INFO
 from sparsectx.training import loop
-from sparsectx.training.checkpoint import CHECKPOINT_INFO, DamagedFileError, verify_checkpoint
 from sparsectx.training.config import load_train_config
 from sparsectx.training.model_card import MERGED, BaseModel, render_card, training_facts
 from tests.eval.vlmeval_cases import require_vlmeval_env

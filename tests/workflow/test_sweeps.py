@@ -19,7 +19,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from sparsectx import workflow as wf
-from sparsectx.eval.trained import CHECKPOINT_INFO, RUN_CONFIG, leaf_method
+from sparsectx.eval.trained import RUN_CONFIG, leaf_method
+from sparsectx.paths import CHECKPOINT_INFO
 from sparsectx.workflow.select import selected_blocks
 
 VARIANT = "scopd_plus_rho_0_3"

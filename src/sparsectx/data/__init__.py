@@ -7,7 +7,6 @@ from sparsectx.data.synthetic import (
     SuiteReport,
     build_suite,
     corpus_pairs,
-    derive_seed,
     generate_bench,
     generate_train,
 )
@@ -23,7 +22,6 @@ __all__ = [
     "build_messages",
     "build_suite",
     "corpus_pairs",
-    "derive_seed",
     "format_question",
     "generate_bench",
     "generate_train",

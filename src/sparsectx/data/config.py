@@ -193,7 +193,7 @@ class SuiteConfig:
     name: str
     """Suite name; equals the YAML stem under conf/data/."""
     seed: int
-    """Root seed of every random choice in the suite (see ``sparsectx.data.synthetic.derive_seed``)."""
+    """Root seed of every random choice in the suite (see ``sparsectx.seeding.derive_seed``)."""
     out_dir: str
     """Folder receiving <bench>.tsv and train.tsv."""
     scene: SceneConfig

@@ -169,7 +169,7 @@ def _options(item: Item, layout: BenchLayout) -> tuple[dict[str, str], str]:
     if layout.options == "none":
         return {}, ""
     cell = item.extra.get(layout.options_column, "")
-    if _empty(cell):  # an open question of a mixed file; Scorer.needs_options refuses it where it must not be
+    if _empty(cell):  # an open question of a mixed file; ScorerSpec.needs_options refuses it where it must not be
         return {}, ""
     texts = _list_cell(cell) if layout.options == "list" else _lettered_lines(cell)
     if texts is None or not 1 <= len(texts) <= len(string.ascii_uppercase):

@@ -8,7 +8,6 @@ and counted, so the training split is disjoint from every benchmark split.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from sparsectx.data.prompt import format_question
 from sparsectx.data.render import encode_png, pixel_hash, render_image
 from sparsectx.data.scenes import PlacementError
 from sparsectx.data.tsv import Item, content_hash, write_tsv
+from sparsectx.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +27,6 @@ TRAIN_SPLIT = "train"
 # A training item's balanced-design slot is drawn from one full period of every family's design
 # (detail 2, spatial 4, POPE 6, MCQ 12).
 SLOT_PERIOD = 12
-
-
-def derive_seed(seed: int, *labels: str | int) -> int:
-    """Returns the 63-bit seed of one random stream: sha256 of the root seed and the stream's labels.
-
-    This is the only place a stage, split or item seed is made. ``derive_seed(s, "syn_count", 7)`` is
-    item 7 of ``syn_count``; ``derive_seed(s, "train", "pick", 7)`` picks the family of training item 7.
-    """
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed={seed!r} must be an int (data.seed)")
-    text = ":".join(str(part) for part in (seed, *labels))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
 def family_context(cfg: SuiteConfig) -> FamilyContext:

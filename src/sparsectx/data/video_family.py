@@ -28,8 +28,8 @@ from sparsectx.data.config import MCQ_TRACES, SceneConfig, SuiteConfig, check_ra
 from sparsectx.data.families import LETTERS, format_trace, mcq_thought
 from sparsectx.data.render import encode_png, render_image
 from sparsectx.data.scenes import PlacementError, Scene, SceneObject, draw_free_specs, place_all, place_object
-from sparsectx.data.synthetic import derive_seed
 from sparsectx.data.tsv import FPS_COLUMN, Item, write_tsv
+from sparsectx.seeding import derive_seed
 
 KINDS = ("moved", "order", "blink")
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from sparsectx.checkpoints import verify_checkpoint
 from sparsectx.models import LoadedModel, ModelConfig, adapter_for, load_model, route_vision_tower
 from sparsectx.models.loading import DTYPES, check_device, resolve_checkpoint, snapshot_identity
 from sparsectx.models.processor import checkpoint_family, load_processor
 from sparsectx.models.templates import ChatTemplating
-from sparsectx.training.checkpoint import verify_checkpoint
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt")
 

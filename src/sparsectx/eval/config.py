@@ -138,7 +138,7 @@ class BenchSpec:
     """A video benchmark's frame settings; None (the default, every image benchmark) = no videos."""
     headline: str | None = None
     """Which of the scorer's metrics is this benchmark's ``score``, for a scorer that reports several
-    (``Scorer.headlines``; POPE: ``macro_accuracy`` or ``f1``), where it must be set; null for every other."""
+    (``ScorerSpec.headlines``; POPE: ``macro_accuracy`` or ``f1``), where it must be set; null for every other."""
 
     def __post_init__(self) -> None:
         key = f"bench.{self.name}"

@@ -42,14 +42,12 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 from sparsectx.eval.config import BenchSpec, bench_spec_from
 from sparsectx.eval.protocol import load_bench_items, sample_id, scored_item
 from sparsectx.eval.results import write_json, write_rows
-from sparsectx.eval.scorers import ScoredItem, match_choice, parse_yes_no, score_items, vlmeval_choice
-from sparsectx.eval.scorers.mcq_reports import mmmu_question
+from sparsectx.eval.scorers import SCORERS, ScoredItem, score_items
+from sparsectx.eval.scorers.spec import JudgedAnswers
 from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
 from sparsectx.redact import is_secret_name, redact, redact_text
 
-YES_NO = ("yes_no", "pope", "mme", "hallusionbench")
-CHOICE = ("mcq_vlmeval", "mmbench_circular", "mcq", "hrbench", "mmmu_vlmeval", "cvbench")
 BACKENDS = ("hf", "openai")
 
 Chat = Callable[[str], str]
@@ -96,38 +94,38 @@ class JudgeAnswersConfig:
     """``yes_no`` and ``choice`` templates; fields ``{question}``, ``{options}``, ``{answer}``."""
 
 
+def judged_answers(scorer: str) -> JudgedAnswers:
+    """Returns what the judge re-reads for ``scorer`` (its spec's ``judge``); raises ``ValueError`` naming the scorer
+    when its rule always decides, so it has no answers to judge."""
+    answers = SCORERS.get(scorer).judge
+    if answers is None:
+        raise ValueError(
+            f"scorer {scorer!r} always decides its answers (its ScorerSpec.judge is None): nothing to judge"
+        )
+    return answers
+
+
 def undecided(scorer: str, item: ScoredItem) -> bool:
-    """Returns whether ``scorer``'s rule cannot read ``item``'s answer (a miss, ``None``, is no answer to read)."""
-    if item.prediction is None:
-        return False
-    if scorer in YES_NO:
-        return parse_yes_no(item.prediction) is None
-    if scorer == "mcq":
-        return match_choice(item.prediction, item.options) is None
-    if scorer in CHOICE:
-        options = choices(scorer, item)
-        return vlmeval_choice(item.prediction, options, strip=scorer != "mmbench_circular") is None
-    return False
+    """Returns whether ``scorer``'s rule cannot read ``item``'s answer (``ScorerSpec.judge``'s ``undecided``; a miss,
+    ``None``, is no answer to read, and a scorer whose rule always decides has none)."""
+    answers = SCORERS.get(scorer).judge
+    return item.prediction is not None and answers is not None and answers.undecided(item)
 
 
 def choices(scorer: str, item: ScoredItem) -> dict[str, str]:
     """Returns the options an item is read against (MMMU's open questions as ``MMMU_preproc`` makes them)."""
-    return mmmu_question(item)[0] if scorer == "mmmu_vlmeval" else dict(item.options)
+    return judged_answers(scorer).options(item)
 
 
 def read_verdict(scorer: str, reply: str, options: Mapping[str, str]) -> str | None:
     """Returns the answer a judge's reply decides (``Yes``/``No`` or an option letter), None when unreadable."""
-    if scorer in YES_NO:
-        word = parse_yes_no(reply)
-        return None if word is None else word.capitalize()
-    letter = vlmeval_choice(reply, options)
-    return letter if letter in options else None
+    return judged_answers(scorer).verdict(reply, options)
 
 
 def judge_prompt(scorer: str, item: ScoredItem, question: str, prompts: Mapping[str, str]) -> str:
-    """Returns the judge's prompt for one item from the ``yes_no`` or ``choice`` template."""
+    """Returns the judge's prompt for one item from the template its scorer names (``yes_no`` or ``choice``)."""
     options = "\n".join(f"{letter}. {text}" for letter, text in choices(scorer, item).items())
-    template = prompts["yes_no" if scorer in YES_NO else "choice"]
+    template = prompts[judged_answers(scorer).template]
     return template.format(question=question, options=options, answer=item.prediction)
 
 

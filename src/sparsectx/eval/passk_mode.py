@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from sparsectx.context import ContextBatch, build_context
-from sparsectx.data import Item, derive_seed
+from sparsectx.data import Item
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import Prompts, cache_positions, context_length, engine_for
 from sparsectx.eval.config import AUTHORS_CODE, PAPER_NUMERIC, BenchSpec
@@ -46,7 +46,6 @@ from sparsectx.eval.extract import EXTRACTOR_VERSION, extract_answer
 from sparsectx.eval.passk import hit_rate, k_values, pass_at_k_curve
 from sparsectx.eval.passk_cohort import RULES, numeric_items, numeric_spec, pool_passk, source_cap
 from sparsectx.eval.protocol import (
-    file_digest,
     generate_rows,
     is_correct,
     load_bench_items,
@@ -56,12 +55,14 @@ from sparsectx.eval.protocol import (
     select_visual,
     video_source,
 )
-from sparsectx.eval.results import config_hash, finished, provenance, resume_rows, write_json, write_rows
+from sparsectx.eval.results import RUN_KEY_HASH, finished, provenance, resume_rows, write_json, write_rows
+from sparsectx.hashing import config_hash, file_sha256
 from sparsectx.io import append_jsonl, read_jsonl
 from sparsectx.models import LoadedModel
 from sparsectx.models.adapter import LLMInputs, VLMAdapter
 from sparsectx.models.video_input import check_video_family
 from sparsectx.paths import predictions_path
+from sparsectx.seeding import derive_seed
 
 if TYPE_CHECKING:
     from sparsectx.eval.runner import EvalJob
@@ -267,8 +268,8 @@ def run_passk(job: EvalJob, spec: BenchSpec) -> Path:
     if pk.cohort == AUTHORS_CODE and pk.full_context_leaf is not None:  # an input too: key it by its content
         cohort_file = predictions_path(Path(job.cfg.passk.full_context_leaf), spec.name)
         if cohort_file.is_file():
-            key = {**key, "cohort_sha256": file_digest(cohort_file)}
-            chash = config_hash(key)
+            key = {**key, "cohort_sha256": file_sha256(cohort_file)}
+            chash = config_hash(key, **RUN_KEY_HASH)
     out, raw = passk_path(job.leaf, spec.name), samples_path(job.leaf, spec.name)
     if not job.cfg.force and finished(out, chash):
         log.info("%s: Pass@K finished with config %s, skipping", spec.name, chash)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import logging
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ import torch
 
 from sparsectx.budget import tokens_to_keep
 from sparsectx.context import keep_all
-from sparsectx.data import Item, Skip, derive_seed
+from sparsectx.data import Item, Skip
 from sparsectx.data.config import PromptConfig
 from sparsectx.data.layout import PromptParts, apply_layout, render_question
 from sparsectx.data.media import MediaError
@@ -34,28 +33,9 @@ from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.engine import EngineConfig, Prompts, cache_positions, engine_for, pruned_prompts, select_prompts
 from sparsectx.eval.config import BenchSpec
 from sparsectx.eval.extract import extract_answer
-from sparsectx.eval.scorers import (
-    SCORERS,
-    ScoredItem,
-    is_logicvista_correct,
-    is_mathvista_correct,
-    is_mlvu_correct,
-    is_mme_realworld_correct,
-    is_mmmu_correct,
-    is_mvbench_correct,
-    is_tempcompass_correct,
-    is_videomme_correct,
-    match_choice,
-    normalize_short_answer,
-    ocr_contains,
-    parse_number,
-    parse_yes_no,
-    score_items,
-    vlmeval_accuracy,
-    vlmeval_choice,
-    vqa_soft_accuracy,
-)
+from sparsectx.eval.scorers import SCORERS, ScoredItem, score_items
 from sparsectx.generation import Generation, SamplingConfig
+from sparsectx.hashing import file_sha256
 from sparsectx.models import (
     LoadedModel,
 )
@@ -65,6 +45,7 @@ from sparsectx.prompting import PromptItem, build_prompts, chat_messages
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.pruning.layer import fused_prompts, select_in_llm
+from sparsectx.seeding import derive_seed
 from sparsectx.visual import Selection
 
 BUILD_COMMAND = "python src/build_data.py"
@@ -187,7 +168,7 @@ def field_column(name: str, spec: BenchSpec) -> str:
 def unscorable_rows(items: list[Item], spec: BenchSpec) -> tuple[list[Item], list[Skip]]:
     """Returns the items the benchmark's scorer can score whatever the model answers, and a ``Skip`` naming the
     column and why for each other: a list gold cell with no answer (``gold_answers``), or a row the scorer
-    refuses (``Scorer.unscorable``). Such a row is never generated, nor fails the scorer after the generation."""
+    refuses (``ScorerSpec.unscorable``). Such a row is never generated, nor fails the scorer after the generation."""
     scored: dict[str, ScoredItem] = {}
     skips = []
     for item in items:
@@ -259,18 +240,9 @@ def load_bench_items(spec: BenchSpec, max_skip_fraction: float) -> BenchRows:
     return BenchRows(items, skips, dropped)
 
 
-def file_digest(path: Path) -> str:
-    """Returns the sha256 of the file's bytes: a result keyed by it is recomputed when the file changes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def bench_digest(spec: BenchSpec) -> str:
     """Returns the sha256 of the benchmark's file (one file), or of its files' digests in order (several)."""
-    digests = [file_digest(path) for path in bench_files(spec)]
+    digests = [file_sha256(path) for path in bench_files(spec)]
     return digests[0] if len(digests) == 1 else hashlib.sha256(":".join(digests).encode()).hexdigest()
 
 
@@ -389,55 +361,9 @@ def scored_item(item: Item, spec: BenchSpec, prediction: str | None) -> ScoredIt
 
 
 def is_correct(scorer: str, item: ScoredItem) -> bool:
-    """Returns whether one item's prediction is right, by the rule of its benchmark's scorer.
-
-    Multiple choice: the matched option letter is the gold letter (the video benchmarks: VLMEvalKit's own
-    rule of each, ``mvbench``, ``mlvu``, ``videomme``/``video_tt``, ``tempcompass_mcq``). Yes/no (``yes_no``,
-    ``pope``, ``mme``, ``hallusionbench``): the parsed word equals the gold one. ``exact_match``/``number_match``:
-    as the scorer compares.
-    ``vqa_soft``: the answer matches at least one human answer (soft accuracy > 0). ``ocrbench``: a gold
-    answer is contained in the prediction. Used for the predictions file and for Pass@K.
-    """
-    pred = item.prediction
-    if pred is None:
-        return False
-    if scorer == "mcq":
-        return match_choice(pred, item.options) == item.reference.strip().upper()
-    if scorer in ("mcq_vlmeval", "hrbench", "cvbench"):
-        return vlmeval_choice(pred, item.options) == item.reference.strip()
-    if scorer == "mmmu_vlmeval":
-        return is_mmmu_correct(item)
-    if scorer == "mme_realworld":  # VLMEvalKit's extract_characters_regex, not the generic reader
-        return is_mme_realworld_correct(item)
-    if scorer == "mvbench":  # VLMEvalKit's check_ans_with_model on "(L) text", then can_infer
-        return is_mvbench_correct(item)
-    if scorer == "mlvu":  # the letter before the first ")", then can_infer
-        return is_mlvu_correct(item)
-    if scorer in ("videomme", "video_tt"):  # Video-MME's extract_characters_regex (A-D)
-        return is_videomme_correct(item)
-    if scorer == "tempcompass_mcq":  # the multi-choice / caption-matching rule of the row's task_type
-        return is_tempcompass_correct(item)
-    if scorer == "logicvista":
-        return is_logicvista_correct(item)
-    if scorer == "mathvista":
-        return is_mathvista_correct(item)
-    if scorer == "mmbench_circular":  # one rotation, read as VLMEvalKit's circular pre-fetch reads it
-        return vlmeval_choice(pred, item.options, strip=False) == item.reference.strip()
-    if scorer in ("yes_no", "pope", "mme", "hallusionbench"):
-        return parse_yes_no(pred) == item.reference.strip().lower()
-    if scorer == "exact_match":
-        golds = {normalize_short_answer(g) for g in (item.reference, *item.answers)}
-        return normalize_short_answer(pred) in golds
-    if scorer == "exact_match_vlmeval":
-        return vlmeval_accuracy(pred, item.answers or (item.reference,)) > 0
-    if scorer == "number_match":
-        value, gold = parse_number(pred), parse_number(item.reference)
-        return value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
-    if scorer == "vqa_soft":
-        return vqa_soft_accuracy(pred, item.answers) > 0
-    if scorer == "ocrbench":
-        return ocr_contains(pred, item.answers or (item.reference,), item.category)
-    raise KeyError(f"no per-item correctness rule for scorer {scorer!r}; add one to is_correct")
+    """Returns whether one item's prediction is right, by the rule its benchmark's scorer declares
+    (``ScorerSpec.is_correct``; a miss, ``None``, never is). Used for the predictions file and for Pass@K."""
+    return SCORERS.get(scorer).correct(item)
 
 
 def pruner_seed(seed: int, bench: str, sid: str) -> int:

@@ -7,7 +7,6 @@ sample id plus the config hash: an interrupted run keeps the rows of its own con
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from sparsectx.hashing import config_hash
 from sparsectx.io import atomic_write_text, git_commit, read_jsonl
 from sparsectx.redact import redact
 
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 """Bump when a field of ``BenchResult`` (or the Pass@K / efficiency JSON) changes meaning or name."""
+RUN_KEY_HASH = {"digits": 16, "compact": True}
+"""How a run key is hashed (``hashing.config_hash``) into ``provenance.config_hash`` and every predictions row's
+``config_hash``: 16 hex digits of compact JSON. Recorded in every result file, so it never changes."""
 
 PACKAGES = ("sparsectx", "torch", "transformers", "tokenizers", "hydra-core", "omegaconf", "numpy", "pillow")
 NOT_IN_KEY = (
@@ -61,12 +64,6 @@ def run_key(resolved: dict[str, Any], bench: str) -> dict[str, Any]:
     return key
 
 
-def config_hash(payload: dict[str, Any]) -> str:
-    """Returns the sha256 (first 16 hex digits) of ``payload`` as key-sorted compact JSON."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def package_versions() -> dict[str, str]:
     """Returns the installed version of each package in ``PACKAGES`` ("missing" if absent)."""
     out = {"python": platform.python_version()}
@@ -97,7 +94,7 @@ def provenance(resolved: dict[str, Any], key: dict[str, Any], device: str) -> di
     return {
         "schema_version": SCHEMA_VERSION,
         "config": redact(resolved),
-        "config_hash": config_hash(key),
+        "config_hash": config_hash(key, **RUN_KEY_HASH),
         "inputs": {name: key[name] for name in INPUT_KEYS if name in key},
         "git": git_commit(Path(__file__).resolve().parent),
         "packages": package_versions(),

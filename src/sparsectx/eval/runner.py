@@ -44,9 +44,9 @@ from sparsectx.eval.protocol import (
     video_source,
 )
 from sparsectx.eval.results import (
+    RUN_KEY_HASH,
     BenchResult,
     as_dict,
-    config_hash,
     finished,
     provenance,
     resume_rows,
@@ -66,6 +66,7 @@ from sparsectx.eval.summary import (
 )
 from sparsectx.eval.trained import leaf_method
 from sparsectx.generation import SamplingConfig
+from sparsectx.hashing import config_hash
 from sparsectx.io import append_jsonl
 from sparsectx.locks import exclusive
 from sparsectx.models import LoadedModel
@@ -139,7 +140,7 @@ class EvalJob:
             "bench_sha256": self._digests[bench],
             "weights": self._weights,
         }
-        return key, config_hash(key)
+        return key, config_hash(key, **RUN_KEY_HASH)
 
 
 def run(cfg: DictConfig) -> list[Path]:

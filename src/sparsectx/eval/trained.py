@@ -15,13 +15,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from sparsectx.paths import path_name
+from sparsectx.paths import BASE, CHECKPOINT_INFO, path_name
 from sparsectx.run_tags import run_label
 
-BASE = "base"
-"""``method.name`` of the untrained model (``conf/evaluate.yaml``'s default)."""
-CHECKPOINT_INFO = "sparsectx_training.json"
-"""The record ``sparsectx.training.checkpoint.save_checkpoint`` writes into every trained checkpoint."""
 RUN_CONFIG = "config.yaml"
 """The resolved training config, beside ``checkpoint/`` in the run directory."""
 RECORD_NAMES = {

@@ -32,16 +32,15 @@ import math
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from sparsectx.eval.judge import chat_completions_url, check_endpoint, is_loopback
-from sparsectx.eval.protocol import file_digest
 from sparsectx.eval.results import write_json
-from sparsectx.eval.scorers.pope import SUBSETS
+from sparsectx.eval.scorers import SCORERS
+from sparsectx.hashing import file_sha256
 from sparsectx.io import read_jsonl
 from sparsectx.paths import predictions_path
 from sparsectx.redact import redact_text
@@ -58,113 +57,6 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 ``APIBASES['OFFICIAL']``, its ``/chat/completions``)."""
 JUDGE_KEY_VARIABLE = "SPARSECTX_VLMEVAL_JUDGE_KEY"
 """The variable that carries the judge's key to ``vlmeval_evaluate.py`` (the environment, not the command line)."""
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How one project scorer's benchmark reads in VLMEvalKit: what ``evaluate`` needs and its headline."""
-
-    columns: tuple[str, ...]
-    """TSV columns the dataset's ``evaluate`` reads (besides ``index`` and ``prediction``)."""
-    headline: Callable[[dict[str, float]], float | None]
-    """VLMEvalKit's headline from its flattened figures, on the project score's scale (None: no single one)."""
-    project_key: str
-    """The project metric it equals when both read the answers alike."""
-    describe: str
-
-
-def _one_split(metrics: dict[str, float]) -> float | None:
-    """Returns 100 x ``Overall`` of report_acc's split row, None when the table has several splits (MMMU's
-    dev and validation: the project scores their union, VLMEvalKit each)."""
-    overall = [value for key, value in metrics.items() if key.endswith("/Overall")]
-    return 100.0 * overall[0] if len(overall) == 1 else None
-
-
-def _pooled(metrics: dict[str, float]) -> float:
-    """Returns 100 x hits / rows pooled over a rating's ``[hits, rows, ...]`` lists (flattened as ``<key>/0``,
-    ``<key>/1``): MLVU_MCQ's and TempCompass_MCQ's ``get_dimension_rating`` (MLVU's ``M-Avg``)."""
-    hits = sum(value for key, value in metrics.items() if key.endswith("/0"))
-    rows = sum(value for key, value in metrics.items() if key.endswith("/1"))
-    if not rows:
-        raise KeyError("<key>/1 (rows per rating key)")
-    return 100.0 * hits / rows
-
-
-def _split_accuracy_mean(metrics: dict[str, float]) -> float:
-    """Returns the mean of ``POPE_rating``'s per-split ``acc`` (every row but ``Overall``, already in percent):
-    LT-OPD's macro accuracy (``sparsectx.eval.scorers.pope``) read off VLMEvalKit's own table."""
-    accs = [value for key, value in metrics.items() if key.endswith("/acc") and key != "Overall/acc"]
-    if not accs:
-        raise KeyError("<split>/acc")
-    return sum(accs) / len(accs)
-
-
-_MEAN3 = lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3  # noqa: E731
-_VIDEO_MCQ = ("task_type", "candidates", "answer")
-_MCQ = ("question", "A", "B", "answer")
-_POPE_F1 = Reading(("category", "answer"), lambda m: m["Overall/Overall"], "f1", "POPE_rating Overall F1")
-READINGS: dict[str, Reading] = {
-    "pope": _POPE_F1,
-    "mme": Reading(
-        ("category", "image_path", "answer"),
-        lambda m: m["perception"] + m["reasoning"],
-        "score",
-        "MME_rating perception + reasoning",
-    ),
-    "hallusionbench": Reading(
-        ("category", "l2-category", "answer"), _MEAN3, "score", "Hallusion_rating mean of aAcc, fAcc, qAcc"
-    ),
-    "mcq_vlmeval": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100"),
-    "mmbench_circular": Reading(_MCQ, _one_split, "score", "report_acc Overall x 100 (circular)"),
-    "mmmu_vlmeval": Reading(("question", "answer"), _one_split, "score", "report_acc Overall x 100 (MMMU_preproc)"),
-    "hrbench": Reading(
-        ("question", "A", "B", "answer", "category", "cycle_category"),
-        lambda m: 100.0 * m["Average/all/accuracy"],
-        "score",
-        "report_acc_hrbench Average all x 100",
-    ),
-    "ocrbench": Reading(("category", "answer"), lambda m: m["Final Score/sum"], "final_score", "Final Score"),
-    "mathvista": Reading(
-        ("question", "answer", "question_type", "answer_type", "choices", "answer_option", "task", "skills"),
-        lambda m: m["Overall/acc"],
-        "score",
-        "MathVista_acc Overall acc (judge-extracted answers)",
-    ),
-    "logicvista": Reading(
-        ("question", "answer", "skill"),
-        lambda m: m["Overall/acc"],
-        "score",
-        "evaluate_logicvista Overall acc (judge-extracted letters)",
-    ),
-    "mme_realworld": Reading(
-        ("category", "l2-category", "answer"),
-        lambda m: 100.0 * m["Overall"],
-        "score",
-        "get_dimension_rating Overall x 100",
-    ),
-    "mvbench": Reading(
-        _VIDEO_MCQ,
-        lambda m: 100.0 * m["overall/0"] / m["overall/1"],
-        "score",
-        "get_dimension_rating overall hits / rows x 100",
-    ),
-    "mlvu": Reading(_VIDEO_MCQ, _pooled, "score", "get_dimension_rating hits / rows over the tasks x 100 (M-Avg)"),
-    "tempcompass_mcq": Reading(
-        (*_VIDEO_MCQ, "dim"), _pooled, "score", "get_dimension_rating hits / rows over dim. task_type x 100"
-    ),
-    "video_tt": Reading(
-        ("capability", "answer"), lambda m: m["overall/score"], "score", "get_dimension_rating overall/score"
-    ),
-}
-"""Project scorer -> its VLMEvalKit reading (the benchmarks whose figures the bridge compares)."""
-HEADLINE_READINGS: dict[tuple[str, str], Reading] = {
-    ("pope", "f1"): _POPE_F1,
-    ("pope", "macro_accuracy"): Reading(
-        ("category", "answer"), _split_accuracy_mean, "macro_accuracy", "POPE_rating mean of the splits' acc"
-    ),
-}
-"""(scorer, ``bench.<name>.headline``) -> the reading of that headline, for a scorer with several
-(``Scorer.headlines``): VLMEvalKit's figure for the metric the result's ``score`` is."""
 
 
 @dataclass(frozen=True)
@@ -299,11 +191,12 @@ def read_rows(path: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
 def check_columns(path: Path, header: list[str], scorer: str, rows: dict[str, dict[str, str]]) -> None:
     """Raises ``ValueError`` naming the file and column when ``evaluate`` could not read the benchmark.
 
-    A column of ``READINGS[scorer].columns`` missing, a yes/no answer not spelt ``Yes``/``No`` (the synthetic
-    files' lower case would all read wrong), a POPE category (comma-joined ones split) outside
-    adversarial/popular/random, or a HallusionBench index without set/figure/question fields (3/4/5).
+    Read from the scorer's VLMEvalKit reading (``ScorerSpec.vlmeval``; none: nothing to check): a column of its
+    ``columns`` missing, or a row its ``row_problem`` finds VLMEvalKit would misread (a yes/no answer not spelt
+    ``Yes``/``No``, a POPE category outside adversarial/popular/random, a HallusionBench index without
+    set/figure/question fields).
     """
-    reading = READINGS.get(scorer)
+    reading = SCORERS.get(scorer).vlmeval
     if reading is None:
         return
     missing = [column for column in reading.columns if column not in header]
@@ -312,24 +205,12 @@ def check_columns(path: Path, header: list[str], scorer: str, rows: dict[str, di
             f"{path}: no column {', '.join(repr(c) for c in missing)}, which VLMEvalKit's evaluate reads for "
             f"scorer {scorer!r} (header: {header}); use VLMEvalKit's file for this benchmark"
         )
+    if reading.row_problem is None:
+        return
     for index, row in rows.items():
-        if scorer in ("pope", "mme", "hallusionbench") and row["answer"] not in ("Yes", "No"):
-            raise ValueError(
-                f"{path}: row index {index} has answer {row['answer']!r} (column 'answer'); VLMEvalKit compares "
-                "it with its reading case-sensitively, so its files spell Yes / No"
-            )
-        if scorer == "pope":
-            unknown = [c for c in row["category"].split(",") if c not in SUBSETS]
-            if unknown:
-                raise ValueError(
-                    f"{path}: row index {index} has category {row['category']!r} (column 'category'); POPE's "
-                    f"subsets are {', '.join(SUBSETS)}, comma-joined for a question shared by several"
-                )
-        if scorer == "hallusionbench" and len(index.split("_")) < 6:
-            raise ValueError(
-                f"{path}: index {index!r} (column 'index') lacks the '_'-separated set/figure/question ids "
-                "(fields 3/4/5) that VLMEvalKit's Hallusion_rating reads"
-            )
+        problem = reading.row_problem(index, row)
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}")
 
 
 def write_prediction_tsv(
@@ -464,7 +345,7 @@ def _benchmark_file(result: Path, payload: dict[str, Any]) -> tuple[dict[str, An
     if not data.is_file():
         raise FileNotFoundError(f"{result}: its benchmark file {data.resolve()} (bench.{bench}.path) is missing")
     recorded = payload["provenance"].get("inputs", {}).get("bench_sha256")
-    if recorded is not None and file_digest(data) != recorded:
+    if recorded is not None and file_sha256(data) != recorded:
         raise ValueError(
             f"{data} changed since {result} was evaluated (its sha256 is not the recorded bench_sha256); "
             "rerun evaluate.py on it first"
@@ -473,9 +354,11 @@ def _benchmark_file(result: Path, payload: dict[str, Any]) -> tuple[dict[str, An
 
 
 def _compare(scorer: str, headline: str | None, metrics: dict[str, float], project: dict[str, float]) -> dict[str, Any]:
-    """Returns VLMEvalKit's headline beside the project metric it should equal (None where none is known); for a
-    scorer with several headlines, VLMEvalKit's figure for the result's (``headline``, ``HEADLINE_READINGS``)."""
-    reading = READINGS.get(scorer) if headline is None else HEADLINE_READINGS[(scorer, headline)]
+    """Returns VLMEvalKit's headline beside the project metric it should equal (None where none is known: the
+    scorer's ``ScorerSpec.vlmeval``); for a scorer with several headlines, VLMEvalKit's figure for the result's
+    (``headline``, ``ScorerSpec.vlmeval_headlines``)."""
+    spec = SCORERS.get(scorer)
+    reading = spec.vlmeval if headline is None else spec.vlmeval_headlines[headline]
     if reading is None:
         return {"score": None, "headline": None, "project_key": None, "project_score": None, "agrees": None}
     try:

@@ -22,9 +22,10 @@ from peft.tuners.tuners_utils import check_target_module_exists
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from sparsectx.checkpoints import weight_files
 from sparsectx.export.config import ExportRefusedError
+from sparsectx.hashing import files_sha256
 from sparsectx.models.loading import hub_commit, is_hub_id, resolve_model_path, snapshot_identity
-from sparsectx.training.checkpoint import files_sha256, weight_files
 from sparsectx.training.lora_export import PEFT_PREFIX
 from sparsectx.training.model_card import ADAPTER, BaseModel
 

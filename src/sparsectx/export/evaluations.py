@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sparsectx.eval.trained import BASE, leaf_method, training_record
+from sparsectx.eval.trained import leaf_method, training_record
+from sparsectx.io import read_json_object
 from sparsectx.models.loading import snapshot_identity
-from sparsectx.paths import result_path
-from sparsectx.report.collect import cell_leaf, read_json, read_result
+from sparsectx.paths import BASE, result_path
+from sparsectx.report.collect import RERUN_FIX, cell_leaf, read_result
 from sparsectx.report.discover import discover
 from sparsectx.training.model_card import Evaluation
 
@@ -52,7 +53,7 @@ def checkpoint_evaluations(results_root: str | Path, checkpoint: Path) -> list[E
             if cell.method != method:
                 continue
             path = result_path(cell_leaf(root, experiment, cell), cell.bench)
-            payload = read_json(path)
+            payload = read_json_object(path, RERUN_FIX)
             measured_on = (payload.get("model") or {}).get("checkpoint_id")
             if measured_on != identity:
                 if (cell.pruner, cell.budget) == (record["pruner"], record["budget"]):

@@ -28,20 +28,20 @@ from typing import Any
 from huggingface_hub import HfApi, ModelCard
 from omegaconf import DictConfig
 
-from sparsectx.export.base import published_base
-from sparsectx.export.config import ExportConfig, ExportRefusedError, check_destination, load_export_config
-from sparsectx.export.evaluations import checkpoint_evaluations
-from sparsectx.io import atomic_write_json, naming_full_disk
-from sparsectx.paths import budget_tag
-from sparsectx.training.checkpoint import (
+from sparsectx.checkpoints import (
     CHECKPOINT_INFO,
+    DamagedFileError,
     discarded_on_error,
-    file_sha256,
     fresh_tmp,
-    read_json_file,
     replace_dir,
     verify_checkpoint,
 )
+from sparsectx.export.base import published_base
+from sparsectx.export.config import ExportConfig, ExportRefusedError, check_destination, load_export_config
+from sparsectx.export.evaluations import checkpoint_evaluations
+from sparsectx.hashing import file_sha256
+from sparsectx.io import atomic_write_json, naming_full_disk, read_json_object
+from sparsectx.paths import budget_tag
 from sparsectx.training.lora_export import ADAPTER_DIR
 from sparsectx.training.model_card import ADAPTER, CARD_FILE, MERGED, BaseModel, render_card
 
@@ -91,7 +91,7 @@ def plan_export(config: ExportConfig) -> ExportPlan:
     check_destination(config)
     source = finished_folder(Path(config.run_dir), config.folder)
     fix = f"rerun the training command that wrote {source.parent} (it rewrites {source.name}/ from state/)"
-    record = read_json_file(source / CHECKPOINT_INFO, fix)
+    record = read_json_object(source / CHECKPOINT_INFO, fix, DamagedFileError)
     if not isinstance(record.get("training"), dict) or not isinstance(record.get("base_model"), dict):
         raise ExportRefusedError(
             f"{source / CHECKPOINT_INFO} records no training facts or base model: {source} was written before model "

@@ -13,7 +13,8 @@ from functools import lru_cache
 from hydra import compose
 from omegaconf import DictConfig
 
-from sparsectx.workflow import BASE, Cell, Grid, efficiency_args, evaluate_args, train_args
+from sparsectx.paths import BASE
+from sparsectx.workflow import Cell, Grid, efficiency_args, evaluate_args, train_args
 from sparsectx.workflow.cells import EfficiencyRun, TrainRun
 from sparsectx.workflow.sweeps import hydra_context
 

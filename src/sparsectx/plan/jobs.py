@@ -19,14 +19,14 @@ from omegaconf import DictConfig
 
 from sparsectx.eval.passk_cohort import source_cap
 from sparsectx.models.published import model_hub_id
-from sparsectx.paths import budget_tag
+from sparsectx.paths import BASE, budget_tag
 from sparsectx.plan.architecture import Architecture, architecture
 from sparsectx.plan.compose import efficiency_config, eval_config, train_config
 from sparsectx.plan.memory import EngineSizes, Estimate, evaluation_estimate, resume_state_gb, training_estimate
 from sparsectx.plan.shapes import TrainShape, eval_shape, train_shape
 from sparsectx.plan.timing import decode_tokens_per_s, efficiency_minutes, eval_minutes, train_minutes
 from sparsectx.training.config import load_train_config
-from sparsectx.workflow import BASE, Cell, Grid, eval_rule_name
+from sparsectx.workflow import Cell, Grid, eval_rule_name
 
 
 @dataclass

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from sparsectx.data.config import SuiteConfig
 from sparsectx.data.prompt import build_messages, format_question
 from sparsectx.data.render import pixel_hash, render_image
-from sparsectx.data.synthetic import SLOT_PERIOD, derive_seed, family_context, generate_spec
+from sparsectx.data.synthetic import SLOT_PERIOD, family_context, generate_spec
 from sparsectx.data.tsv import content_hash, frames_hash
 from sparsectx.data.video import Video
 from sparsectx.data.video_family import VideoFamilyConfig, generate_clip
@@ -30,6 +30,7 @@ from sparsectx.encoding import rope_positions
 from sparsectx.models.processor import IMAGE_TOKEN
 from sparsectx.models.video_input import VIDEO_TOKEN, second_per_grid
 from sparsectx.prompting import PromptItem, chat_messages
+from sparsectx.seeding import derive_seed
 
 STREAM = "pretrain"
 

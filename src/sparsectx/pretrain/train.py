@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from sparsectx.checkpoints import load_plain, torch_save
 from sparsectx.data.synthetic import generate_bench
 from sparsectx.data.video_family import video_items
 from sparsectx.io import atomic_write_json
@@ -24,7 +25,6 @@ from sparsectx.models.vision_attention import use_grouped_vision_attention
 from sparsectx.pretrain.config import PretrainConfig
 from sparsectx.pretrain.patchify import patchify, patchify_clips
 from sparsectx.pretrain.stream import PretrainStream, VideoStream, collate
-from sparsectx.training.checkpoint import load_plain, torch_save
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:

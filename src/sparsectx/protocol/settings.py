@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.dotted import flatten
 from sparsectx.eval.config import CONF_DIR
+from sparsectx.paths import BASE
 from sparsectx.protocol.leaves import stage_leaves
-from sparsectx.workflow import BASE, Grid
+from sparsectx.workflow import Grid
 from sparsectx.workflow.cells import Cell
 from sparsectx.workflow.commands import efficiency_args, evaluate_args, train_args
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
 from sparsectx.visual import ImageTokens, Selection
 
 # Relevance spans (max - min) at or below this are treated as constant: every token gets relevance 1.
@@ -27,7 +27,6 @@ _FLAT_SPAN = 1e-6
 _NOISE_PER_PICK = 2.0 * torch.finfo(torch.float32).eps
 
 
-@PRUNERS.register("cdpruner")
 def select_cdpruner(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -133,3 +132,6 @@ def greedy_dpp_map(unit: torch.Tensor, quality: torch.Tensor, k: int) -> torch.T
         gain = gain - e.square()
         gain[j] = float("-inf")  # stays -inf: picked tokens are never chosen again
     return torch.tensor(picks, dtype=torch.long, device=unit.device)
+
+
+SPEC = PrunerSpec(name="cdpruner", stage=PRE_LLM, select=select_cdpruner)

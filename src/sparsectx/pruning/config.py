@@ -8,9 +8,8 @@ from typing import Any
 from transformers import AutoConfig
 
 from sparsectx.models.loading import resolve_model_path
-from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, check_params
-
-STAGES = ("pre_llm", "llm")
+from sparsectx.pruning import PRUNERS, check_params
+from sparsectx.pruning.base import IN_LLM, PRE_LLM, STAGES
 
 
 @dataclass
@@ -20,8 +19,8 @@ class PrunerConfig:
     name: str
     """Registry key in ``sparsectx.pruning.PRUNERS``; equals the YAML stem."""
     stage: str
-    """``pre_llm``: selection after the merger, before the LLM; ``llm``: before decoder layer ``layer``
-    (FastV, DART: ``sparsectx.pruning.IN_LLM_PRUNERS``)."""
+    """``pre_llm``: selection after the merger, before the LLM; ``llm``: before decoder layer ``layer``. The
+    operator's ``PrunerSpec.stage`` says which; the YAML restates it so the recorded config shows it."""
     params: dict[str, Any]
     """The operator's keyword-only arguments, exactly."""
     layer: int | None = None
@@ -30,23 +29,23 @@ class PrunerConfig:
 
     def __post_init__(self) -> None:
         try:
-            operator = PRUNERS.get(self.name)
+            spec = PRUNERS.get(self.name)
         except KeyError as err:
             raise KeyError(f"pruner.name={self.name!r}: {err.args[0]}") from None
-        expected = "llm" if self.name in IN_LLM_PRUNERS else "pre_llm"
+        expected = spec.stage
         if self.stage != expected:
             raise ValueError(
                 f"pruner.stage={self.stage!r}: pruner {self.name!r} runs at stage {expected!r} "
                 f"(one of {STAGES}); set pruner.stage={expected}"
             )
-        if expected == "llm" and (isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1):
+        if expected == IN_LLM and (isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 1):
             raise ValueError(
                 f"pruner.layer={self.layer!r}: an in-LLM pruner needs the decoder layer K it prunes "
                 "before, an integer >= 1 (layers 0..K-1 see every token), e.g. pruner.layer=2"
             )
-        if expected == "pre_llm" and self.layer is not None:
+        if expected == PRE_LLM and self.layer is not None:
             raise ValueError(f"pruner.layer={self.layer!r}: pre-LLM pruner {self.name!r} takes no layer; remove it")
-        check_params(self.name, operator, self.params)
+        check_params(spec, self.params)
 
     def check_layer(self, num_layers: int) -> None:
         """Raises ValueError naming ``pruner.layer`` unless K lies in [1, num_layers - 1]."""

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from sparsectx.layer_selection import ImageSignals
-from sparsectx.pruning import PARAM_CHECKS, PRUNERS
+from sparsectx.pruning.base import IN_LLM, PrunerSpec
 
 
 def _top_norm(keys: torch.Tensor, count: int) -> torch.Tensor:
@@ -33,7 +33,6 @@ def _top_norm(keys: torch.Tensor, count: int) -> torch.Tensor:
     return torch.sort(-norms, stable=True).indices[: min(count, norms.numel())]
 
 
-@PRUNERS.register("dart")
 def select_dart(signals: ImageSignals, k: int, *, pivot_image: int, pivot_text: int) -> torch.Tensor:
     """Returns the (k,) ascending indices DART keeps of one image.
 
@@ -63,7 +62,6 @@ def select_dart(signals: ImageSignals, k: int, *, pivot_image: int, pivot_text: 
     return torch.nonzero(kept).flatten()
 
 
-@PARAM_CHECKS.register("dart")
 def check_dart_params(params: Mapping[str, object]) -> None:
     """Raises ValueError unless ``pruner.params.pivot_image`` is an int >= 1 and ``pivot_text`` one >= 0."""
     for key, low in (("pivot_image", 1), ("pivot_text", 0)):
@@ -73,3 +71,6 @@ def check_dart_params(params: Mapping[str, object]) -> None:
                 f"pruner.params.{key}={value!r} must be an integer >= {low} (DART's reference uses 4 "
                 "image and 4 text pivots)"
             )
+
+
+SPEC = PrunerSpec(name="dart", stage=IN_LLM, select=select_dart, param_check=check_dart_params)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
 from sparsectx.visual import ImageTokens, Selection
 
 # Rows of the (rows, N) similarity block used for nearest-neighbour distances: 2048 x 16k fp32 = 128 MiB.
 _ROW_CHUNK = 2048
 
 
-@PRUNERS.register("divprune")
 def select_divprune(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -70,3 +69,6 @@ def _nearest_neighbour_distance(x: torch.Tensor) -> torch.Tensor:
         sim[rows, rows + start] = float("-inf")
         best[start:stop] = sim.max(dim=1).values
     return 1.0 - best
+
+
+SPEC = PrunerSpec(name="divprune", stage=PRE_LLM, select=select_divprune)

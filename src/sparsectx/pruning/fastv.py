@@ -12,10 +12,9 @@ from __future__ import annotations
 import torch
 
 from sparsectx.layer_selection import ImageSignals
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.base import IN_LLM, PrunerSpec
 
 
-@PRUNERS.register("fastv")
 def select_fastv(signals: ImageSignals, k: int) -> torch.Tensor:
     """Returns the (k,) ascending indices of the image tokens with the largest last-token attention.
 
@@ -27,3 +26,6 @@ def select_fastv(signals: ImageSignals, k: int) -> torch.Tensor:
     """
     order = torch.sort(-signals.attention.float(), stable=True).indices
     return torch.sort(order[:k]).values
+
+
+SPEC = PrunerSpec(name="fastv", stage=IN_LLM, select=select_fastv)

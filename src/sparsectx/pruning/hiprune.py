@@ -19,14 +19,13 @@ from collections.abc import Mapping
 
 import torch
 
-from sparsectx.pruning import PARAM_CHECKS, PRUNERS, SIGNALS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
 from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 # Buffer order around an anchor: up, left, right, down (rows and columns of the merged grid).
 _NEIGHBOURS = ((-1, 0), (0, -1), (0, 1), (1, 0))
 
 
-@PRUNERS.register("hiprune")
 def select_hiprune(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -120,7 +119,6 @@ def grid_neighbours(anchors: torch.Tensor, grid: tuple[int, int, int], excluded:
     return torch.nonzero(found & ~excluded).squeeze(1)
 
 
-@PARAM_CHECKS.register("hiprune")
 def check_hiprune_params(params: Mapping[str, object]) -> None:
     """Raises ValueError unless ``pruner.params.alpha`` is a number in [0, 1]."""
     alpha = params["alpha"]
@@ -131,7 +129,11 @@ def check_hiprune_params(params: Mapping[str, object]) -> None:
         )
 
 
-@SIGNALS.register("hiprune")
 def hiprune_signals(params: Mapping[str, object], seed: int) -> VisionSignals:
     """Returns the object block's attention on top of the last block's, which HiPrune reads."""
     return VisionSignals(object_attention=True)
+
+
+SPEC = PrunerSpec(
+    name="hiprune", stage=PRE_LLM, select=select_hiprune, param_check=check_hiprune_params, signals=hiprune_signals
+)

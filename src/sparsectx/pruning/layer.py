@@ -1,12 +1,12 @@
 """In-LLM token selection (hook L_K): score each image from decoder layer K-1's signals, keep exactly k.
 
-FastV and DART register in ``PRUNERS`` like the pre-LLM operators, with the in-LLM signature
-``(signals: ImageSignals, k, **params) -> (k,) indices``. ``select_in_llm`` runs layers 0..K-1 once over the
-batch's full prompt contexts (prompt only: a selection never sees a response, design invariant 5), cuts
-each image's signals out, calls the operator and returns one ``LayerSelection`` per image, which
-``build_context`` turns into a context that holds every token until layer K. ``fused_prompts`` instead lets
-the engine's prefill choose on its way through layer K-1, so layers < K run once (evaluation's greedy and
-efficiency modes).
+FastV and DART declare ``stage=IN_LLM`` in their ``PrunerSpec``, with the in-LLM signature
+``(signals: ImageSignals, k, **params) -> (k,) indices`` (``pruning.base.SelectInLLM``). ``select_in_llm`` runs
+layers 0..K-1 once over the batch's full prompt contexts (prompt only: a selection never sees a response,
+design invariant 5), cuts each image's signals out, calls the operator and returns one ``LayerSelection`` per
+image, which ``build_context`` turns into a context that holds every token until layer K. ``fused_prompts``
+instead lets the engine's prefill choose on its way through layer K-1, so layers < K run once (evaluation's
+greedy and efficiency modes).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from sparsectx.engine.prompts import Prompts
 from sparsectx.layer_selection import ImageSignals, LayerSelection
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.in_llm import LateDrop, LayerSignals
-from sparsectx.pruning import IN_LLM_PRUNERS, PRUNERS, check_params
+from sparsectx.pruning import PRUNERS, check_params
+from sparsectx.pruning.base import IN_LLM, SelectInLLM
 from sparsectx.visual import ImageTokens, Selection
 
 
@@ -70,13 +71,13 @@ def _checked(name: str, indices: torch.Tensor, image: ImageTokens, k: int, layer
     return LayerSelection(plain.indices, plain.embeds, plain.deepstack, layer=layer)
 
 
-def _operator(name: str, params: Mapping[str, object]):  # noqa: ANN202
+def _operator(name: str, params: Mapping[str, object]) -> SelectInLLM:
     """Returns in-LLM operator ``name`` after checking it is one and that ``params`` match its arguments."""
-    operator = PRUNERS.get(name)
-    if name not in IN_LLM_PRUNERS:
+    spec = PRUNERS.get(name)
+    if spec.stage != IN_LLM:
         raise ValueError(f"pruner {name!r} is a pre-LLM operator; select with sparsectx.pruning.select_tokens")
-    check_params(name, operator, params)
-    return operator
+    check_params(spec, params)
+    return spec.select  # type: ignore[return-value]
 
 
 def select_rows(
@@ -115,7 +116,7 @@ def select_in_llm(
     Args:
         adapter: the model adapter (runs layers 0..K-1).
         samples: encoded prompts (their images and prompt ids; never a response).
-        name: an in-LLM registry key (``IN_LLM_PRUNERS``).
+        name: the registry key of an in-LLM operator (``PrunerSpec.stage == IN_LLM``).
         budget: kept fraction of each image's tokens, in (0, 1].
         params: the operator's keyword arguments (the YAML's ``params``), exactly its keyword-only names.
         layer: K, the first decoder layer without the dropped tokens.

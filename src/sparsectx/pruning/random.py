@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
 from sparsectx.visual import ImageTokens, Selection
 
 
-@PRUNERS.register("random")
 def select_random(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -32,3 +31,6 @@ def select_random(
     """
     perm = torch.randperm(image.num_tokens, generator=generator, device=generator.device)
     return Selection.gather(image, perm[:k].to(image.embeds.device))
+
+
+SPEC = PrunerSpec(name="random", stage=PRE_LLM, select=select_random, seeded=True)

@@ -16,11 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sparsectx.pruning import PRUNERS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
 from sparsectx.visual import ImageTokens, Selection
 
 
-@PRUNERS.register("visionzip")
 def select_visionzip(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -114,3 +113,6 @@ def merge_into_targets(
     out = features.clone()
     out[targets[has]] = merged.to(features.dtype)
     return out
+
+
+SPEC = PrunerSpec(name="visionzip", stage=PRE_LLM, select=select_visionzip, merges=True)

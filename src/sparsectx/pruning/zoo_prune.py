@@ -18,15 +18,14 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from sparsectx.data.synthetic import derive_seed
-from sparsectx.pruning import PARAM_CHECKS, PRUNERS, SIGNALS
+from sparsectx.pruning.base import PRE_LLM, PrunerSpec
+from sparsectx.seeding import derive_seed
 from sparsectx.visual import ImageTokens, MergerProbe, Selection, VisionSignals
 
 # The authors' guard in the min-max normalisation of the sensitivity.
 _NORMALISE_EPS = 1e-8
 
 
-@PRUNERS.register("zoo_prune")
 def select_zoo_prune(
     image: ImageTokens,
     question_embeds: torch.Tensor,
@@ -94,7 +93,6 @@ def sensitivity_diverse_order(features: torch.Tensor, sensitivity: torch.Tensor,
     return picks
 
 
-@PARAM_CHECKS.register("zoo_prune")
 def check_zoo_prune_params(params: Mapping[str, object]) -> None:
     """Raises ValueError unless ``pruner.params.probes`` is an int >= 1 and ``pruner.params.step`` a float > 0."""
     probes, step = params["probes"], params["step"]
@@ -110,8 +108,16 @@ def check_zoo_prune_params(params: Mapping[str, object]) -> None:
         )
 
 
-@SIGNALS.register("zoo_prune")
 def zoo_prune_signals(params: Mapping[str, object], seed: int) -> VisionSignals:
     """Returns the merger-sensitivity probe, its directions seeded by ``derive_seed(seed, "zoo_prune")``."""
     probe = MergerProbe(int(params["probes"]), float(params["step"]), derive_seed(seed, "zoo_prune"))
     return VisionSignals(merger_probe=probe)
+
+
+SPEC = PrunerSpec(
+    name="zoo_prune",
+    stage=PRE_LLM,
+    select=select_zoo_prune,
+    param_check=check_zoo_prune_params,
+    signals=zoo_prune_signals,
+)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sparsectx.eval.passk_mode import samples_path
-from sparsectx.paths import budget_tag
+from sparsectx.paths import BASE, budget_tag
 from sparsectx.report.bootstrap import BootstrapConfig
 from sparsectx.report.collect import (
     Entry,
@@ -41,7 +41,7 @@ from sparsectx.report.plots import caption_path, plot_pass_at_k, plot_retain_vs_
 from sparsectx.report.render import spread_text
 from sparsectx.report.tables import MISSING, NO_RECORD, Spread, shift_of
 from sparsectx.report.uncertainty import BlockSpreads
-from sparsectx.workflow import BASE, Cell, Grid
+from sparsectx.workflow import Cell, Grid
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sparsectx.eval.aggregate import recovery
+from sparsectx.paths import BASE
 from sparsectx.report.collect import Entry, block_records, method_label, ordered_cells, score_of
 from sparsectx.report.render import tex_escape, to_csv, to_latex, to_markdown
 from sparsectx.report.tables import (
@@ -27,9 +28,9 @@ from sparsectx.report.tables import (
     build_table,
 )
 from sparsectx.report.uncertainty import BlockSpreads
-from sparsectx.workflow import BASE, Grid
 from sparsectx.workflow import Block as GridBlock
 from sparsectx.workflow import Cell as GridCell
+from sparsectx.workflow import Grid
 
 MEAN_LABEL = "Mean"
 """Heading of the recovery table's mean column."""

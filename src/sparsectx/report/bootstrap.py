@@ -3,7 +3,7 @@
 One benchmark's resamples are drawn once (``draw_counts``) and applied to every row scored on it, so any two
 rows' replicates are paired: replicate ``r`` of both is their score on the same resampled items, and a
 difference's interval is the spread of ``r``-wise differences. Units are drawn with replacement within their
-stratum (``sparsectx.report.units``), so a resample keeps the benchmark's composition.
+stratum (the scorer's ``ScorerSpec.resampling``), so a resample keeps the benchmark's composition.
 
 A replicate is the scorer's own headline on the resampled items (``sparsectx.eval.scorers``; for POPE the one
 its config names, ``Layout.headline``), so a benchmark's metric (POPE's macro accuracy or F1, MME's acc + acc+,
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparsectx.eval.scorers import SCORERS, ScoredItem
-from sparsectx.report.units import resampling
 
 SCORE_TOLERANCE = 1e-6
 """Relative tolerance of the additive path's checks against the scorer (floating-point summation order)."""
@@ -92,9 +91,9 @@ class Layout:
 
 
 def layout(scorer: str, items: Sequence[ScoredItem], headline: str | None = None) -> Layout:
-    """Returns the units and strata of ``items`` under ``scorer``'s rule (``sparsectx.report.units``); replicates
-    are ``scorer``'s ``headline`` (needed by a scorer with several, ``Scorer.headlines``)."""
-    rule = resampling(scorer)
+    """Returns the units and strata of ``items`` under ``scorer``'s rule (``ScorerSpec.resampling``); replicates
+    are ``scorer``'s ``headline`` (needed by a scorer with several, ``ScorerSpec.headlines``)."""
+    rule = SCORERS.get(scorer).resampling
     units: dict[str, list[int]] = {}
     strata: dict[str, list[str]] = {}
     for position, item in enumerate(items):
@@ -174,7 +173,7 @@ def _resample_items(
 ) -> list[ScoredItem]:
     """Returns the items of one resample (a row of ``counts``), every repeat of a unit relabelled as a copy
     (``copies`` caches the relabelled copies (unit, k) across the resamples of one row)."""
-    copy = resampling(lay.scorer).copy
+    copy = SCORERS.get(lay.scorer).resampling.copy
     out: list[ScoredItem] = []
     for unit in np.flatnonzero(counts):
         out += [items[p] for p in lay.units[unit]]
@@ -194,10 +193,10 @@ def replicates(lay: Layout, items: Sequence[ScoredItem], counts: np.ndarray) -> 
 
     ``items`` are in ``lay.ids`` order (``align``). A scorer marked additive is resampled from its units' own
     headlines and checked against the scorer on all items and on resample 0; a mismatch raises, naming
-    ``sparsectx.report.units.RESAMPLING``.
+    the scorer's ``ScorerSpec.resampling``.
     """
     copies: dict[tuple[int, int], list[ScoredItem]] = {}
-    if not resampling(lay.scorer).additive:
+    if not SCORERS.get(lay.scorer).resampling.additive:
         return np.array([_score(lay, _resample_items(lay, items, row, copies)) for row in counts])
     sizes = np.array([len(u) for u in lay.units], dtype=float)
     totals = np.array([_score(lay, [items[p] for p in u]) for u in lay.units]) * sizes
@@ -211,7 +210,7 @@ def replicates(lay: Layout, items: Sequence[ScoredItem], counts: np.ndarray) -> 
     for what, (direct, additive) in checks.items():
         if not _close(direct, additive):
             raise ValueError(
-                f"scorer {lay.scorer!r} is marked additive in sparsectx.report.units.RESAMPLING, but on {what} "
+                f"scorer {lay.scorer!r} is marked additive in its ScorerSpec.resampling, but on {what} "
                 f"its score {direct} differs from the item-weighted mean of its units' scores {additive}; "
                 "mark it additive=False"
             )

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure as MplFigure
 
+from sparsectx.paths import BASE
 from sparsectx.report.analyses import Figure
 from sparsectx.report.blocks import recovery_table
 from sparsectx.report.collect import Entry, block_records, method_label, read_efficiency
@@ -44,7 +45,7 @@ from sparsectx.report.plots import (
     vector_path,
 )
 from sparsectx.report.tables import NO_RECORD, Table
-from sparsectx.workflow import BASE, Block, Cell, Grid
+from sparsectx.workflow import Block, Cell, Grid
 
 GAP_CLOSED_LABEL = "gap closed: full context (100%)"
 UNTRAINED_LABEL = "untrained, same pruner and budget (0%)"

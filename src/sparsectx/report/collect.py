@@ -10,7 +10,6 @@ predictions (``score_source: vlmeval``: the ``vlmeval`` block that ``src/vlmeval
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -18,9 +17,10 @@ from typing import Any
 
 from sparsectx.eval.efficiency import efficiency_path
 from sparsectx.eval.passk_mode import passk_path
-from sparsectx.paths import leaf_dir, result_path
+from sparsectx.io import read_json_object
+from sparsectx.paths import BASE, leaf_dir, result_path
 from sparsectx.report.tables import NO_RECORD, ResultRecord, check_versions
-from sparsectx.workflow import BASE, Block, Cell, EfficiencyRun, Grid
+from sparsectx.workflow import Block, Cell, EfficiencyRun, Grid
 
 SCORE_SOURCES = ("sparsectx", "vlmeval")
 """Where a table's scores come from: the project's scorers, or VLMEvalKit's (``docs/harnesses.md``)."""
@@ -30,17 +30,9 @@ RECORD_KEYS = ("method", "pruner", "budget", "benchmark", "score", "scorer_versi
 
 Entry = dict[str, Any] | str
 """A cell's record fields, or the reason it has no score."""
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """Returns the JSON object in ``path``; a torn file is an error (outputs are written atomically)."""
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); results are written atomically, so rerun its job") from err
-    if not isinstance(payload, dict):
-        raise ValueError(f"{path} holds a {type(payload).__name__}, not a JSON object")
-    return payload
+RERUN_FIX = "results are written atomically, so rerun its job"
+"""What restores a broken result file (``io.read_json_object``'s fix): a torn one is damage, never a write in
+progress."""
 
 
 def skip_caveat(payload: dict[str, Any]) -> str:
@@ -79,7 +71,7 @@ def vlmeval_score(path: Path, payload: dict[str, Any]) -> float:
 def read_result(path: Path, cell: Cell, score_source: str = "sparsectx") -> dict[str, Any]:
     """Returns the ``RECORD_KEYS`` of the result JSON at ``path``, checked against the cell it should hold,
     plus its ``caveat`` (``skip_caveat``); ``score`` from the project's scorer or from VLMEvalKit's block."""
-    payload = read_json(path)
+    payload = read_json_object(path, RERUN_FIX)
     absent = [key for key in RECORD_KEYS if key not in payload]
     if absent:
         raise ValueError(f"{path} lacks the result keys {absent}; it is not a BenchResult JSON")
@@ -184,10 +176,10 @@ def score_of(entries: Mapping[Cell, Entry], cell: Cell) -> tuple[float | None, s
 def read_passk(root: str | Path, experiment: str, cell: Cell) -> dict[str, Any] | None:
     """Returns the Pass@K JSON of ``cell`` (``sparsectx.eval.passk_mode``), or None if it does not exist."""
     path = passk_path(cell_leaf(root, experiment, cell), cell.bench)
-    return read_json(path) if path.is_file() else None
+    return read_json_object(path, RERUN_FIX) if path.is_file() else None
 
 
 def read_efficiency(root: str | Path, experiment: str, run: EfficiencyRun) -> dict[str, Any] | None:
     """Returns the efficiency JSON of ``run`` (``sparsectx.eval.efficiency``), or None if it does not exist."""
     path = efficiency_path(root, experiment, run.model, run.method, run.pruner)
-    return read_json(path) if path.is_file() else None
+    return read_json_object(path, RERUN_FIX) if path.is_file() else None

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from sparsectx.eval.passk_mode import POOL_FILE
-from sparsectx.paths import PATH_NAME, budget_tag
-from sparsectx.report.collect import read_json
-from sparsectx.workflow import BASE, Cell, EfficiencyRun, Grid
+from sparsectx.io import read_json_object
+from sparsectx.paths import BASE, PATH_NAME, budget_tag
+from sparsectx.report.collect import RERUN_FIX
+from sparsectx.workflow import Cell, EfficiencyRun, Grid
 
 PASSK_SUFFIX = ".passk.json"
 """How a Pass@K result is named in its leaf (``sparsectx.eval.passk_mode.passk_path``)."""
@@ -75,7 +76,7 @@ def efficiency_run(found: Found, run: Run) -> EfficiencyRun:
     """Returns the budgets and benchmark the ``efficiency.json`` of ``run`` records (its pruned budgets only);
     raises naming the file when it is not one."""
     path = found.folder.joinpath(*run, EFFICIENCY_FILE)
-    payload = read_json(path)
+    payload = read_json_object(path, RERUN_FIX)
     if not isinstance(payload.get("budgets"), list) or "bench" not in payload:
         raise ValueError(
             f"{path} lacks 'bench' or 'budgets': it is not the output of python src/evaluate.py mode=efficiency; "

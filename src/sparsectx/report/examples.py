@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from sparsectx.eval.protocol import sample_id
-from sparsectx.io import atomic_write_bytes, read_jsonl
-from sparsectx.paths import budget_tag, predictions_path, result_path
-from sparsectx.report.collect import cell_leaf, method_label, ordered_cells, read_json
+from sparsectx.io import atomic_write_bytes, read_json_object, read_jsonl
+from sparsectx.paths import BASE, budget_tag, predictions_path, result_path
+from sparsectx.report.collect import RERUN_FIX, cell_leaf, method_label, ordered_cells
 from sparsectx.report.items import Benches, result_bench
 from sparsectx.report.render import csv_cell
-from sparsectx.workflow import BASE, Cell, Grid
+from sparsectx.workflow import Cell, Grid
 from sparsectx.workflow.report_specs import ReportSpec
 
 THUMBNAIL_PX = 256
@@ -138,7 +138,7 @@ def _reference_items(grid: Grid, cell: Cell, results_root: str | Path, benches: 
     path = result_path(cell_leaf(results_root, grid.experiment, cell), cell.bench)
     if not path.is_file():
         return f"the full-context result {path} is missing"
-    found = result_bench(read_json(path), benches)
+    found = result_bench(read_json_object(path, RERUN_FIX), benches)
     if isinstance(found, str):
         return f"its items cannot be read: {found}"
     answered = _predictions(grid, cell, results_root)

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from sparsectx.eval.protocol import sample_id
-from sparsectx.io import read_jsonl
-from sparsectx.paths import budget_tag, predictions_path, result_path
-from sparsectx.report.collect import cell_leaf, method_label, read_json
+from sparsectx.io import read_json_object, read_jsonl
+from sparsectx.paths import BASE, budget_tag, predictions_path, result_path
+from sparsectx.report.collect import RERUN_FIX, cell_leaf, method_label
 from sparsectx.report.discover import Found
 from sparsectx.report.examples import THUMBNAIL_PX
 from sparsectx.report.items import Benches, result_bench
-from sparsectx.workflow import BASE, Cell
+from sparsectx.workflow import Cell
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _answers(
 ) -> dict[str, Answer] | str:
     """Returns sample id -> the row's answer, or why the row cannot be shown."""
     leaf = cell_leaf(root, experiment, cell)
-    recorded = (read_json(result_path(leaf, cell.bench)).get("provenance") or {}).get("inputs") or {}
+    recorded = (read_json_object(result_path(leaf, cell.bench), RERUN_FIX).get("provenance") or {}).get("inputs") or {}
     if recorded.get("bench_sha256") != sha:
         return "scored on another version of the benchmark file (its sha256 differs), so its item ids may not match"
     path = predictions_path(leaf, cell.bench)
@@ -138,7 +138,7 @@ def bench_items(
     cells = sorted((c for c in found.results if c.model == model and c.bench == bench), key=row_order)
     root, experiment = found.folder.parent, found.folder.name
     source = next((c for c in cells if c.method == BASE and c.budget == 1.0), cells[0])
-    payload = read_json(result_path(cell_leaf(root, experiment, source), bench))
+    payload = read_json_object(result_path(cell_leaf(root, experiment, source), bench), RERUN_FIX)
     read = result_bench(payload, benches)
     if isinstance(read, str):
         where = f"{source.method} / {source.pruner} / {budget_tag(source.budget)}"

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
 
-from sparsectx.paths import budget_tag
+from sparsectx.paths import BASE, budget_tag
 from sparsectx.report.analyses import Figure, SideTable
 from sparsectx.report.blocks import recovery_table
 from sparsectx.report.collect import Entry, block_records, method_label, read_efficiency
 from sparsectx.report.plots import LEGEND_STYLE, MARKERS, _save_with_vector, caption_markdown, retain_series
 from sparsectx.report.tables import MISSING, NO_RECORD, Table
-from sparsectx.workflow import BASE, Cell, Grid
+from sparsectx.workflow import Cell, Grid
 from sparsectx.workflow.report_specs import ReportSpec
 
 FLOPS_COLUMNS = (

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparsectx.paths import result_path
+from sparsectx.paths import BASE, result_path
 from sparsectx.report.collect import Entry, cell_leaf, read_result
-from sparsectx.workflow import BASE, Cell, Grid
+from sparsectx.workflow import Cell, Grid
 
 
 def check_seed_list(seeds: Sequence[int] | None) -> None:

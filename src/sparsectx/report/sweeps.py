@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sparsectx.eval.aggregate import retain_ratio
+from sparsectx.paths import BASE
 from sparsectx.report.analyses import Figure
 from sparsectx.report.bootstrap import BootstrapConfig, interval
 from sparsectx.report.collect import Entry, method_label, score_of
@@ -27,8 +28,8 @@ from sparsectx.report.plots import REFERENCE_LABEL, plot_sweep, vector_path
 from sparsectx.report.render import spread_text
 from sparsectx.report.tables import MISSING, Block, Cell, Row, Spread, Table
 from sparsectx.report.uncertainty import Replicates, cell_replicates
-from sparsectx.workflow import BASE, Grid, Sweep
 from sparsectx.workflow import Cell as GridCell
+from sparsectx.workflow import Grid, Sweep
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from sparsectx.eval.aggregate import retain_ratio
-from sparsectx.paths import result_path
+from sparsectx.io import read_json_object
+from sparsectx.paths import BASE, result_path
 from sparsectx.report.bootstrap import (
     BootstrapConfig,
     Layout,
@@ -36,11 +37,11 @@ from sparsectx.report.bootstrap import (
     seed_draws,
     stream,
 )
-from sparsectx.report.collect import Entry, cell_leaf, method_label, ordered_cells, read_json
+from sparsectx.report.collect import RERUN_FIX, Entry, cell_leaf, method_label, ordered_cells
 from sparsectx.report.items import Benches, ItemRecords, read_items
 from sparsectx.report.seeds import seed_std
 from sparsectx.report.tables import Spread, shift_of
-from sparsectx.workflow import BASE, Block, Cell, Grid
+from sparsectx.workflow import Block, Cell, Grid
 
 Replicates = dict[Cell, np.ndarray | str]
 """Cell -> its ``(resamples,)`` replicate scores, or why it has no interval."""
@@ -56,7 +57,7 @@ def result_paths(grid: Grid, root: str | Path, cell: Cell, entry: dict) -> list[
 def _records(paths: Sequence[Path], benches: Benches) -> list[ItemRecords] | str:
     found = []
     for path in paths:
-        records = read_items(path, read_json(path), benches)
+        records = read_items(path, read_json_object(path, RERUN_FIX), benches)
         if isinstance(records, str):
             return records if len(paths) == 1 else f"{path}: {records}"
         found.append(records)

@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 
 from sparsectx.data import Item, format_question, read_tsv
-from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample
 from sparsectx.models.adapter import VLMAdapter
 from sparsectx.models.processor import ImageTextProcessor
 from sparsectx.models.templates import opens_thinking
 from sparsectx.prompting import PromptItem, chat_messages
+from sparsectx.seeding import derive_seed
 from sparsectx.training.config import TrainDataConfig
 
 log = logging.getLogger(__name__)

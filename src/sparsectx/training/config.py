@@ -20,6 +20,8 @@ from sparsectx.dotted import flatten
 from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
 from sparsectx.models.loading import resolve_model_path, snapshot_identity
+from sparsectx.pruning import pruners_at
+from sparsectx.pruning.base import IN_LLM
 from sparsectx.pruning.config import PrunerConfig
 from sparsectx.run_tags import RUN_DEFINING_PREFIXES
 from sparsectx.tracking import LoggerConfig
@@ -163,7 +165,7 @@ class TrainConfig:
     state) and a resume state in one that others can write is refused (``training.loop.guard_run_dir``);
     ``umask``: it keeps the mode your umask gives, e.g. to share runs with your group."""
     seed: int
-    """Root seed, an int (null is an error); every random stream derives from it (``sparsectx.data.derive_seed``)."""
+    """Root seed, an int (null is an error); every random stream derives from it (``sparsectx.seeding.derive_seed``)."""
     budget: float
     """The budget the run trains at (its final budget for curricula); set by the method preset."""
     steps: int
@@ -248,11 +250,12 @@ class TrainConfig:
         if self.grad_accum is not None and self.grad_accum < 1:
             raise ValueError(f"grad_accum={self.grad_accum} must be >= 1, or null to derive it")
         self.memory.check_method(self.method)
-        if self.method.layer_schedule is not None and self.pruner.stage != "llm":
+        if self.method.layer_schedule is not None and self.pruner.stage != IN_LLM:
+            in_llm = " or ".join(f"pruner={name}" for name in pruners_at(IN_LLM))
             raise ValueError(
                 f"method.layer_schedule={self.method.layer_schedule!r} moves an in-LLM pruning layer (EPIC's "
                 f"layer consistency distillation), but pruner {self.pruner.name!r} prunes before the LLM "
-                f"(pruner.stage={self.pruner.stage!r}): choose an in-LLM pruner (pruner=fastv or pruner=dart), "
+                f"(pruner.stage={self.pruner.stage!r}): choose an in-LLM pruner ({in_llm}), "
                 "or train token consistency distillation alone (method=epic)"
             )
         self.distributed.check_run(self.memory, self.engine, self.model)

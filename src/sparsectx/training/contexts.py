@@ -19,11 +19,11 @@ import torch
 
 from sparsectx.context import keep_all
 from sparsectx.data import Item
-from sparsectx.data.synthetic import derive_seed
 from sparsectx.encoding import EncodedSample, encode_samples
 from sparsectx.layer_selection import LayerSelection
 from sparsectx.pruning import select_tokens
 from sparsectx.pruning.layer import restore_selections, select_in_llm
+from sparsectx.seeding import derive_seed
 from sparsectx.training.batches import reencode_text, with_reference
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.positions import positions_per_sequence

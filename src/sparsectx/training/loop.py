@@ -41,7 +41,7 @@ from accelerate import Accelerator
 from omegaconf import DictConfig, OmegaConf, open_dict
 from tqdm.auto import tqdm
 
-from sparsectx.data.synthetic import derive_seed
+from sparsectx.checkpoints import recover_dir
 from sparsectx.io import append_jsonl, atomic_write_text, read_jsonl
 from sparsectx.locks import exclusive
 from sparsectx.models import load_model
@@ -51,6 +51,7 @@ from sparsectx.protocol.runlog import run_deviations
 from sparsectx.pruning import declared_signals
 from sparsectx.redact import redact
 from sparsectx.run_tags import AUTO, resolved_tag, run_label, typed_overrides
+from sparsectx.seeding import derive_seed
 from sparsectx.tracking import NullTracker, Tracker, start_run
 from sparsectx.training import checkpoint as ckpt
 from sparsectx.training.accelerate_config import accelerator_arguments, check_accelerate_environment
@@ -296,8 +297,8 @@ def read_resume_meta(accelerator: Accelerator, out: Path, steps: int) -> dict[st
     A damaged state (payload without readable metadata, or not matching it) raises ``DamagedFileError``.
     """
     if accelerator.is_main_process:
-        ckpt.recover_dir(out / "state")
-        ckpt.recover_dir(out / "checkpoint")
+        recover_dir(out / "state")
+        recover_dir(out / "checkpoint")
     accelerator.wait_for_everyone()
     meta = ckpt.read_meta(out / "state")
     if meta is not None and meta["step"] > steps:

@@ -23,14 +23,9 @@ from peft import PeftModel
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForImageTextToText
 
+from sparsectx.checkpoints import CHECKPOINT_INFO, DamagedFileError, save_model_dir, verify_checkpoint
+from sparsectx.io import read_json_object
 from sparsectx.models.loading import resolve_model_path, snapshot_identity
-from sparsectx.training.checkpoint import (
-    CHECKPOINT_INFO,
-    DamagedFileError,
-    read_json_file,
-    save_model_dir,
-    verify_checkpoint,
-)
 from sparsectx.training.model_card import CARD_FILE, BaseModel
 from sparsectx.training.student import Student
 
@@ -113,7 +108,7 @@ def load_lora_adapter(
     fix = f"use the adapter/ folder a sparsectx training run wrote, or rerun that training to rewrite {adapter_dir}"
     if not verify_checkpoint(adapter_dir):
         raise ValueError(f"{adapter_dir} holds no {CHECKPOINT_INFO} with its files' sha256; {fix}")
-    record = read_json_file(adapter_dir / CHECKPOINT_INFO, fix)
+    record = read_json_object(adapter_dir / CHECKPOINT_INFO, fix, DamagedFileError)
     recorded = record.get("base_model")
     if not isinstance(recorded, dict):
         raise DamagedFileError(f"{adapter_dir / CHECKPOINT_INFO} records no base_model; {fix}")

@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCardData
 
+from sparsectx.checkpoints import CHECKPOINT_INFO
 from sparsectx.models import ModelConfig
 from sparsectx.models.loading import hub_commit, is_hub_id, resolve_model_path
 from sparsectx.paths import budget_tag
-from sparsectx.training.checkpoint import CHECKPOINT_INFO
 from sparsectx.training.config import TrainConfig
 
 CARD_FILE = "README.md"

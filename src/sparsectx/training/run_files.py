@@ -5,7 +5,7 @@ tensors as shards beside them, ``training.sharded_state``), ``restore`` loads it
 ``write_checkpoint`` exports the final model: a LoRA run's PEFT adapter as ``adapter/`` and, unless
 ``save_merged=false``, the full model as the HF directory ``checkpoint/``, each with a model card (each skipped
 when it already holds the final model).
-The file formats, atomic swaps and digests are ``training.checkpoint``'s.
+The file formats, atomic swaps and digests are ``sparsectx.checkpoints``' and ``training.checkpoint``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 from accelerate.utils import gather_object
 
+from sparsectx.checkpoints import DamagedFileError, checkpoint_info, verify_checkpoint
+from sparsectx.hashing import config_hash
 from sparsectx.io import git_commit
 from sparsectx.paths import budget_tag
 from sparsectx.redact import redact
@@ -77,7 +79,7 @@ def save(trainer: Trainer, out: Path, defining: dict[str, Any], resolved: dict[s
             ema=ema if tmp is None or ema is None else ema_scalars(ema),  # under fsdp its tensors are in the shards
             rng=rngs,
             wandb_id=trainer.wandb_id,
-            config_hash=ckpt.config_hash(defining),
+            config_hash=config_hash(defining),
         )
         if rollouts is not None:  # the next steps reuse them; absent otherwise (num_iterations = 1: never)
             payload["rollouts"] = rollouts
@@ -103,7 +105,7 @@ def log_checkpoint(tracker: Tracker, trainer: Trainer, out: Path, defining: dict
     meta = {
         "steps": trainer.step,
         "samples_seen": trainer.samples_seen,
-        "config_hash": ckpt.config_hash(defining),
+        "config_hash": config_hash(defining),
     }
     tracker.log_checkpoint(name, out / ("checkpoint" if tc.save_merged else ADAPTER_DIR), meta)
 
@@ -116,8 +118,8 @@ def checkpoint_is_current(target: Path, info: dict[str, Any]) -> bool:
     then rewrites the whole directory from the final resume state.
     """
     try:
-        return ckpt.checkpoint_info(target) == info and ckpt.verify_checkpoint(target)
-    except ckpt.DamagedFileError as err:
+        return checkpoint_info(target) == info and verify_checkpoint(target)
+    except DamagedFileError as err:
         log.warning("rewriting the damaged checkpoint from the resume state: %s", err)
         return False
 
@@ -141,7 +143,7 @@ def write_checkpoint(trainer: Trainer, out: Path, defining: dict[str, Any]) -> N
     """
     tc, student = trainer.cfg, trainer.student
     info = {
-        "config_hash": ckpt.config_hash(defining),
+        "config_hash": config_hash(defining),
         "steps": trainer.step,
         "samples_seen": trainer.samples_seen,
     }

@@ -48,8 +48,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from sparsectx.checkpoints import DamagedFileError, discarded_on_error, fresh_tmp, not_plain, tmp_dir
+from sparsectx.hashing import files_sha256
 from sparsectx.models import ModelConfig, load_model
-from sparsectx.training import checkpoint as ckpt
+from sparsectx.training.checkpoint import META_FILE
 from sparsectx.training.ema import ParameterEMA
 from sparsectx.training.lora import apply_lora
 from sparsectx.training.method import MethodConfig
@@ -131,9 +133,9 @@ def save_shards(trainer: Trainer, state_dir: Path) -> tuple[Path, dict[str, str]
     """Returns (the fresh temporary ``state/`` directory, {shard file: sha256}) after every process wrote its
     shards into it; the caller adds ``trainer.pt`` and ``meta.json`` and swaps it in (main process)."""
     accelerator: Accelerator = trainer.accelerator
-    tmp = ckpt.fresh_tmp(state_dir) if accelerator.is_main_process else ckpt.tmp_dir(state_dir)
+    tmp = fresh_tmp(state_dir) if accelerator.is_main_process else tmp_dir(state_dir)
     accelerator.wait_for_everyone()
-    with ckpt.discarded_on_error(tmp):
+    with discarded_on_error(tmp):
         dcp.save(shard_tensors(trainer.student, trainer.optimizer), checkpoint_id=tmp / SHARDS)
         accelerator.wait_for_everyone()
         return tmp, shard_digests(accelerator, tmp / SHARDS)
@@ -143,7 +145,7 @@ def shard_digests(accelerator: Accelerator, shards: Path) -> dict[str, str]:
     """Returns {file name: sha256} of every file in ``shards``, each file hashed by one process."""
     files = sorted(p for p in shards.iterdir() if p.is_file())
     rank, world = accelerator.process_index, accelerator.num_processes
-    mine = ckpt.files_sha256(files[rank::world])
+    mine = files_sha256(files[rank::world])
     merged: dict[str, str] = {}
     for part in gather_object([mine]):
         merged.update(part)
@@ -167,7 +169,7 @@ def verify_shards(accelerator: Accelerator, state_dir: Path, meta: dict[str, Any
                 state = "is not listed in meta.json"
             else:
                 state = "differs from its sha256 in meta.json"
-            raise ckpt.DamagedFileError(f"{shards / name} {state}; {_restart_fix(state_dir)}")
+            raise DamagedFileError(f"{shards / name} {state}; {_restart_fix(state_dir)}")
 
 
 def _restart_fix(state_dir: Path) -> str:
@@ -204,20 +206,18 @@ def read_metadata(state_dir: Path, verified: Collection[str]) -> Metadata:
             metadata = _MetadataUnpickler(handle).load()
     # a malformed pickle raises any of these; the allowed constructors raise the last three on bad arguments
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, KeyError) as err:
-        raise ckpt.DamagedFileError(
+        raise DamagedFileError(
             f"{path} is not DCP metadata ({err}): it may be hostile (anyone who can write {state_dir} can write it "
             f"and its digest), damaged or written by another torch version. Nothing in it was run; "
             f"{_restart_fix(state_dir)}"
         ) from err
     if not isinstance(metadata, Metadata):
-        raise ckpt.DamagedFileError(
-            f"{path} holds {type(metadata).__name__}, not DCP metadata; {_restart_fix(state_dir)}"
-        )
+        raise DamagedFileError(f"{path} holds {type(metadata).__name__}, not DCP metadata; {_restart_fix(state_dir)}")
     for info in metadata.storage_data.values():
         if info.relative_path not in verified:
-            raise ckpt.DamagedFileError(
+            raise DamagedFileError(
                 f"{path} names {info.relative_path}, which is not one of the shard files verified against "
-                f"{state_dir / ckpt.META_FILE}; {_restart_fix(state_dir)}"
+                f"{state_dir / META_FILE}; {_restart_fix(state_dir)}"
             )
     return metadata
 
@@ -254,8 +254,8 @@ class _PlainLoadPlanner(DefaultLoadPlanner):
         except pickle.UnpicklingError as err:
             shard = self.state_dir / SHARDS / self.metadata.storage_data[read_item.storage_index].relative_path
             # from None: torch's own message advises the unrestricted load, the very one refused here
-            raise ckpt.DamagedFileError(
-                f"{shard}: the value of {key} is not plain data ({ckpt.not_plain(value, err)}): it may be hostile "
+            raise DamagedFileError(
+                f"{shard}: the value of {key} is not plain data ({not_plain(value, err)}): it may be hostile "
                 f"(anyone who can write {self.state_dir} can write it and its digest). Nothing in it was run; "
                 f"{_restart_fix(self.state_dir)}"
             ) from None
@@ -281,7 +281,7 @@ def read_shards(accelerator: Accelerator, state_dir: Path, meta: dict[str, Any],
             tensors, storage_reader=_VerifiedReader(state_dir / SHARDS, metadata), planner=_PlainLoadPlanner(state_dir)
         )
     except CheckpointException as err:  # DCP gathers each process's failure into this one
-        refused = [failure for failure, _ in err.failures.values() if isinstance(failure, ckpt.DamagedFileError)]
+        refused = [failure for failure, _ in err.failures.values() if isinstance(failure, DamagedFileError)]
         if refused:
             raise refused[0] from err
         raise

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
-from sparsectx.data.synthetic import derive_seed
 from sparsectx.layer_selection import LayerSelection
+from sparsectx.seeding import derive_seed
 from sparsectx.training.batches import TrainingSet
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.contexts import MicroBatch, prepare_step

@@ -23,8 +23,8 @@ The package, in the order a config travels through it:
 Everything a rule file or a caller needs is importable from ``sparsectx.workflow`` itself.
 """
 
+from sparsectx.paths import BASE  # the untrained model's method; re-exported for the rule files
 from sparsectx.workflow.cells import (
-    BASE,
     CHECKPOINT_MARKER,
     CHECKPOINT_PATTERN,
     EFFICIENCY_PATTERN,

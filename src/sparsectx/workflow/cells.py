@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-BASE = "base"
-"""Method name of the untrained model (no checkpoint; never declared in ``grid.methods``)."""
 CHECKPOINT_MARKER = "config.json"
 """File of ``<run_dir>/checkpoint/`` (a HF directory, swapped in atomically) marking a finished run."""
 EVAL_METHOD_KEY = "method"

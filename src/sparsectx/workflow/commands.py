@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from sparsectx.paths import budget_tag
-from sparsectx.workflow.cells import BASE, EVAL_METHOD_KEY, Cell, EfficiencyRun, TrainRun
+from sparsectx.paths import BASE, budget_tag
+from sparsectx.workflow.cells import EVAL_METHOD_KEY, Cell, EfficiencyRun, TrainRun
 from sparsectx.workflow.config import REPO_DIR, load_yaml
 from sparsectx.workflow.grid import Grid
 

@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from sparsectx.paths import budget_tag
+from sparsectx.paths import BASE, budget_tag
 from sparsectx.workflow.cells import (
-    BASE,
     LEAF_JOB_STEM,
     RESULT_PATTERN,
     SEED_RESULT_PATTERN,

@@ -8,17 +8,15 @@ the jobs are built in ``sparsectx.workflow.commands``.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparsectx.paths import budget_tag, leaf_dir, result_path, run_dir
+from sparsectx.hashing import config_hash
+from sparsectx.paths import BASE, budget_tag, leaf_dir, result_path, run_dir
 from sparsectx.workflow.cells import (
-    BASE,
     CHECKPOINT_MARKER,
     PLAN_PATTERN,
     PREFLIGHT_PATTERN,
@@ -417,8 +415,7 @@ class Grid:
         }
         if video is not None:  # only then, so grids without a video family keep their folders
             spec["video"] = load_yaml(Path(conf_dir) / "data" / "video" / f"{video}.yaml")
-        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-        return f"data/{name}-{digest}"
+        return f"data/{name}-{config_hash(spec, digits=10)}"
 
     def data_files(self, conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
         """Returns name -> TSV that the data job writes (benchmarks, ``train``) in ``data_dir``; {} if none."""

@@ -27,7 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparsectx.workflow.cells import BASE, Cell, EfficiencyRun, TrainRun
+from sparsectx.paths import BASE
+from sparsectx.workflow.cells import Cell, EfficiencyRun, TrainRun
 from sparsectx.workflow.config import CONF_DIR
 from sparsectx.workflow.grid import Grid
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparsectx.budget import check_budget
-from sparsectx.workflow.cells import BASE, Block, Method, Row, Sweep, SweepPoint
+from sparsectx.paths import BASE
+from sparsectx.workflow.cells import Block, Method, Row, Sweep, SweepPoint
 
 if TYPE_CHECKING:
     from sparsectx.workflow.grid import Grid

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparsectx.workflow.cells import BASE
+from sparsectx.paths import BASE
 
 if TYPE_CHECKING:
     from sparsectx.workflow.grid import Grid

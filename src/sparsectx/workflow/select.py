@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparsectx.workflow.cells import BASE
+from sparsectx.paths import BASE
 from sparsectx.workflow.parse import block_rows
 
 SIDE_BLOCKS = ("passk", "efficiency")

@@ -1,96 +1,84 @@
-"""Scorers: one benchmark family per module, all filed in ``SCORERS`` under their registry key.
+"""Scorers: one benchmark family per module, each scorer declared once in a ``ScorerSpec`` filed in ``SCORERS``.
 
-Every family module is imported here explicitly so that importing this package registers all of
-them (style convention 11). A benchmark config names its scorer by key, e.g. ``scorer: mme``.
+A scorer module ends with ``SPECS = (ScorerSpec(...), ...)`` (``sparsectx.eval.scorers.spec``): its function and
+version, and everything the rest of the code reads about it (per-item correctness, bootstrap resampling, what the
+judge re-reads, its VLMEvalKit reading). ``register_scorers`` finds the modules and registers every spec; a
+benchmark config names its scorer by key, e.g. ``scorer: mme``. Adding a scorer is one module and the bench YAML
+that names it (docs/extending.md, "Add a scorer").
 """
 
-from sparsectx.eval.scorers import (
-    exact,
-    hallusionbench,
-    logicvista,
-    mathvista,
-    mcq,
-    mcq_reports,
-    mlvu,
-    mmbench,
-    mme,
-    mme_realworld,
-    mvbench,
-    ocrbench,
-    pope,
-    tempcompass,
-    videomme,
-    vqa,
-    yes_no,
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from sparsectx.eval.scorers.base import ScoredItem, ScoreFn
+from sparsectx.eval.scorers.spec import SCORERS, ScoreReport, ScorerSpec, score_items
+
+INFRASTRUCTURE_MODULES = ("base", "spec")
+"""The package's modules that declare no scorer: the item and helpers, the record and its registry. Every other
+module of the package is a scorer module and must define ``SPECS``."""
+
+
+def register_scorers() -> None:
+    """Imports every scorer module of this package and registers each spec of its ``SPECS`` in ``SCORERS``.
+
+    Modules are found by listing the package's folders (``pkgutil.iter_modules`` over ``__path__``, which yields
+    each folder's modules in sorted order: CPython ``Lib/pkgutil.py``, ``_iter_file_finder_modules``) rather than
+    by an import line per module, so adding a scorer is one module (and the bench YAML naming it), and a module
+    cannot be left out of the registry. A spec already registered is skipped, so a second call registers only
+    the modules added since (a test's own folder on ``__path__``).
+
+    Raises:
+        TypeError: a scorer module defines no ``SPECS``, or one that is not a tuple of ``ScorerSpec``.
+        KeyError: two specs share a name (``Registry.register``).
+    """
+    for found in pkgutil.iter_modules(__path__):
+        if found.name in INFRASTRUCTURE_MODULES:
+            continue
+        module = importlib.import_module(f"{__name__}.{found.name}")
+        specs = getattr(module, "SPECS", None)
+        if not isinstance(specs, tuple) or not all(isinstance(spec, ScorerSpec) for spec in specs):
+            raise TypeError(
+                f"{module.__file__}: a scorer module of {__name__} defines no SPECS tuple of ScorerSpec (found "
+                f"{type(specs).__name__}); end it with SPECS = (ScorerSpec(name=..., ...),) (docs/extending.md, "
+                f'"Add a scorer"), or, if it declares no scorer, add {found.name!r} to '
+                f"{__name__}.INFRASTRUCTURE_MODULES"
+            )
+        for spec in specs:
+            if spec.name not in SCORERS or SCORERS.get(spec.name) is not spec:
+                SCORERS.register(spec.name)(spec)
+
+
+register_scorers()
+
+# Helpers other modules use, importable from the package (their modules are imported by register_scorers).
+from sparsectx.eval.scorers.exact import parse_number, vlmeval_accuracy  # noqa: E402
+from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice  # noqa: E402
+from sparsectx.eval.scorers.ocrbench import ocr_contains  # noqa: E402
+from sparsectx.eval.scorers.vqa import (  # noqa: E402
+    normalize_evalai_answer,
+    normalize_vqa_answer,
+    vqa_soft_accuracy,
 )
-from sparsectx.eval.scorers.base import (
-    SCORERS,
-    ScoredItem,
-    ScoreFn,
-    Scorer,
-    ScoreReport,
-    register_scorer,
-    score_items,
-)
-from sparsectx.eval.scorers.exact import normalize_short_answer, parse_number, vlmeval_accuracy
-from sparsectx.eval.scorers.logicvista import is_logicvista_correct
-from sparsectx.eval.scorers.mathvista import is_mathvista_correct
-from sparsectx.eval.scorers.mcq import match_choice, vlmeval_choice
-from sparsectx.eval.scorers.mcq_reports import is_mmmu_correct
-from sparsectx.eval.scorers.mlvu import is_mlvu_correct
-from sparsectx.eval.scorers.mme_realworld import is_mme_realworld_correct, mme_realworld_choice
-from sparsectx.eval.scorers.mvbench import is_mvbench_correct
-from sparsectx.eval.scorers.ocrbench import ocr_contains
-from sparsectx.eval.scorers.pope import binary_metrics
-from sparsectx.eval.scorers.tempcompass import is_tempcompass_correct
-from sparsectx.eval.scorers.videomme import is_videomme_correct, videomme_choice
-from sparsectx.eval.scorers.vqa import normalize_evalai_answer, normalize_vqa_answer, vqa_soft_accuracy
-from sparsectx.eval.scorers.yes_no import parse_yes_no
+from sparsectx.eval.scorers.yes_no import parse_yes_no  # noqa: E402
 
 __all__ = [
+    "INFRASTRUCTURE_MODULES",
     "SCORERS",
     "ScoreFn",
     "ScoreReport",
     "ScoredItem",
-    "Scorer",
-    "binary_metrics",
-    "exact",
-    "hallusionbench",
-    "is_logicvista_correct",
-    "is_mathvista_correct",
-    "is_mlvu_correct",
-    "is_mme_realworld_correct",
-    "is_mmmu_correct",
-    "is_mvbench_correct",
-    "is_tempcompass_correct",
-    "is_videomme_correct",
-    "logicvista",
-    "mathvista",
+    "ScorerSpec",
     "match_choice",
-    "mcq",
-    "mcq_reports",
-    "mlvu",
-    "mmbench",
-    "mme",
-    "mme_realworld",
-    "mme_realworld_choice",
-    "mvbench",
     "normalize_evalai_answer",
-    "normalize_short_answer",
     "normalize_vqa_answer",
     "ocr_contains",
-    "ocrbench",
     "parse_number",
     "parse_yes_no",
-    "pope",
-    "register_scorer",
+    "register_scorers",
     "score_items",
-    "tempcompass",
     "vlmeval_accuracy",
-    "videomme",
-    "videomme_choice",
     "vlmeval_choice",
-    "vqa",
     "vqa_soft_accuracy",
-    "yes_no",
 ]

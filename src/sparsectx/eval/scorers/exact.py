@@ -14,13 +14,8 @@ import math
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    count_missing,
-    percent,
-    register_scorer,
-    squash,
-)
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, squash
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec
 
 VERSION_EXACT = 1
 VERSION_NUMBER = 1
@@ -56,19 +51,20 @@ def parse_number(text: str | None) -> float | None:
     return found.pop() if len(found) == 1 else None
 
 
-@register_scorer("exact_match", VERSION_EXACT, needs=("reference",))
+def is_exact_match_correct(item: ScoredItem) -> bool:
+    """Returns whether the normalised prediction equals a normalised gold answer (``reference`` or ``answers``)."""
+    return item.prediction is not None and normalize_short_answer(item.prediction) in {
+        normalize_short_answer(gold) for gold in (item.reference, *item.answers)
+    }
+
+
 def score_exact_match(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the percent of items whose normalised prediction equals a normalised gold answer.
 
     Reads ``reference`` and, if set, ``answers`` (more accepted answers). Keys: ``score``, ``n``,
     ``missing``.
     """
-    hits = sum(
-        item.prediction is not None
-        and normalize_short_answer(item.prediction)
-        in {normalize_short_answer(gold) for gold in (item.reference, *item.answers)}
-        for item in items
-    )
+    hits = sum(is_exact_match_correct(item) for item in items)
     return {
         "score": percent(hits, len(items)),
         "n": float(len(items)),
@@ -84,7 +80,13 @@ def gold_number(item: ScoredItem) -> float:
     return gold
 
 
-@register_scorer("number_match", VERSION_NUMBER, needs=("reference",), rules={"reference": gold_number})
+def is_number_match_correct(item: ScoredItem) -> bool:
+    """Returns whether prediction and reference each parse to one number (``parse_number``) and the two are equal
+    (a reference without one number is never matched; the scorer refuses it)."""
+    value, gold = parse_number(item.prediction), parse_number(item.reference)
+    return value is not None and gold is not None and math.isclose(value, gold, rel_tol=1e-9, abs_tol=1e-9)
+
+
 def score_number_match(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the percent of items whose prediction parses to the reference's number.
 
@@ -123,7 +125,11 @@ def vlmeval_accuracy(prediction: str | None, golds: Sequence[str]) -> float:
     return sum(gold.strip().lower() == pred for gold in golds) / len(golds)
 
 
-@register_scorer("exact_match_vlmeval", VERSION_EXACT_VLMEVAL, needs=("reference",))
+def is_exact_match_vlmeval_correct(item: ScoredItem) -> bool:
+    """Returns whether the prediction hits a gold by VLMEvalKit's rule (``vlmeval_accuracy`` > 0)."""
+    return vlmeval_accuracy(item.prediction, item.answers or (item.reference,)) > 0
+
+
 def score_exact_match_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the GQA score in percent by VLMEvalKit's exact-match rule (``vlmeval_accuracy``).
 
@@ -140,3 +146,32 @@ def score_exact_match_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
         "n": float(len(items)),
         "missing": float(count_missing(items)),
     }
+
+
+SPECS = (
+    ScorerSpec(
+        name="exact_match",
+        version=VERSION_EXACT,
+        fn=score_exact_match,
+        is_correct=is_exact_match_correct,
+        resampling=ITEM_MEAN,
+        needs=("reference",),
+    ),
+    ScorerSpec(
+        name="number_match",
+        version=VERSION_NUMBER,
+        fn=score_number_match,
+        is_correct=is_number_match_correct,
+        resampling=ITEM_MEAN,
+        needs=("reference",),
+        rules={"reference": gold_number},
+    ),
+    ScorerSpec(
+        name="exact_match_vlmeval",
+        version=VERSION_EXACT_VLMEVAL,
+        fn=score_exact_match_vlmeval,
+        is_correct=is_exact_match_vlmeval_correct,
+        resampling=ITEM_MEAN,
+        needs=("reference",),
+    ),
+)

@@ -21,18 +21,26 @@ Fields read: ``id`` (VLMEvalKit's ``index``), ``reference`` (yes/no), ``category
 ``subset`` (VLMEvalKit's ``l2-category``; the benchmark config sets ``subset_field: l2-category``).
 
 Remaining differences from VLMEvalKit: a row whose index has fewer than 6 ``_``-separated fields, or whose
-gold is not yes/no, is skipped when the file is read, naming the row (``Scorer.rules``; VLMEvalKit fails with
+gold is not yes/no, is skipped when the file is read, naming the row (``ScorerSpec.rules``; VLMEvalKit fails with
 an ``IndexError``); split names are keys
 ``<split>/aAcc`` etc. rather than rows of a table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
-from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent
+from sparsectx.eval.scorers.spec import Resampling, ScorerSpec, VlmevalReading, subset_stratum
+from sparsectx.eval.scorers.yes_no import (
+    YES_NO_JUDGED,
+    gold_yes_no,
+    is_yes_no_correct,
+    parse_yes_no,
+    vlmeval_yes_no_spelling,
+)
 
 VERSION = 1
 
@@ -66,12 +74,6 @@ def _accuracies(rows: Sequence[tuple[ScoredItem, bool]]) -> dict[str, float]:
     }
 
 
-@register_scorer(
-    "hallusionbench",
-    VERSION,
-    needs=("reference", "subset"),
-    rules={"reference": partial(gold_yes_no, scorer="hallusionbench"), "id": hallusion_ids},
-)
 def score_hallusionbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the mean of aAcc, fAcc and qAcc in percent (``score``), each overall and per split.
 
@@ -94,3 +96,51 @@ def score_hallusionbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         "unparsed": float(unparsed),
         **metrics,
     }
+
+
+def figure_set_unit(item: ScoredItem) -> str:
+    """Returns the item's (l2-category, set): every figure and question group of fAcc and qAcc lies in one."""
+    return f"{item.subset}\x00{hallusion_ids(item)[0]}"
+
+
+def copy_figure_set(item: ScoredItem, k: int) -> ScoredItem:
+    """Returns copy ``k`` of an item: its set id (field 3 of the index) relabelled, so the copy's figure and
+    question groups, keyed by (l2-category, set, figure | question), are new ones."""
+    fields = item.id.split("_")
+    fields[3] = f"{fields[3]}#{k}"
+    return dataclasses.replace(item, id="_".join(fields))
+
+
+def vlmeval_row_problem(index: str, row: Mapping[str, str]) -> str | None:
+    """Returns why VLMEvalKit's ``Hallusion_rating`` would misread a row: a gold not spelt ``Yes``/``No``
+    (``vlmeval_yes_no_spelling``), an index without the set/figure/question fields; else None."""
+    spelling = vlmeval_yes_no_spelling(index, row)
+    if spelling is not None:
+        return spelling
+    if len(index.split("_")) < 6:
+        return (
+            f"index {index!r} (column 'index') lacks the '_'-separated set/figure/question ids "
+            "(fields 3/4/5) that VLMEvalKit's Hallusion_rating reads"
+        )
+    return None
+
+
+SPECS = (
+    ScorerSpec(
+        name="hallusionbench",
+        version=VERSION,
+        fn=score_hallusionbench,
+        is_correct=is_yes_no_correct,
+        resampling=Resampling(figure_set_unit, subset_stratum, copy_figure_set, additive=False),  # fAcc, qAcc groups
+        needs=("reference", "subset"),
+        rules={"reference": partial(gold_yes_no, scorer="hallusionbench"), "id": hallusion_ids},
+        judge=YES_NO_JUDGED,
+        vlmeval=VlmevalReading(
+            ("category", "l2-category", "answer"),
+            lambda m: (m["Overall/aAcc"] + m["Overall/fAcc"] + m["Overall/qAcc"]) / 3,
+            "score",
+            "Hallusion_rating mean of aAcc, fAcc, qAcc",
+            vlmeval_row_problem,
+        ),
+    ),
+)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -57,7 +58,6 @@ def is_logicvista_correct(item: ScoredItem) -> bool:
     return letter_set(item.prediction) == gold_letters(item)
 
 
-@register_scorer("logicvista", VERSION, needs=("reference",), rules={"reference": gold_letters})
 def score_logicvista(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns LogicVista accuracy in percent (``score``, VLMEvalKit's ``Overall``).
 
@@ -67,3 +67,22 @@ def score_logicvista(items: Sequence[ScoredItem]) -> dict[str, float]:
     correct = [is_logicvista_correct(item) for item in items]
     unread = sum(item.prediction is not None and letter_set(item.prediction) is None for item in items)
     return accuracy_metrics(items, correct, "unread", unread)
+
+
+SPECS = (
+    ScorerSpec(
+        name="logicvista",
+        version=VERSION,
+        fn=score_logicvista,
+        is_correct=is_logicvista_correct,
+        resampling=ITEM_MEAN,  # evaluate_logicvista's Overall
+        needs=("reference",),
+        rules={"reference": gold_letters},
+        vlmeval=VlmevalReading(
+            ("question", "answer", "skill"),
+            lambda m: m["Overall/acc"],
+            "score",
+            "evaluate_logicvista Overall acc (judge-extracted letters)",
+        ),
+    ),
+)

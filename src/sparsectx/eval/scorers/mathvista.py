@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
 from sparsectx.eval.scorers.mcq import vlmeval_choice
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -47,7 +48,6 @@ def is_mathvista_correct(item: ScoredItem) -> bool:
     return item.prediction.strip().lower() == item.reference.strip().lower()
 
 
-@register_scorer("mathvista", VERSION, needs=("reference",))
 def score_mathvista(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MathVista accuracy in percent (``score``, VLMEvalKit's ``Overall``).
 
@@ -62,3 +62,21 @@ def score_mathvista(items: Sequence[ScoredItem]) -> dict[str, float]:
         for item in items
     )
     return accuracy_metrics(items, correct, "unread", unread)
+
+
+SPECS = (
+    ScorerSpec(
+        name="mathvista",
+        version=VERSION,
+        fn=score_mathvista,
+        is_correct=is_mathvista_correct,
+        resampling=ITEM_MEAN,  # MathVista_acc's Overall
+        needs=("reference",),
+        vlmeval=VlmevalReading(
+            ("question", "answer", "question_type", "answer_type", "choices", "answer_option", "task", "skills"),
+            lambda m: m["Overall/acc"],
+            "score",
+            "MathVista_acc Overall acc (judge-extracted answers)",
+        ),
+    ),
+)

@@ -16,12 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    accuracy_metrics,
-    register_scorer,
-    squash,
-)
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, squash
+from sparsectx.eval.scorers.spec import ITEM_MEAN, JudgedAnswers, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -93,7 +89,6 @@ def is_choice_correct(item: ScoredItem) -> bool:
     return match_choice(item.prediction, item.options) == item.reference.strip().upper()
 
 
-@register_scorer("mcq", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent (``score``), per-category accuracy and miss counts.
 
@@ -178,7 +173,6 @@ def is_choice_correct_vlmeval(item: ScoredItem) -> bool:
     return vlmeval_choice(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mcq_vlmeval", VERSION_VLMEVAL, needs_options=True, needs=("reference", "options"))
 def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MCQ accuracy in percent by VLMEvalKit's exact-matching rules (``vlmeval_choice``).
 
@@ -210,3 +204,62 @@ def score_mcq_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
         item.prediction is not None and vlmeval_choice(item.prediction, item.options) in (None, "Z") for item in items
     )
     return accuracy_metrics(items, correct, "unmatched", unmatched)
+
+
+# --- what the judge and the VLMEvalKit bridge read ---------------------------------------------------------------
+
+
+def choice_verdict(reply: str, options: Mapping[str, str]) -> str | None:
+    """Returns the option letter a judge's reply names (``vlmeval_choice``), None when it names none of
+    ``options`` (``Z``, the judge's "no option", included)."""
+    letter = vlmeval_choice(reply, options)
+    return letter if letter in options else None
+
+
+def undecided_choice(item: ScoredItem) -> bool:
+    """Returns whether ``match_choice`` reads no option in the prediction (``mcq``'s undecided answers)."""
+    return match_choice(item.prediction, item.options) is None
+
+
+def undecided_vlmeval_choice(item: ScoredItem) -> bool:
+    """Returns whether VLMEvalKit's ``can_infer`` (``vlmeval_choice``) reads no option in the stripped prediction:
+    the answers VLMEvalKit's multiple-choice judge sees."""
+    return vlmeval_choice(item.prediction, dict(item.options)) is None
+
+
+VLMEVAL_CHOICE_JUDGED = JudgedAnswers(template="choice", undecided=undecided_vlmeval_choice, verdict=choice_verdict)
+"""What the optional judge re-reads for a scorer that reads answers as ``mcq_vlmeval`` does."""
+MCQ_COLUMNS = ("question", "A", "B", "answer")
+"""The TSV columns VLMEvalKit's multiple-choice ``evaluate`` reads (``ImageMCQDataset``)."""
+
+
+def one_split_overall(metrics: dict[str, float]) -> float | None:
+    """Returns 100 x ``Overall`` of report_acc's split row, None when the table has several splits (MMMU's
+    dev and validation: the project scores their union, VLMEvalKit each)."""
+    overall = [value for key, value in metrics.items() if key.endswith("/Overall")]
+    return 100.0 * overall[0] if len(overall) == 1 else None
+
+
+SPECS = (
+    ScorerSpec(
+        name="mcq",
+        version=VERSION,
+        fn=score_mcq,
+        is_correct=is_choice_correct,
+        resampling=ITEM_MEAN,
+        needs_options=True,
+        needs=("reference", "options"),
+        judge=JudgedAnswers(template="choice", undecided=undecided_choice, verdict=choice_verdict),
+    ),
+    ScorerSpec(
+        name="mcq_vlmeval",
+        version=VERSION_VLMEVAL,
+        fn=score_mcq_vlmeval,
+        is_correct=is_choice_correct_vlmeval,
+        resampling=ITEM_MEAN,
+        needs_options=True,
+        needs=("reference", "options"),
+        judge=VLMEVAL_CHOICE_JUDGED,
+        vlmeval=VlmevalReading(MCQ_COLUMNS, one_split_overall, "score", "report_acc Overall x 100"),
+    ),
+)

@@ -28,14 +28,16 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    accuracy_metrics,
-    count_missing,
-    per_key_accuracy,
-    register_scorer,
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, count_missing, per_key_accuracy
+from sparsectx.eval.scorers.mcq import (
+    MCQ_COLUMNS,
+    VLMEVAL_CHOICE_JUDGED,
+    choice_verdict,
+    is_choice_correct_vlmeval,
+    one_split_overall,
+    vlmeval_choice,
 )
-from sparsectx.eval.scorers.mcq import vlmeval_choice
+from sparsectx.eval.scorers.spec import BY_SUBSET, ITEM_MEAN, JudgedAnswers, ScorerSpec, VlmevalReading
 
 UPPER = frozenset(string.ascii_uppercase)
 OPEN_OTHER = "Other Answers"
@@ -57,7 +59,16 @@ def is_mmmu_correct(item: ScoredItem) -> bool:
     return vlmeval_choice(item.prediction, options) == gold
 
 
-@register_scorer("mmmu_vlmeval", 1, needs=("reference",))
+def mmmu_options(item: ScoredItem) -> dict[str, str]:
+    """Returns the options an MMMU item is read against (``MMMU_preproc``'s for an open question)."""
+    return mmmu_question(item)[0]
+
+
+def undecided_mmmu(item: ScoredItem) -> bool:
+    """Returns whether VLMEvalKit's ``can_infer`` reads no option of ``mmmu_options`` in the prediction."""
+    return vlmeval_choice(item.prediction, mmmu_options(item)) is None
+
+
 def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MMMU accuracy in percent with open questions as ``MMMU_preproc`` reformulates them.
 
@@ -74,7 +85,6 @@ def score_mmmu_vlmeval(items: Sequence[ScoredItem]) -> dict[str, float]:
     return {**metrics, "open": float(sum("A" not in item.options for item in items))}
 
 
-@register_scorer("hrbench", 1, needs_options=True, needs=("reference", "options", "subset"))
 def score_hrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns HR-Bench's cycle-averaged accuracy in percent (``report_acc_hrbench``'s ``Average`` ``all``).
 
@@ -123,13 +133,6 @@ def cvbench_source(item: ScoredItem) -> str:
     return item.subset
 
 
-@register_scorer(
-    "cvbench",
-    1,
-    needs_options=True,
-    needs=("reference", "options", "subset"),
-    rules={"subset": cvbench_source},
-)
 def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns CV-Bench accuracy in percent: the mean of 2D (mean of ADE20K and COCO) and 3D (Omni3D).
 
@@ -161,3 +164,46 @@ def score_cvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         **parts,
         **by_source,
     }
+
+
+SPECS = (
+    ScorerSpec(
+        name="mmmu_vlmeval",
+        version=1,
+        fn=score_mmmu_vlmeval,
+        is_correct=is_mmmu_correct,
+        resampling=ITEM_MEAN,
+        needs=("reference",),
+        judge=JudgedAnswers(template="choice", undecided=undecided_mmmu, verdict=choice_verdict, options=mmmu_options),
+        vlmeval=VlmevalReading(
+            ("question", "answer"), one_split_overall, "score", "report_acc Overall x 100 (MMMU_preproc)"
+        ),
+    ),
+    ScorerSpec(
+        name="hrbench",
+        version=1,
+        fn=score_hrbench,
+        is_correct=is_choice_correct_vlmeval,
+        resampling=BY_SUBSET,  # the mean of the cycles' accuracies
+        needs_options=True,
+        needs=("reference", "options", "subset"),
+        judge=VLMEVAL_CHOICE_JUDGED,
+        vlmeval=VlmevalReading(
+            (*MCQ_COLUMNS, "category", "cycle_category"),
+            lambda m: 100.0 * m["Average/all/accuracy"],
+            "score",
+            "report_acc_hrbench Average all x 100",
+        ),
+    ),
+    ScorerSpec(
+        name="cvbench",
+        version=1,
+        fn=score_cvbench,
+        is_correct=is_choice_correct_vlmeval,
+        resampling=BY_SUBSET,  # the mean over image sources
+        needs_options=True,
+        needs=("reference", "options", "subset"),
+        rules={"subset": cvbench_source},
+        judge=VLMEVAL_CHOICE_JUDGED,
+    ),
+)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
-from sparsectx.eval.scorers.mvbench import can_infer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
+from sparsectx.eval.scorers.mvbench import VIDEO_MCQ_COLUMNS, can_infer, pooled_rating
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -41,7 +42,6 @@ def is_mlvu_correct(item: ScoredItem) -> bool:
     return can_infer(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mlvu", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mlvu(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MLVU multiple-choice accuracy in percent (hits / rows x 100: ``MLVU``'s ``M-Avg``).
 
@@ -55,3 +55,19 @@ def score_mlvu(items: Sequence[ScoredItem]) -> dict[str, float]:
         for item, ok in zip(items, correct, strict=True)
     )
     return accuracy_metrics(items, correct, "unmatched", unmatched)
+
+
+SPECS = (
+    ScorerSpec(
+        name="mlvu",
+        version=VERSION,
+        fn=score_mlvu,
+        is_correct=is_mlvu_correct,
+        resampling=ITEM_MEAN,  # M-Avg: hits / rows over the multiple-choice tasks
+        needs_options=True,
+        needs=("reference", "options"),
+        vlmeval=VlmevalReading(
+            VIDEO_MCQ_COLUMNS, pooled_rating, "score", "get_dimension_rating hits / rows over the tasks x 100 (M-Avg)"
+        ),
+    ),
+)

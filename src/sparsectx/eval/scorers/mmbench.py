@@ -21,14 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    count_missing,
-    per_key_accuracy,
-    percent,
-    register_scorer,
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, per_key_accuracy, percent
+from sparsectx.eval.scorers.mcq import MCQ_COLUMNS, choice_verdict, one_split_overall, vlmeval_choice
+from sparsectx.eval.scorers.spec import (
+    JudgedAnswers,
+    Resampling,
+    ScorerSpec,
+    VlmevalReading,
+    copy_group,
+    whole_benchmark,
 )
-from sparsectx.eval.scorers.mcq import vlmeval_choice
 
 VERSION = 2
 """2: rotations read by VLMEvalKit's ``can_infer`` (was our ``match_choice``)."""
@@ -50,13 +52,12 @@ def mixed_categories(items: Sequence[ScoredItem]) -> dict[str, str]:
     }
 
 
-@register_scorer(
-    "mmbench_circular",
-    VERSION,
-    needs_options=True,
-    needs=("reference", "options", "group"),
-    group_rule=("category", mixed_categories),
-)
+def is_rotation_correct(item: ScoredItem) -> bool:
+    """Returns whether one rotation is right as VLMEvalKit's circular pre-fetch reads it (``prefetch_answer``:
+    ``can_infer`` on the unstripped prediction)."""
+    return vlmeval_choice(item.prediction, item.options, strip=False) == item.reference.strip()
+
+
 def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns circular accuracy in percent (``score``) over questions, with per-rotation accuracy.
 
@@ -72,7 +73,7 @@ def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     category: dict[str, str] = {}
     hits = 0
     for item in items:
-        ok = vlmeval_choice(item.prediction, item.options, strip=False) == item.reference.strip()
+        ok = is_rotation_correct(item)
         hits += ok
         passed[item.group] = passed.get(item.group, True) and ok
         category[item.group] = item.category
@@ -86,3 +87,29 @@ def score_mmbench_circular(items: Sequence[ScoredItem]) -> dict[str, float]:
     if any(category.values()):
         metrics |= per_key_accuracy(((category[g], ok) for g, ok in passed.items()), "category")
     return metrics
+
+
+def question_unit(item: ScoredItem) -> str:
+    """Returns the item's question (``group``): its rotations pass or fail together."""
+    return item.group
+
+
+def undecided_rotation(item: ScoredItem) -> bool:
+    """Returns whether the circular pre-fetch (``can_infer``, unstripped) reads no option in the prediction."""
+    return vlmeval_choice(item.prediction, dict(item.options), strip=False) is None
+
+
+SPECS = (
+    ScorerSpec(
+        name="mmbench_circular",
+        version=VERSION,
+        fn=score_mmbench_circular,
+        is_correct=is_rotation_correct,
+        resampling=Resampling(question_unit, whole_benchmark, copy_group, additive=False),  # per question
+        needs_options=True,
+        needs=("reference", "options", "group"),
+        group_rule=("category", mixed_categories),
+        judge=JudgedAnswers(template="choice", undecided=undecided_rotation, verdict=choice_verdict),
+        vlmeval=VlmevalReading(MCQ_COLUMNS, one_split_overall, "score", "report_acc Overall x 100 (circular)"),
+    ),
+)

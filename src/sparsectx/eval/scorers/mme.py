@@ -27,8 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
-from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent
+from sparsectx.eval.scorers.spec import Resampling, ScorerSpec, VlmevalReading, copy_group
+from sparsectx.eval.scorers.yes_no import (
+    YES_NO_JUDGED,
+    gold_yes_no,
+    is_yes_no_correct,
+    parse_yes_no,
+    vlmeval_yes_no_spelling,
+)
 
 VERSION = 2
 """2: pairs keyed by (category, image_path) instead of the image alone; ``reasoning`` key."""
@@ -90,13 +97,6 @@ def _pairs(items: Sequence[ScoredItem]) -> dict[tuple[str, str], list[ScoredItem
     return _grouped(items)
 
 
-@register_scorer(
-    "mme",
-    VERSION,
-    needs=("reference", "category", "group"),
-    rules={"reference": partial(gold_yes_no, scorer="mme"), "category": mme_category},
-    group_rule=("group", unpaired),
-)
 def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the MME total (``score`` = perception + cognition) with every category's acc and acc+.
 
@@ -130,3 +130,35 @@ def score_mme(items: Sequence[ScoredItem]) -> dict[str, float]:
         **metrics,
         "reasoning": metrics["cognition"],
     }
+
+
+def pair_unit(item: ScoredItem) -> str:
+    """Returns the item's pair, (category, image_path): the rows acc+ scores jointly."""
+    return f"{item.category}\x00{item.group}"
+
+
+def category_stratum(item: ScoredItem) -> str:
+    """Returns the item's category: each category's acc + acc+ is a term of the total."""
+    return item.category
+
+
+SPECS = (
+    ScorerSpec(
+        name="mme",
+        version=VERSION,
+        fn=score_mme,
+        is_correct=is_yes_no_correct,
+        resampling=Resampling(pair_unit, category_stratum, copy_group, additive=False),  # acc + acc+ per category
+        needs=("reference", "category", "group"),
+        rules={"reference": partial(gold_yes_no, scorer="mme"), "category": mme_category},
+        group_rule=("group", unpaired),
+        judge=YES_NO_JUDGED,
+        vlmeval=VlmevalReading(
+            ("category", "image_path", "answer"),
+            lambda m: m["perception"] + m["reasoning"],
+            "score",
+            "MME_rating perception + reasoning",
+            vlmeval_yes_no_spelling,
+        ),
+    ),
+)

@@ -18,12 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    accuracy_metrics,
-    per_key_accuracy,
-    register_scorer,
-)
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, per_key_accuracy
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 PREFIXES = (
     "The best answer is",
@@ -59,7 +55,6 @@ def is_mme_realworld_correct(item: ScoredItem) -> bool:
     return item.prediction is not None and mme_realworld_choice(item.prediction) == item.reference.strip()
 
 
-@register_scorer("mme_realworld", 1, needs_options=True, needs=("reference", "category"))
 def score_mme_realworld(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MME-RealWorld accuracy in percent (``get_dimension_rating``'s ``Overall`` x 100).
 
@@ -72,3 +67,22 @@ def score_mme_realworld(items: Sequence[ScoredItem]) -> dict[str, float]:
     metrics = accuracy_metrics(items, correct, "unmatched", unmatched)
     tasks = ((item.category.split("/")[0], ok) for item, ok in zip(items, correct, strict=True))
     return {**metrics, **per_key_accuracy(tasks, "task")}
+
+
+SPECS = (
+    ScorerSpec(
+        name="mme_realworld",
+        version=1,
+        fn=score_mme_realworld,
+        is_correct=is_mme_realworld_correct,  # extract_characters_regex, not the generic reader
+        resampling=ITEM_MEAN,  # get_dimension_rating's Overall: right answers / rows
+        needs_options=True,
+        needs=("reference", "category"),
+        vlmeval=VlmevalReading(
+            ("category", "l2-category", "answer"),
+            lambda m: 100.0 * m["Overall"],
+            "score",
+            "get_dimension_rating Overall x 100",
+        ),
+    ),
+)

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -73,7 +74,6 @@ def is_mvbench_correct(item: ScoredItem) -> bool:
     return can_infer(item.prediction, item.options) == item.reference.strip()
 
 
-@register_scorer("mvbench", VERSION, needs_options=True, needs=("reference", "options"))
 def score_mvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns MVBench accuracy in percent (``get_dimension_rating``'s ``overall`` hits / rows x 100).
 
@@ -87,3 +87,36 @@ def score_mvbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         for item, ok in zip(items, correct, strict=True)
     )
     return accuracy_metrics(items, correct, "unmatched", unmatched)
+
+
+VIDEO_MCQ_COLUMNS = ("task_type", "candidates", "answer")
+"""The TSV columns VLMEvalKit's video multiple-choice ``evaluate`` reads (MVBench, MLVU_MCQ, TempCompass_MCQ)."""
+
+
+def pooled_rating(metrics: dict[str, float]) -> float:
+    """Returns 100 x hits / rows pooled over a rating's ``[hits, rows, ...]`` lists (flattened as ``<key>/0``,
+    ``<key>/1``): MLVU_MCQ's and TempCompass_MCQ's ``get_dimension_rating`` (MLVU's ``M-Avg``)."""
+    hits = sum(value for key, value in metrics.items() if key.endswith("/0"))
+    rows = sum(value for key, value in metrics.items() if key.endswith("/1"))
+    if not rows:
+        raise KeyError("<key>/1 (rows per rating key)")
+    return 100.0 * hits / rows
+
+
+SPECS = (
+    ScorerSpec(
+        name="mvbench",
+        version=VERSION,
+        fn=score_mvbench,
+        is_correct=is_mvbench_correct,
+        resampling=ITEM_MEAN,  # get_dimension_rating's overall: hits / rows
+        needs_options=True,
+        needs=("reference", "options"),
+        vlmeval=VlmevalReading(
+            VIDEO_MCQ_COLUMNS,
+            lambda m: 100.0 * m["overall/0"] / m["overall/1"],
+            "score",
+            "get_dimension_rating overall hits / rows x 100",
+        ),
+    ),
+)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, count_missing, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 2
 """2: VLMEvalKit's rules: only spaces (not all whitespace) removed for the math category, empty gold
@@ -74,7 +75,6 @@ def ocr_golds(item: ScoredItem) -> tuple[str, ...]:
     return item.answers or (item.reference,)
 
 
-@register_scorer("ocrbench", VERSION, needs=("category",), rules={"answers": ocr_golds})
 def score_ocrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns the OCRBench score out of 1000 (``score``) with VLMEvalKit's category and group sums.
 
@@ -101,3 +101,22 @@ def score_ocrbench(items: Sequence[ScoredItem]) -> dict[str, float]:
         **{f"category/{name}": value for name, value in sorted(per_category.items())},
         **{f"group/{name}": value for name, value in groups.items()},
     }
+
+
+def is_ocrbench_correct(item: ScoredItem) -> bool:
+    """Returns whether a gold answer (``answers``, else ``reference``) is contained in the prediction."""
+    return ocr_contains(item.prediction, item.answers or (item.reference,), item.category)
+
+
+SPECS = (
+    ScorerSpec(
+        name="ocrbench",
+        version=VERSION,
+        fn=score_ocrbench,
+        is_correct=is_ocrbench_correct,
+        resampling=ITEM_MEAN,  # 1000 x the share of items hit
+        needs=("category",),
+        rules={"answers": ocr_golds},
+        vlmeval=VlmevalReading(("category", "answer"), lambda m: m["Final Score/sum"], "final_score", "Final Score"),
+    ),
+)

@@ -35,11 +35,19 @@ macro means of the subset accuracies (``macro_accuracy``) and F1s (``macro_f1``)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
-from sparsectx.eval.scorers.base import ScoredItem, count_missing, register_scorer
-from sparsectx.eval.scorers.yes_no import gold_yes_no, parse_yes_no
+from sparsectx.eval.scorers.base import ScoredItem, count_missing
+from sparsectx.eval.scorers.spec import BY_SUBSET, ScorerSpec, VlmevalReading
+from sparsectx.eval.scorers.yes_no import (
+    YES_NO_JUDGED,
+    gold_yes_no,
+    is_yes_no_correct,
+    parse_yes_no,
+    vlmeval_yes_no_spelling,
+)
 
 VERSION = 3
 """2: comma-joined categories counted in each subset; headline = pooled F1 over exploded rows.
@@ -87,13 +95,6 @@ def pope_subsets(item: ScoredItem) -> list[str]:
     return names
 
 
-@register_scorer(
-    "pope",
-    VERSION,
-    headlines=HEADLINES,
-    needs=("reference", "subset"),
-    rules={"reference": partial(gold_yes_no, scorer="pope"), "subset": pope_subsets},
-)
 def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns POPE's metrics in percent: both headlines (``HEADLINES``; the registry record copies the
     config's choice to ``score``), and overall and per-subset acc/precision/recall/F1.
@@ -123,3 +124,57 @@ def score_pope(items: Sequence[ScoredItem]) -> dict[str, float]:
         "missing": float(count_missing(items)),
         **metrics,
     }
+
+
+def vlmeval_row_problem(index: str, row: Mapping[str, str]) -> str | None:
+    """Returns why VLMEvalKit's ``POPE_rating`` would misread a row of POPE's TSV: a gold not spelt ``Yes``/``No``
+    (``vlmeval_yes_no_spelling``), a category (comma-joined ones split) outside ``SUBSETS``; else None."""
+    spelling = vlmeval_yes_no_spelling(index, row)
+    if spelling is not None:
+        return spelling
+    if any(name not in SUBSETS for name in row["category"].split(",")):
+        return (
+            f"row index {index} has category {row['category']!r} (column 'category'); POPE's "
+            f"subsets are {', '.join(SUBSETS)}, comma-joined for a question shared by several"
+        )
+    return None
+
+
+def split_accuracy_mean(metrics: dict[str, float]) -> float:
+    """Returns the mean of ``POPE_rating``'s per-split ``acc`` (every row but ``Overall``, already in percent):
+    LT-OPD's macro accuracy (``macro_accuracy``) read off VLMEvalKit's own table (flattened by
+    ``sparsectx.eval.vlmeval_bridge.flatten`` as ``<split>/acc``)."""
+    accs = [value for key, value in metrics.items() if key.endswith("/acc") and key != "Overall/acc"]
+    if not accs:
+        raise KeyError("<split>/acc")
+    return sum(accs) / len(accs)
+
+
+VLMEVAL_F1 = VlmevalReading(
+    ("category", "answer"), lambda m: m["Overall/Overall"], "f1", "POPE_rating Overall F1", vlmeval_row_problem
+)
+"""``POPE_rating``'s ``Overall`` row's ``Overall`` column: the pooled F1 (module docstring)."""
+
+SPECS = (
+    ScorerSpec(
+        name="pope",
+        version=VERSION,
+        fn=score_pope,
+        is_correct=is_yes_no_correct,
+        resampling=BY_SUBSET,  # the subsets' accuracy mean or the pooled F1, recomputed; the subsets' counts kept
+        headlines=HEADLINES,
+        needs=("reference", "subset"),
+        rules={"reference": partial(gold_yes_no, scorer="pope"), "subset": pope_subsets},
+        judge=YES_NO_JUDGED,
+        vlmeval=VLMEVAL_F1,
+        vlmeval_headlines={
+            "f1": VLMEVAL_F1,
+            "macro_accuracy": replace(
+                VLMEVAL_F1,
+                headline=split_accuracy_mean,
+                project_key="macro_accuracy",
+                describe="POPE_rating mean of the splits' acc",
+            ),
+        },
+    ),
+)

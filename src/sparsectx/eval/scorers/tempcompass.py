@@ -29,12 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    accuracy_metrics,
-    per_key_accuracy,
-    register_scorer,
-)
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, per_key_accuracy
+from sparsectx.eval.scorers.mvbench import VIDEO_MCQ_COLUMNS, pooled_rating
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -120,13 +117,6 @@ def is_tempcompass_correct(item: ScoredItem) -> bool:
     return tempcompass_rating(item) is True
 
 
-@register_scorer(
-    "tempcompass_mcq",
-    VERSION,
-    needs_options=True,
-    needs=("reference", "options", "subset"),
-    rules={"subset": task_type, "options": _cells},
-)
 def score_tempcompass_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns TempCompass multiple-choice accuracy in percent (hits / rows x 100 over both task types).
 
@@ -139,3 +129,23 @@ def score_tempcompass_mcq(items: Sequence[ScoredItem]) -> dict[str, float]:
     unmatched = sum(item.prediction is not None and r is None for item, r in zip(items, ratings, strict=True))
     metrics = accuracy_metrics(items, correct, "unmatched", unmatched)
     return {**metrics, **per_key_accuracy(((it.subset, ok) for it, ok in zip(items, correct, strict=True)), "task")}
+
+
+SPECS = (
+    ScorerSpec(
+        name="tempcompass_mcq",
+        version=VERSION,
+        fn=score_tempcompass_mcq,
+        is_correct=is_tempcompass_correct,
+        resampling=ITEM_MEAN,  # hits / rows pooled over get_dimension_rating's dim/task rows
+        needs_options=True,
+        needs=("reference", "options", "subset"),
+        rules={"subset": task_type, "options": _cells},
+        vlmeval=VlmevalReading(
+            (*VIDEO_MCQ_COLUMNS, "dim"),
+            pooled_rating,
+            "score",
+            "get_dimension_rating hits / rows over dim. task_type x 100",
+        ),
+    ),
+)

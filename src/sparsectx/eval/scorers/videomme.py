@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec, VlmevalReading
 
 VERSION = 1
 
@@ -66,7 +67,6 @@ def _score(items: Sequence[ScoredItem]) -> dict[str, float]:
     return accuracy_metrics(items, correct, "unmatched", unmatched)
 
 
-@register_scorer("videomme", VERSION, needs_options=True, needs=("reference",))
 def score_videomme(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns Video-MME accuracy in percent (hits / rows x 100; VLMEvalKit's ``overall/overall`` x 100, which
     it rounds to three decimals).
@@ -77,10 +77,34 @@ def score_videomme(items: Sequence[ScoredItem]) -> dict[str, float]:
     return _score(items)
 
 
-@register_scorer("video_tt", VERSION, needs_options=True, needs=("reference",))
 def score_video_tt(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns Video-TT accuracy in percent (VLMEvalKit's ``overall/score``); the rule is Video-MME's.
 
     Reads ``reference`` (gold letter). Keys as ``videomme``'s.
     """
     return _score(items)
+
+
+SPECS = (
+    ScorerSpec(
+        name="videomme",
+        version=VERSION,
+        fn=score_videomme,
+        is_correct=is_videomme_correct,
+        resampling=ITEM_MEAN,  # get_dimension_rating's overall mean score
+        needs_options=True,
+        needs=("reference",),
+    ),
+    ScorerSpec(
+        name="video_tt",
+        version=VERSION,
+        fn=score_video_tt,
+        is_correct=is_videomme_correct,
+        resampling=ITEM_MEAN,  # get_dimension_rating's overall score
+        needs_options=True,
+        needs=("reference",),
+        vlmeval=VlmevalReading(
+            ("capability", "answer"), lambda m: m["overall/score"], "score", "get_dimension_rating overall/score"
+        ),
+    ),
+)

@@ -34,7 +34,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent, register_scorer
+from sparsectx.eval.scorers.base import ScoredItem, count_missing, percent
+from sparsectx.eval.scorers.spec import ITEM_MEAN, ScorerSpec
 
 VERSION = 2
 """2: the EvalAI answer processor for ``score`` and VLMEvalKit's ``process_answer`` for ``vlmeval``
@@ -161,7 +162,6 @@ def human_answers(item: ScoredItem) -> tuple[str, ...]:
     return item.answers
 
 
-@register_scorer("vqa_soft", VERSION, needs=("answers",), rules={"answers": human_answers})
 def score_vqa_soft(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns mean VQA soft accuracy in percent: ``score`` (EvalAI), ``vlmeval`` (VLMEvalKit's reading).
 
@@ -182,3 +182,21 @@ def score_vqa_soft(items: Sequence[ScoredItem]) -> dict[str, float]:
         "n": float(len(items)),
         "missing": float(count_missing(items)),
     }
+
+
+def is_vqa_soft_correct(item: ScoredItem) -> bool:
+    """Returns whether the answer matches at least one human answer (EvalAI soft accuracy > 0)."""
+    return vqa_soft_accuracy(item.prediction, item.answers) > 0
+
+
+SPECS = (
+    ScorerSpec(
+        name="vqa_soft",
+        version=VERSION,
+        fn=score_vqa_soft,
+        is_correct=is_vqa_soft_correct,
+        resampling=ITEM_MEAN,
+        needs=("answers",),
+        rules={"answers": human_answers},
+    ),
+)

@@ -33,13 +33,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sparsectx.eval.scorers.base import (
-    ScoredItem,
-    accuracy_metrics,
-    register_scorer,
-)
+from sparsectx.eval.scorers.base import ScoredItem, accuracy_metrics
+from sparsectx.eval.scorers.spec import ITEM_MEAN, JudgedAnswers, ScorerSpec
 
 VERSION = 2
 """2: VLMEvalKit's ``YOrN_Extraction`` (both words -> unreadable; markup/punctuation as it splits)."""
@@ -84,11 +81,55 @@ def gold_yes_no(item: ScoredItem, scorer: str) -> str:
     return gold
 
 
-@register_scorer(
-    "yes_no", VERSION, needs=("reference",), rules={"reference": functools.partial(gold_yes_no, scorer="yes_no")}
-)
+def is_yes_no_correct(item: ScoredItem) -> bool:
+    """Returns whether the prediction's yes/no reading (``parse_yes_no``) is the gold word, read lower-cased (the
+    per-item verdict of every yes/no scorer: ``yes_no``, ``pope``, ``mme``, ``hallusionbench``)."""
+    return parse_yes_no(item.prediction) == item.reference.strip().lower()
+
+
+def undecided_yes_no(item: ScoredItem) -> bool:
+    """Returns whether the prediction reads as neither word (VLMEvalKit's ``Unknown``, the answers its judge sees)."""
+    return parse_yes_no(item.prediction) is None
+
+
+def yes_no_verdict(reply: str, options: Mapping[str, str]) -> str | None:
+    """Returns the ``Yes``/``No`` a judge's reply reads as (``parse_yes_no``), None when neither."""
+    word = parse_yes_no(reply)
+    return None if word is None else word.capitalize()
+
+
+YES_NO_JUDGED = JudgedAnswers(template="yes_no", undecided=undecided_yes_no, verdict=yes_no_verdict)
+"""What the optional judge re-reads for a yes/no scorer: the answers read as neither word."""
+
+
+def vlmeval_yes_no_spelling(index: str, row: Mapping[str, str]) -> str | None:
+    """Returns why VLMEvalKit would misread a yes/no row of a benchmark TSV: a gold not spelt ``Yes``/``No``
+    (``image_yorn.py`` ``evaluate`` compares it with its reading case-sensitively; the synthetic files' lower case
+    would all read wrong), else None."""
+    if row["answer"] not in ("Yes", "No"):
+        return (
+            f"row index {index} has answer {row['answer']!r} (column 'answer'); VLMEvalKit compares "
+            "it with its reading case-sensitively, so its files spell Yes / No"
+        )
+    return None
+
+
 def score_yes_no(items: Sequence[ScoredItem]) -> dict[str, float]:
     """Returns yes/no accuracy in percent (``score``), ``n``, ``missing``, ``unparsed``, per category."""
     correct = [parse_yes_no(item.prediction) == gold_yes_no(item, "yes_no") for item in items]
     unparsed = sum(it.prediction is not None and parse_yes_no(it.prediction) is None for it in items)
     return accuracy_metrics(items, correct, "unparsed", unparsed)
+
+
+SPECS = (
+    ScorerSpec(
+        name="yes_no",
+        version=VERSION,
+        fn=score_yes_no,
+        is_correct=is_yes_no_correct,
+        resampling=ITEM_MEAN,
+        needs=("reference",),
+        rules={"reference": functools.partial(gold_yes_no, scorer="yes_no")},
+        judge=YES_NO_JUDGED,
+    ),
+)
