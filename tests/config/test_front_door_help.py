@@ -18,7 +18,7 @@ from sparsectx.training.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
-SCRIPTS = ["train", "evaluate", "make_tables", "build_data", "pretrain_tiny", "preflight", "export"]
+SCRIPTS = ["train", "evaluate", "make_tables", "build_data", "pretrain_tiny", "preflight", "export", "make_html_report"]
 # Runs a script as ``python src/<script>.py <args>`` and reports at exit whether torch was imported.
 PROBE = """
 import atexit, runpy, sys
