@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+import importlib
+import pkgutil
+from collections.abc import Callable, Collection, Iterable, Iterator
+from types import ModuleType
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -44,3 +47,15 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def package_modules(package: str, path: Iterable[str], skip: Collection[str]) -> Iterator[tuple[str, ModuleType]]:
+    """Yields (name, module) for every module in a package's folders but ``skip``, each imported, so that a component
+    package (pruners, scorers) registers whatever modules it holds without an import line per module.
+
+    ``path`` is the package's ``__path__``; ``pkgutil.iter_modules`` yields each folder's modules in sorted order
+    (CPython ``Lib/pkgutil.py``, ``_iter_file_finder_modules``), so registration order is stable.
+    """
+    for found in pkgutil.iter_modules(path):
+        if found.name not in skip:
+            yield found.name, importlib.import_module(f"{package}.{found.name}")

@@ -10,16 +10,14 @@ read a shipped scorer's.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from component_folders import component_folder
 from hydra import compose
 
 import sparsectx.eval.scorers as scorers
@@ -117,26 +115,9 @@ PROMPTS = {"yes_no": "Is {answer} a yes or a no to {question}?", "choice": "unus
 @pytest.fixture
 def scorer_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], Path]]:
     """Returns ``write(module, source)``, which writes ``<module>.py`` into a folder that ``sparsectx.eval.scorers``
-    searches after its own (``__path__``), as if the file were put beside the shipped scorers; then
-    ``register_scorers()`` finds it. The registry, ``sys.modules`` and the package are restored after."""
-    folder = tmp_path / "scorer_modules"
-    folder.mkdir()
-    monkeypatch.setattr(scorers, "__path__", [*scorers.__path__, str(folder)])
-    monkeypatch.setattr(SCORERS, "_entries", dict(SCORERS._entries))
-    written: list[str] = []
-
-    def write(module: str, source: str) -> Path:
-        path = folder / f"{module}.py"
-        path.write_text(textwrap.dedent(source))
-        written.append(module)
-        importlib.invalidate_caches()  # the import system caches folder listings (importlib docs)
-        return path
-
-    yield write
-    for module in written:
-        sys.modules.pop(f"{scorers.__name__}.{module}", None)
-        if hasattr(scorers, module):
-            delattr(scorers, module)
+    searches after its own, as if the file were put beside the shipped scorers; then ``register_scorers()`` finds
+    it (``component_folder``)."""
+    yield from component_folder(tmp_path / "scorer_modules", monkeypatch, scorers, SCORERS)
 
 
 @pytest.fixture

@@ -3,15 +3,13 @@ modules searched as part of ``sparsectx.pruning`` (a newcomer's module beside th
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from component_folders import component_folder
 
 import sparsectx.pruning as pruning
 from sparsectx.pruning import PRUNERS
@@ -53,23 +51,6 @@ def pruner_confs() -> dict[str, dict]:
 @pytest.fixture
 def operator_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], Path]]:
     """Returns ``write(module, source)``, which writes ``<module>.py`` into a folder that ``sparsectx.pruning``
-    searches after its own (``__path__``), as if the file were put beside the shipped operators; then
-    ``pruning.register_operators()`` finds it. The registry, ``sys.modules`` and the package are restored after."""
-    folder = tmp_path / "operators"
-    folder.mkdir()
-    monkeypatch.setattr(pruning, "__path__", [*pruning.__path__, str(folder)])
-    monkeypatch.setattr(PRUNERS, "_entries", dict(PRUNERS._entries))
-    written: list[str] = []
-
-    def write(module: str, source: str) -> Path:
-        path = folder / f"{module}.py"
-        path.write_text(textwrap.dedent(source))
-        written.append(module)
-        importlib.invalidate_caches()  # the import system caches folder listings (importlib docs)
-        return path
-
-    yield write
-    for module in written:
-        sys.modules.pop(f"{pruning.__name__}.{module}", None)
-        if hasattr(pruning, module):
-            delattr(pruning, module)
+    searches after its own, as if the file were put beside the shipped operators; then
+    ``pruning.register_operators()`` finds it (``component_folder``)."""
+    yield from component_folder(tmp_path / "operators", monkeypatch, pruning, PRUNERS)

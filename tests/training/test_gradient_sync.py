@@ -209,7 +209,9 @@ def test_the_first_bucket_is_summed_while_backward_runs(measured) -> None:  # no
     assert "small_buckets" in phases, log
     rebuilt = phases["small_buckets"][REBUILT - 1]
     collectives = gradient_collectives(rebuilt)
-    assert 1 < len(collectives) < rebuilt["tensors"]
+    tensors = rebuilt["tensors"]
+    assert len(collectives) > 1, f"small buckets gave {len(collectives)} collective: the cap did not split the buckets"
+    assert len(collectives) < tensors, f"{len(collectives)} collectives for {tensors} tensors: nothing was bucketed"
     first = collectives[0]
     produced = 2 * rebuilt["tensors"]  # every tensor's gradient in each of the two micro-batches
     assert first["in_backward"] and produced - first["accumulated"] >= 2, (

@@ -13,8 +13,6 @@ ports that silently never pruned have been seen in the field (spec 3, item 12).
 from __future__ import annotations
 
 import difflib
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -22,7 +20,7 @@ import torch
 
 from sparsectx.budget import tokens_to_keep
 from sparsectx.pruning.base import IN_LLM, PrunerSpec
-from sparsectx.registry import Registry
+from sparsectx.registry import Registry, package_modules
 from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 PRUNERS = Registry[PrunerSpec]("pruner")
@@ -34,8 +32,7 @@ Every other module of the package is an operator module and must define ``SPEC``
 def register_operators() -> None:
     """Imports every operator module of this package and registers its ``SPEC`` in ``PRUNERS``.
 
-    Modules are found by listing the package's folders (``pkgutil.iter_modules`` over ``__path__``, which
-    yields each folder's modules in sorted order: CPython ``Lib/pkgutil.py``, ``_iter_file_finder_modules``)
+    Modules are found by listing the package's folders (``sparsectx.registry.package_modules``)
     rather than by an import line per operator, so adding a pruner is one module and one YAML, and a module
     cannot be left out of the registry. A module already registered is skipped, so a second call registers
     only modules added since (a test's own folder on ``__path__``).
@@ -44,20 +41,17 @@ def register_operators() -> None:
         TypeError: an operator module defines no ``SPEC``, or one that is not a ``PrunerSpec``.
         ValueError: a module's ``SPEC.name`` differs from the module's name.
     """
-    for found in pkgutil.iter_modules(__path__):
-        if found.name in INFRASTRUCTURE_MODULES:
-            continue
-        module = importlib.import_module(f"{__name__}.{found.name}")
+    for name, module in package_modules(__name__, __path__, INFRASTRUCTURE_MODULES):
         spec = getattr(module, "SPEC", None)
         if not isinstance(spec, PrunerSpec):
             raise TypeError(
                 f"{module.__file__}: an operator module of {__name__} defines no SPEC (found {type(spec).__name__}); "
-                f'add SPEC = PrunerSpec(name={found.name!r}, ...) at its end (docs/extending.md, "Add a pruner"), '
-                f"or, if it is no operator, add {found.name!r} to {__name__}.INFRASTRUCTURE_MODULES"
+                f'add SPEC = PrunerSpec(name={name!r}, ...) at its end (docs/extending.md, "Add a pruner"), '
+                f"or, if it is no operator, add {name!r} to {__name__}.INFRASTRUCTURE_MODULES"
             )
-        if spec.name != found.name:
+        if spec.name != name:
             raise ValueError(
-                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {found.name!r}; "
+                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {name!r}; "
                 f"rename the module {spec.name}.py (module, registry key and conf/pruner/<name>.yaml share one name)"
             )
         if spec.name in PRUNERS and PRUNERS.get(spec.name) is spec:

@@ -9,11 +9,9 @@ that names it (docs/extending.md, "Add a scorer").
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from sparsectx.eval.scorers.base import ScoredItem, ScoreFn
 from sparsectx.eval.scorers.spec import SCORERS, ScoreReport, ScorerSpec, score_items
+from sparsectx.registry import package_modules
 
 INFRASTRUCTURE_MODULES = ("base", "spec")
 """The package's modules that declare no scorer: the item and helpers, the record and its registry. Every other
@@ -23,8 +21,7 @@ module of the package is a scorer module and must define ``SPECS``."""
 def register_scorers() -> None:
     """Imports every scorer module of this package and registers each spec of its ``SPECS`` in ``SCORERS``.
 
-    Modules are found by listing the package's folders (``pkgutil.iter_modules`` over ``__path__``, which yields
-    each folder's modules in sorted order: CPython ``Lib/pkgutil.py``, ``_iter_file_finder_modules``) rather than
+    Modules are found by listing the package's folders (``sparsectx.registry.package_modules``) rather than
     by an import line per module, so adding a scorer is one module (and the bench YAML naming it), and a module
     cannot be left out of the registry. A spec already registered is skipped, so a second call registers only
     the modules added since (a test's own folder on ``__path__``).
@@ -33,16 +30,13 @@ def register_scorers() -> None:
         TypeError: a scorer module defines no ``SPECS``, or one that is not a tuple of ``ScorerSpec``.
         KeyError: two specs share a name (``Registry.register``).
     """
-    for found in pkgutil.iter_modules(__path__):
-        if found.name in INFRASTRUCTURE_MODULES:
-            continue
-        module = importlib.import_module(f"{__name__}.{found.name}")
+    for name, module in package_modules(__name__, __path__, INFRASTRUCTURE_MODULES):
         specs = getattr(module, "SPECS", None)
         if not isinstance(specs, tuple) or not all(isinstance(spec, ScorerSpec) for spec in specs):
             raise TypeError(
                 f"{module.__file__}: a scorer module of {__name__} defines no SPECS tuple of ScorerSpec (found "
                 f"{type(specs).__name__}); end it with SPECS = (ScorerSpec(name=..., ...),) (docs/extending.md, "
-                f'"Add a scorer"), or, if it declares no scorer, add {found.name!r} to '
+                f'"Add a scorer"), or, if it declares no scorer, add {name!r} to '
                 f"{__name__}.INFRASTRUCTURE_MODULES"
             )
         for spec in specs:
