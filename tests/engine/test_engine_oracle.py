@@ -16,6 +16,8 @@ from tiny_models import noise_image
 from sparsectx.context import build_context
 from sparsectx.encoding import encode_samples
 from sparsectx.engine import DecodeEngine, Prompts, pruned_prompts
+from sparsectx.engine.decode import prefill_groups
+from sparsectx.engine.step import DecodeStep
 from sparsectx.generation import SamplingConfig
 from sparsectx.prompting import PromptItem
 from sparsectx.pruning import select_tokens
@@ -193,3 +195,59 @@ def test_pruned_prompts_share_only_repeated_objects(tiny_vlm):
     assert pruned_prompts(adapter, [samples[0]] * 2, equal_not_same).shared == [0, 0]
     copied = [selections[0], [type(s)(s.indices.clone(), s.embeds, s.deepstack) for s in selections[0]]]
     assert pruned_prompts(adapter, [samples[0]] * 2, copied).shared is None  # other objects: never assumed equal
+
+
+@torch.no_grad()
+def test_attention_over_the_keys_the_slots_hold_equals_the_reference_loop(tiny_vlm, monkeypatch):
+    """With spans of 1, 2, 4, ... positions (``engine.length_step=1``) each step attends only up to the widest
+    occupied slot's key, rounded up to a span; tokens still equal the reference loop, refills and stops included,
+    and steps read fewer positions than the cache holds once the longest prompts have finished."""
+    adapter, samples, selections = _contexts(tiny_vlm, seed=7)
+    tok = tiny_vlm.processor.tokenizer
+    reference = _oracle(adapter, tok, samples, selections, _sampling(20, []))
+    read: list[tuple[int, int]] = []
+    real_run = DecodeStep.run
+
+    def recording_run(self, needed=None):
+        read.append((self.span_for(needed or self.cache.length), self.cache.length))
+        real_run(self, needed)
+
+    monkeypatch.setattr(DecodeStep, "run", recording_run)
+    engine = DecodeEngine(adapter, tok, default_engine(sync_every=3, length_step=1))
+    ours = engine.generate(pruned_prompts(adapter, samples, selections), _sampling(20, []), slots=4)
+    assert [g.token_ids.tolist() for g in ours] == [g.token_ids.tolist() for g in reference]
+    narrower = sum(span < length for span, length in read)
+    assert narrower > 0, f"none of {len(read)} steps read less than the whole cache: the spans went untested"
+    assert len({span for span, _ in read}) >= 2
+
+
+def test_prefill_groups_bound_the_padded_tokens_of_one_forward():
+    """Runs keep the queue's order, pad to their longest prompt within the budget, and a prompt longer than
+    the budget goes alone."""
+    assert prefill_groups([100, 90, 80, 10], 300) == [[0, 1, 2], [3]]
+    assert prefill_groups([100, 90, 80, 10], 200) == [[0, 1], [2, 3]]
+    assert prefill_groups([500, 40, 30], 100) == [[0], [1, 2]]
+    lengths = [1356] * 256
+    groups = prefill_groups(lengths, 32768)
+    assert [row for group in groups for row in group] == list(range(256))
+    assert all(len(group) * 1356 <= 32768 for group in groups) and len(groups) == 11
+
+
+@torch.no_grad()
+def test_prefill_in_turns_equals_one_forward(tiny_vlm, monkeypatch):
+    """A prefill budget below the batch's padded tokens splits each refill into several forwards (copies of one
+    context included); greedy tokens equal the reference loop's."""
+    adapter, samples, selections = _contexts(tiny_vlm, seed=8)
+    tok = tiny_vlm.processor.tokenizer
+    copies = 2
+    rep = lambda xs: [x for x in xs for _ in range(copies)]  # noqa: E731
+    reference = _oracle(adapter, tok, samples, selections, _sampling(8, []))
+    prompts = pruned_prompts(adapter, rep(samples), rep(selections))
+    forwards: list[int] = []
+    real_build = prompts.build
+    prompts.build = lambda idx: (forwards.append(len(idx)), real_build(idx))[1]
+    budget = 2 * max(prompts.lengths)
+    engine = DecodeEngine(adapter, tok, default_engine(sync_every=3, prefill_tokens=budget))
+    ours = engine.generate(prompts, _sampling(8, []), slots=8)
+    assert [g.token_ids.tolist() for g in ours] == [g.token_ids.tolist() for g in rep(reference)]
+    assert max(forwards) <= 2 and len(forwards) > len(samples) // 2

@@ -26,14 +26,17 @@ class EngineConfig:
     slot_buckets: list[int]
     """On CUDA the slot count is rounded up to the next bucket, so a few captured graphs serve every batch."""
     length_step: int
-    """On CUDA the cache length is rounded up to a multiple of this, for the same reason."""
+    """On CUDA the cache length is rounded up to a multiple of this, for the same reason; a decode step attends
+    the first ``length_step x 2^k`` positions that hold every occupied slot's keys (``engine.step.span_buckets``)."""
     graph_cache: int
     """Captured (slots, length) graphs kept per model; the oldest goes first (each holds its KV cache)."""
+    prefill_tokens: int
+    """Most padded prompt tokens prefilled in one forward when slots are filled; more are prefilled in turns."""
 
     def __post_init__(self) -> None:
         check_choice(self.cuda_graphs, ("auto", "on", "off"), "engine.cuda_graphs")
         check_choice(self.compile, ("auto", "on", "off"), "engine.compile")
-        for key in ("sync_every", "max_slots", "max_length", "length_step", "graph_cache"):
+        for key in ("sync_every", "max_slots", "max_length", "length_step", "graph_cache", "prefill_tokens"):
             if getattr(self, key) < 1:
                 raise ValueError(f"engine.{key}={getattr(self, key)} must be a positive integer")
         self.slot_buckets = sorted(int(b) for b in self.slot_buckets)

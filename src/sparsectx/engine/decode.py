@@ -75,14 +75,16 @@ class DecodeEngine:
     def step_for(self, slots: int, length: int, prefill: DynamicCache) -> DecodeStep:
         """Returns the decode step of this shape: a kept captured graph on CUDA, else a fresh one."""
         if not self.graphs:
-            return DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), False, self.compiled)
+            cache = slot_cache_for(prefill, slots, length)
+            return DecodeStep(self.adapter, cache, False, self.compiled, self.cfg.length_step)
         key = (slots, length, weights_key(self.adapter.model))
         if key in self._steps:
             self._steps.move_to_end(key)
             return self._steps[key]
         while len(self._steps) >= self.cfg.graph_cache:
             self._steps.popitem(last=False)
-        step = DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), True, self.compiled)
+        cache = slot_cache_for(prefill, slots, length)
+        step = DecodeStep(self.adapter, cache, True, self.compiled, self.cfg.length_step)
         self._steps[key] = step
         return step
 
@@ -169,6 +171,25 @@ def shared_rows(prompts: Prompts, taken: list[int]) -> tuple[list[int], list[int
     return unique, source
 
 
+def prefill_groups(lengths: list[int], budget: int) -> list[list[int]]:
+    """Returns the rows ``0 .. len(lengths) - 1`` in order, split into runs whose padded prefill (rows x the run's
+    longest prompt) stays within ``budget`` tokens; a prompt longer than ``budget`` is a run of its own.
+
+    A prefill's activations and its full-width cache grow with the padded tokens of one forward: 256 slots of
+    1,356-token contexts are 347K tokens at once, more than an 80 GB GPU holds beside a 7B model. The queue is
+    sorted longest first, so each run pads little."""
+    groups: list[list[int]] = []
+    longest = 0
+    for row, length in enumerate(lengths):
+        if groups and (len(groups[-1]) + 1) * max(longest, length) <= budget:
+            groups[-1].append(row)
+            longest = max(longest, length)
+        else:
+            groups.append([row])
+            longest = length
+    return groups
+
+
 def _synced(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -196,6 +217,9 @@ class _Run:
         self.step: DecodeStep | None = None
         self.occupant: list[int | None] = [None] * self.slots
         self.checked = [0] * self.slots
+        self.writes = [0] * self.slots
+        """Each slot's cache write index, mirrored on the host (no sync): the next step attends up to the widest
+        occupied one (``DecodeStep.run``)."""
         self.results: list[Generation] = [None] * len(prompts)  # type: ignore[list-item]
         device, cap = engine.device, sampling.max_new_tokens
         self.history = torch.zeros(self.slots, cap + 1, dtype=torch.long, device=device)  # column cap: scratch
@@ -207,30 +231,55 @@ class _Run:
         return any(o is not None for o in self.occupant)
 
     def fill(self) -> None:
-        """Prefills the free slots with the next prompts in the queue (one batched forward)."""
+        """Prefills the free slots with the next prompts in the queue: one batched forward per group of at most
+        ``engine.prefill_tokens`` padded tokens (``prefill_groups``), one row per distinct context."""
         free = [s for s in range(self.usable) if self.occupant[s] is None][: len(self.queue)]
         if not free:
             return
         taken = [self.queue.popleft() for _ in free]
-        engine = self.engine
         unique, source = shared_rows(self.prompts, taken)
-        ctx = self.prompts.build(unique)
+        lengths = [self.prompts.lengths[i] for i in unique]
+        for group in prefill_groups(lengths, self.engine.cfg.prefill_tokens):
+            first = group[0]
+            members = [k for k, row in enumerate(source) if first <= row <= group[-1]]
+            self.prefill(
+                [unique[row] for row in group],
+                [free[k] for k in members],
+                [taken[k] for k in members],
+                [source[k] - first for k in members],
+            )
+
+    def prefill(self, rows: list[int], slots: list[int], taken: list[int], source: list[int]) -> None:
+        """Prefills the prompts ``rows`` in one forward and loads them into ``slots``, slot i taking prompt
+        ``taken[i]`` from prefill row ``source[i]`` (several slots may share a row: copies of one context)."""
+        engine = self.engine
+        ctx = self.prompts.build(rows)
         prefill = DynamicCache(config=engine.adapter.model.config.get_text_config())
         hidden = engine.adapter.run_llm(ctx.inputs, prefill)
         logits = engine.adapter.logits(hidden[:, -1])
         if self.step is None:
             self.step = engine.step_for(self.slots, self.length, prefill)
-        src = None if len(unique) == len(taken) else torch.tensor(source, device=engine.device)
+        src = None if source == list(range(len(rows))) else torch.tensor(source, device=engine.device)
         pick = (lambda t: t) if src is None else (lambda t: t.index_select(0, src))  # noqa: E731
         masks = layer_masks(ctx.inputs, len(self.step.cache.keys))
-        self.step.cache.load(free, prefill, masks, src)
-        rows = torch.tensor(free, dtype=torch.long, device=engine.device)
-        self.step.logits[rows] = pick(logits).to(self.step.logits.dtype)
-        self.step.positions[rows] = pick(ctx.next_position.to(engine.device))
-        self.count[rows] = 0
-        self.done[rows] = False
-        for slot, index in zip(free, taken, strict=True):
-            self.occupant[slot], self.checked[slot] = index, 0
+        self.step.cache.load(slots, prefill, masks, src)
+        width = max(mask.shape[1] for mask in masks)
+        index = torch.tensor(slots, dtype=torch.long, device=engine.device)
+        self.step.logits[index] = pick(logits).to(self.step.logits.dtype)
+        self.step.positions[index] = pick(ctx.next_position.to(engine.device))
+        self.count[index] = 0
+        self.done[index] = False
+        for slot, prompt in zip(slots, taken, strict=True):
+            self.occupant[slot], self.checked[slot], self.writes[slot] = prompt, 0, width
+
+    def needed(self) -> int:
+        """Returns the key positions the next step must attend: one past the widest occupied slot's write index."""
+        return 1 + max(write for write, index in zip(self.writes, self.occupant, strict=True) if index is not None)
+
+    def stepped(self) -> None:
+        """Mirrors one decode step on the host: every write index moves on, up to the cache's last position."""
+        last = self.step.cache.length - 1
+        self.writes = [min(write + 1, last) for write in self.writes]
 
     def advance(self, steps: int) -> None:
         """Runs ``steps`` decode steps on every slot without a host sync."""
@@ -245,7 +294,8 @@ class _Run:
                 ended |= self.stops.matches(self.history, self.count, tokens)
             self.done |= live & ended
             step.tokens.copy_(tokens)
-            step.run()
+            step.run(self.needed())
+            self.stepped()
 
     def replay(self, reference: torch.Tensor) -> torch.Tensor:
         """Teacher-forces ``reference`` (n,) into slot 0 after its prefill: n - 1 decode steps, the i-th fed token
@@ -255,7 +305,8 @@ class _Run:
         chosen[0] = choose_next(step.logits, self.sampling, None)[0]
         for i in range(1, reference.shape[0]):
             step.tokens[0] = reference[i - 1]
-            step.run()
+            step.run(self.needed())
+            self.stepped()
             chosen[i] = choose_next(step.logits, self.sampling, None)[0]
         return chosen
 
