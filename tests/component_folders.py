@@ -39,3 +39,15 @@ def component_folder(
         sys.modules.pop(f"{package.__name__}.{module}", None)
         if hasattr(package, module):
             delattr(package, module)
+
+
+def appended_to_module(
+    module: ModuleType, source: str, monkeypatch: pytest.MonkeyPatch, registry: Registry
+) -> dict[str, object]:
+    """Returns the namespace after running ``source`` as if it were appended to ``module``'s file: with the module's
+    own globals (its registry, its helpers), so a ``@registry.register(...)`` in it files the entry as a function
+    added to that file would. The module itself is left unchanged and the registry is restored after the test."""
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    namespace = dict(vars(module))
+    exec(compile(textwrap.dedent(source), f"<appended to {module.__file__}>", "exec"), namespace)  # noqa: S102
+    return namespace

@@ -56,7 +56,7 @@ def test_the_presets_exist() -> None:
         "grpo_scopd_code",
         "grpo_judge",
     }
-    assert set(METHODS) == expected
+    assert expected <= set(METHODS)  # a new preset needs no line here: the tests below pick it up
 
 
 def test_component_names_match_the_registries() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsectx.training.reduction import count_sequences, count_tokens, global_token_mean, seq_mean_token_mean
+from sparsectx.training.reduction import (
+    REDUCTIONS,
+    constant_length,
+    count_sequences,
+    count_tokens,
+    global_token_mean,
+    reduce_loss,
+    seq_mean_token_mean,
+)
 
 B, T = 8, 6
 
@@ -110,3 +118,19 @@ def test_invalid_counts_and_shapes_raise() -> None:
         seq_mean_token_mean(loss, mask, num_sequences=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mask"):
         global_token_mean(loss, mask.float(), num_tokens=6)
+
+
+def test_reduce_loss_gives_each_registered_reduction_the_counts_its_signature_names() -> None:
+    features, mask, weight = make_batch()
+    loss = per_token_loss(features, weight).detach()
+    sequences, tokens = count_sequences([mask]), count_tokens([mask])
+    direct = {
+        "seq_mean_token_mean": seq_mean_token_mean(loss, mask, num_sequences=sequences),
+        "global_token_mean": global_token_mean(loss, mask, num_tokens=tokens),
+        "constant_length": constant_length(loss, mask, num_sequences=sequences, max_length=T),
+    }
+    assert set(direct) <= set(REDUCTIONS.names())  # the shipped ones; a new one brings its own test
+    assert len({float(value) for value in direct.values()}) == 3  # the lengths differ: each name reduces its own way
+    for name, want in direct.items():
+        got = reduce_loss(name, loss, mask, num_sequences=sequences, num_tokens=tokens, max_length=T)
+        assert torch.equal(got, want), name

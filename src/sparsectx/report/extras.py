@@ -1,11 +1,14 @@
 """The outputs of the grid's ``report:`` entries (``sparsectx.workflow.report_specs``), as pages and figures.
 
 Each entry becomes one or two pages (``<name>.md|.tex|.csv``; the examples page ``<name>.md|.csv`` and its
-``<name>_images/``) and its figures (PNG, SVG and caption); ``sparsectx.report.study`` writes the pages.
+``<name>_images/``) and its figures (PNG, SVG and caption); ``sparsectx.report.study`` writes the pages. Each
+kind's renderer is named by its ``ReportKind`` record (``REPORT_KINDS``) and takes one ``ReportInputs``; those
+of the shipped kinds are below.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +21,10 @@ from sparsectx.report.render import tex_escape
 from sparsectx.report.token_sensitivity import token_sensitivity_outputs
 from sparsectx.report.training_report import dynamics_outputs, output_tokens_table, training_cost_table
 from sparsectx.workflow import Cell, Grid
-from sparsectx.workflow.report_specs import ReportSpec
+from sparsectx.workflow.report_specs import REPORT_KINDS, ReportSpec
 
-TITLES = {
-    "training_cost": "training cost per sample (SCOPD Table 9, upper)",
-    "training_cost.tokens": "mean output tokens (SCOPD Table 9, lower)",
-    "training_dynamics": "training dynamics in windows of steps (SCOPD Fig. 7)",
-    "deviation": "student-teacher divergence in windows of steps (LT-OPD Fig. 1 middle)",
-    "flops_retain": "FLOPs against average retain ratio (LT-OPD Fig. 1 right)",
-    "token_sensitivity": "per-token KL against visual sensitivity, untrained and trained (SCOPD Fig. 2a, Fig. 6)",
-}
-"""Kind (and part) -> the page title after ``<experiment>: <name>``."""
+TOKENS_TITLE = "mean output tokens (SCOPD Table 9, lower)"
+"""The title of ``training_cost``'s second page (``<name>.tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,91 @@ def side_page(stem: str, title: str, table: SideTable) -> Page:
     return Page(stem, title, table.markdown(title), table.csv(), side_latex(title, table), missing)
 
 
+@dataclass(frozen=True)
+class ReportInputs:
+    """What a report kind's renderer reads: the entry, the grid, its collected results and where files go."""
+
+    grid: Grid
+    spec: ReportSpec
+    entries: Mapping[Cell, Entry]
+    """Cell -> its record fields, or the reason it has no score (``sparsectx.report.collect``)."""
+    results_root: str | Path
+    runs_root: str | Path
+    labels: Mapping[str, str]
+    """Method key -> its displayed name (``method_labels``)."""
+    out_dir: Path
+    """The tables folder: figures and images are written here; the pages are returned."""
+    decimals: int
+
+    @property
+    def head(self) -> str:
+        """Returns ``<experiment>: <name>``, the start of every title of the entry."""
+        return f"{self.grid.experiment}: {self.spec.name}"
+
+    @property
+    def title(self) -> str:
+        """Returns ``<experiment>: <name>, <the kind's title>``."""
+        return f"{self.head}, {REPORT_KINDS.get(self.spec.kind).title}"
+
+
+Rendered = tuple[list[Page], list[Figure]]
+"""A renderer's pages (written by ``sparsectx.report.study``) and figures (already written)."""
+
+
+def training_cost_pages(inputs: ReportInputs) -> Rendered:
+    """Returns ``training_cost``'s two pages: time and memory per training run, and mean output tokens."""
+    grid, spec = inputs.grid, inputs.spec
+    cost = training_cost_table(grid, spec, inputs.runs_root, inputs.labels, inputs.decimals)
+    tokens = output_tokens_table(grid, spec, inputs.results_root, inputs.labels, inputs.decimals)
+    return [
+        side_page(spec.name, inputs.title, cost),
+        side_page(f"{spec.name}.tokens", f"{inputs.head}, {TOKENS_TITLE}", tokens),
+    ], []
+
+
+def dynamics_pages(inputs: ReportInputs) -> Rendered:
+    """Returns the page and figures of ``training_dynamics`` or ``deviation``: per-step logs in windows."""
+    table, figures = dynamics_outputs(
+        inputs.grid, inputs.spec, inputs.runs_root, inputs.labels, inputs.out_dir, inputs.decimals
+    )
+    return [side_page(inputs.spec.name, inputs.title, table)], figures
+
+
+def flops_retain_pages(inputs: ReportInputs) -> Rendered:
+    """Returns ``flops_retain``'s page and figures: FLOPs ratio against average retain ratio."""
+    table, figures = flops_retain_outputs(
+        inputs.grid,
+        inputs.spec,
+        inputs.entries,
+        inputs.results_root,
+        inputs.labels,
+        inputs.out_dir,
+        inputs.decimals,
+    )
+    return [side_page(inputs.spec.name, inputs.title, table)], figures
+
+
+def recovery_figure_pages(inputs: ReportInputs) -> Rendered:
+    """Returns ``recovery_figure``'s figures (no page: its numbers are the block's recovery table)."""
+    return [], recovery_figures(
+        inputs.grid, inputs.spec, inputs.entries, inputs.labels, inputs.out_dir, inputs.decimals
+    )
+
+
+def token_sensitivity_pages(inputs: ReportInputs) -> Rendered:
+    """Returns ``token_sensitivity``'s page and strip and scatter figures."""
+    table, figures = token_sensitivity_outputs(
+        inputs.grid, inputs.spec, inputs.runs_root, inputs.labels, inputs.out_dir, inputs.decimals
+    )
+    return [side_page(inputs.spec.name, inputs.title, table)], figures
+
+
+def examples_pages(inputs: ReportInputs) -> Rendered:
+    """Returns the ``examples`` page (its images already written)."""
+    page = examples_page(inputs.grid, inputs.spec, inputs.results_root, inputs.labels, inputs.out_dir)
+    return [Page(inputs.spec.name, inputs.title, page.markdown, page.csv)], []
+
+
 def report_outputs(
     grid: Grid,
     spec: ReportSpec,
@@ -75,27 +156,9 @@ def report_outputs(
     labels: Mapping[str, str],
     out_dir: Path,
     decimals: int,
-) -> tuple[list[Page], list[Figure]]:
+) -> Rendered:
     """Returns the pages and figures of one ``grid.report`` entry (the figures, and an examples page's images,
-    already written to ``out_dir``)."""
-    head = f"{grid.experiment}: {spec.name}"
-    if spec.kind == "training_cost":
-        cost = training_cost_table(grid, spec, runs_root, labels, decimals)
-        tokens = output_tokens_table(grid, spec, results_root, labels, decimals)
-        return [
-            side_page(spec.name, f"{head}, {TITLES['training_cost']}", cost),
-            side_page(f"{spec.name}.tokens", f"{head}, {TITLES['training_cost.tokens']}", tokens),
-        ], []
-    if spec.kind in ("training_dynamics", "deviation"):
-        table, figures = dynamics_outputs(grid, spec, runs_root, labels, out_dir, decimals)
-        return [side_page(spec.name, f"{head}, {TITLES[spec.kind]}", table)], figures
-    if spec.kind == "flops_retain":
-        table, figures = flops_retain_outputs(grid, spec, entries, results_root, labels, out_dir, decimals)
-        return [side_page(spec.name, f"{head}, {TITLES[spec.kind]}", table)], figures
-    if spec.kind == "recovery_figure":
-        return [], recovery_figures(grid, spec, entries, labels, out_dir, decimals)
-    if spec.kind == "token_sensitivity":
-        table, figures = token_sensitivity_outputs(grid, spec, runs_root, labels, out_dir, decimals)
-        return [side_page(spec.name, f"{head}, {TITLES[spec.kind]}", table)], figures
-    page = examples_page(grid, spec, results_root, labels, out_dir)
-    return [Page(spec.name, f"{head}, qualitative examples", page.markdown, page.csv)], []
+    already written to ``out_dir``), from the renderer its kind's record names."""
+    module, function = REPORT_KINDS.get(spec.kind).render.split(":")
+    render = getattr(importlib.import_module(module), function)
+    return render(ReportInputs(grid, spec, entries, results_root, runs_root, labels, out_dir, decimals))

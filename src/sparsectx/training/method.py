@@ -2,8 +2,8 @@
 
 Every field is required: the YAML is the single source of values (style conventions 4-5). Each
 ``__post_init__`` checks ranges and combinations, naming the full dotted key, the value found and the fix.
-Components are chosen by registry key (convention 12): divergences, position selectors and budget schedules
-from the math modules; prefix sources, objectives and reductions are the names listed here, teacher kinds in
+Components are chosen by registry key (convention 12): divergences, reductions, position selectors and budget
+schedules from the math modules; prefix sources and objectives are the names listed here, teacher kinds in
 ``sparsectx.training.teacher_config``.
 """
 
@@ -20,6 +20,7 @@ from sparsectx.checks import check_choice, check_params, check_registry_key
 from sparsectx.generation import DecodingConfig
 from sparsectx.training.divergences import DIVERGENCES
 from sparsectx.training.positions import POSITION_SELECTORS
+from sparsectx.training.reduction import REDUCTIONS, STEP_COUNTS, counts_taken
 from sparsectx.training.rl_config import RLConfig
 from sparsectx.training.schedules import BUDGET_SCHEDULES, LAYER_SCHEDULES
 from sparsectx.training.teacher_config import TeacherConfig
@@ -34,8 +35,6 @@ PROBE_NESTINGS = ("union", "recompute")
 """How the b+δ probe context is built: ``union`` keeps every token of x_b plus the pruner's b+δ choice (a
 nested
 superset); ``recompute`` uses the pruner's b+δ selection as is (VisionZip's "official" re-run)."""
-REDUCTIONS = ("seq_mean_token_mean", "global_token_mean", "constant_length")
-"""Names of the functions in ``sparsectx.training.reduction``."""
 LR_SCHEDULES = ("constant", "cosine")
 
 # Keyword arguments the loop itself passes; everything else a component takes comes from the YAML ``params``.
@@ -257,7 +256,8 @@ class MethodConfig:
     objective: str
     """distill (divergence to the teacher) | sft (cross-entropy of the reference at budget b)."""
     reduction: str
-    """seq_mean_token_mean | global_token_mean, normalised over the whole optimizer step."""
+    """A ``REDUCTIONS`` key (seq_mean_token_mean | global_token_mean | constant_length), normalised over the whole
+    optimizer step."""
     effective_batch_size: int
     """Prompts (questions) per optimizer step over all processes (= processes x micro_batch_size x grad_accum);
     each brings ``rollouts_per_prompt`` sequences (objective ``rl``: ``rl.group_size``)."""
@@ -290,7 +290,7 @@ class MethodConfig:
     def __post_init__(self) -> None:
         check_choice(self.prefix, PREFIX_KINDS, "method.prefix")
         check_choice(self.objective, OBJECTIVES, "method.objective")
-        check_choice(self.reduction, REDUCTIONS, "method.reduction")
+        self._check_reduction()
         if self.effective_batch_size < 1:
             raise ValueError(f"method.effective_batch_size={self.effective_batch_size} must be >= 1")
         self._check_rollouts()
@@ -314,6 +314,16 @@ class MethodConfig:
         self._check_distill_sft()
         self._check_train_vision()
         self._check_layer_schedule()
+
+    def _check_reduction(self) -> None:
+        """Raises unless ``reduction`` is a ``REDUCTIONS`` key whose function takes only counts the loop offers."""
+        check_choice(self.reduction, REDUCTIONS.names(), "method.reduction")
+        unknown = [name for name in counts_taken(REDUCTIONS.get(self.reduction)) if name not in STEP_COUNTS]
+        if unknown:
+            raise ValueError(
+                f"method.reduction={self.reduction!r} takes {unknown}, which the loop does not offer; a reduction "
+                f"takes keyword-only arguments among {list(STEP_COUNTS)}"
+            )
 
     def _check_layer_schedule(self) -> None:
         """Raises unless ``layer_schedule`` is null or a ``LAYER_SCHEDULES`` key with a non-RL objective."""

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from sparsectx.context import build_context
 from sparsectx.generation import response_logits
-from sparsectx.training import reduction
 from sparsectx.training.config import TrainConfig
 from sparsectx.training.contexts import MicroBatch
 from sparsectx.training.decode_copy import teacher_twin, uses_copy
@@ -25,6 +24,7 @@ from sparsectx.training.positions import (
     tip_scores,
     visual_sensitivity,
 )
+from sparsectx.training.reduction import reduce_loss
 from sparsectx.training.rewards import has_format
 from sparsectx.training.rl import clipped_surrogate, k3_kl, rl_stats, token_logprobs
 from sparsectx.training.rollout import is_correct
@@ -93,13 +93,14 @@ def _divergence(
 
 def _reduce(cfg: TrainConfig, per_token: torch.Tensor, selected: torch.Tensor, counts: StepCounts) -> torch.Tensor:
     """Returns the micro-batch's share of the step loss under ``method.reduction`` (step-wide counts)."""
-    if cfg.method.reduction == "seq_mean_token_mean":
-        return reduction.seq_mean_token_mean(per_token, selected, num_sequences=counts.sequences)
-    if cfg.method.reduction == "constant_length":
-        return reduction.constant_length(
-            per_token, selected, num_sequences=counts.sequences, max_length=cfg.max_new_tokens
-        )
-    return reduction.global_token_mean(per_token, selected, num_tokens=counts.tokens)
+    return reduce_loss(
+        cfg.method.reduction,
+        per_token,
+        selected,
+        num_sequences=counts.sequences,
+        num_tokens=counts.tokens,
+        max_length=cfg.max_new_tokens,
+    )
 
 
 def _reference_logprobs(cfg: TrainConfig, student: Student, mb: MicroBatch) -> torch.Tensor:

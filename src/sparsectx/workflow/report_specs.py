@@ -1,8 +1,9 @@
 """The grid's ``report:`` entries: paper tables and figures drawn from files the other blocks' jobs write.
 
 Each entry names what it reads: trained ``methods`` (their training runs' per-step logs, ``steps.jsonl``), table
-``blocks`` (their evaluation leaves) or both; ``make_tables.py`` renders it (``sparsectx.report.extras``). No
-job is added to the DAG. Kinds, and what each needs:
+``blocks`` (their evaluation leaves) or both; ``make_tables.py`` renders it with its kind's renderer. No job is
+added to the DAG. Each kind is one ``ReportKind`` record in ``REPORT_KINDS`` (the keys its entries set, its
+renderer, its title, its own check); the kinds, and what each needs:
 
 * ``training_cost`` (SCOPD Table 9): ``methods`` (time per sample and peak memory of their training runs) and
   one block (mean output tokens of its cells' evaluation predictions).
@@ -19,32 +20,22 @@ job is added to the DAG. Kinds, and what each needs:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparsectx.checks import check_registry_key
 from sparsectx.paths import BASE
+from sparsectx.registry import Registry
 
 if TYPE_CHECKING:
     from sparsectx.workflow.grid import Grid
 
-NEEDS: dict[str, tuple[str, ...]] = {
-    "training_cost": ("methods", "blocks"),
-    "training_dynamics": ("methods", "window"),
-    "deviation": ("methods", "window"),
-    "flops_retain": ("blocks",),
-    "recovery_figure": ("blocks",),
-    "examples": ("blocks", "items"),
-    "token_sensitivity": ("methods", "items"),
-}
-"""Kind -> the keys an entry of that kind must set (every other key is refused)."""
-ONE_BLOCK = ("training_cost", "recovery_figure", "examples")
-"""Kinds reading exactly one block."""
-
 
 @dataclass(frozen=True)
 class ReportSpec:
-    """One ``grid.report`` entry (``NEEDS`` says which fields its kind uses; the others are empty or 0)."""
+    """One ``grid.report`` entry (its kind's ``ReportKind.needs`` says which fields it uses; the others are empty
+    or 0)."""
 
     name: str
     kind: str
@@ -65,25 +56,118 @@ def parse_report(section: Mapping[str, Any], grid: Grid) -> dict[str, ReportSpec
     specs = {}
     for name, entry in (section or {}).items():
         key, kind = f"grid.report.{name}", entry["kind"]
+        check_registry_key(REPORT_KINDS, kind, f"{key}.kind")
+        record = REPORT_KINDS.get(kind)
         given = set(entry) - {"kind"}
-        if given != set(NEEDS[kind]):
-            raise ValueError(f"{key}: kind {kind!r} takes exactly {list(NEEDS[kind])}, got {sorted(given)}")
+        if given != set(record.needs):
+            raise ValueError(f"{key}: kind {kind!r} takes exactly {list(record.needs)}, got {sorted(given)}")
         blocks, methods = tuple(entry.get("blocks", ())), tuple(entry.get("methods", ()))
         unknown = [b for b in blocks if b not in tables]
         if unknown:
             raise ValueError(f"{key}.blocks names {unknown}, not table blocks of this grid ({sorted(tables)})")
-        if kind in ONE_BLOCK and len(blocks) != 1:
+        if record.one_block and len(blocks) != 1:
             raise ValueError(f"{key}.blocks={list(blocks)}: kind {kind!r} reads exactly one block")
         untrained = [m for m in methods if m not in trained]
         if untrained:
             raise ValueError(
                 f"{key}.methods names {untrained}, which no table cell of this grid trains ({sorted(trained)})"
             )
-        if kind == "flops_retain" and not grid.efficiency_runs:
-            raise ValueError(f"{key}: kind 'flops_retain' reads the efficiency runs; grid.efficiency has none")
-        if kind == "recovery_figure" and not any(
-            m != BASE and b < 1.0 for row in tables[blocks[0]].rows for m in row.methods for b in row.budgets
-        ):
-            raise ValueError(f"{key}.blocks={list(blocks)}: that block has no trained row below budget 1.0")
-        specs[name] = ReportSpec(name, kind, methods, blocks, entry.get("window", 0), entry.get("items", 0))
+        spec = ReportSpec(name, kind, methods, blocks, entry.get("window", 0), entry.get("items", 0))
+        if record.check is not None:
+            record.check(spec, grid)
+        specs[name] = spec
     return specs
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """Everything the grid and ``make_tables`` know about one kind of ``grid.report`` entry."""
+
+    needs: tuple[str, ...]
+    """The keys an entry of this kind sets besides ``kind``, among ``ReportSpec``'s fields (every other key is
+    refused)."""
+    render: str
+    """``<module>:<function>`` that renders an entry: ``function(sparsectx.report.extras.ReportInputs) ->
+    (pages, figures)``. A name, not the function: parsing a grid (the Snakefile, the plan) never imports the
+    report's plotting stack; ``make_tables`` imports the module when it renders."""
+    title: str = ""
+    """The page title after ``<experiment>: <name>, `` (``ReportInputs.title``)."""
+    one_block: bool = False
+    """Whether an entry reads exactly one block."""
+    check: Callable[[ReportSpec, Grid], None] | None = None
+    """The kind's own check of an entry against the grid (raises ``ValueError`` naming ``grid.report.<name>``);
+    None = the checks above suffice."""
+
+
+def _check_efficiency_runs(spec: ReportSpec, grid: Grid) -> None:
+    """Raises unless the grid has efficiency runs (``flops_retain`` reads them)."""
+    if not grid.efficiency_runs:
+        raise ValueError(
+            f"grid.report.{spec.name}: kind 'flops_retain' reads the efficiency runs; grid.efficiency has none"
+        )
+
+
+def _check_trained_row(spec: ReportSpec, grid: Grid) -> None:
+    """Raises unless the entry's block has a trained row below budget 1.0 (``recovery_figure`` draws its bars)."""
+    (block,) = [b for b in grid.blocks if b.kind == "table" and b.name == spec.blocks[0]]
+    if not any(m != BASE and b < 1.0 for row in block.rows for m in row.methods for b in row.budgets):
+        raise ValueError(
+            f"grid.report.{spec.name}.blocks={list(spec.blocks)}: that block has no trained row below budget 1.0"
+        )
+
+
+REPORT_KINDS: Registry[ReportKind] = Registry("report kind")
+"""``grid.report.<name>.kind`` -> its record; the renderers of the shipped kinds are in ``sparsectx.report.extras``."""
+REPORT_KINDS.register("training_cost")(
+    ReportKind(
+        needs=("methods", "blocks"),
+        render="sparsectx.report.extras:training_cost_pages",
+        title="training cost per sample (SCOPD Table 9, upper)",
+        one_block=True,
+    )
+)
+REPORT_KINDS.register("training_dynamics")(
+    ReportKind(
+        needs=("methods", "window"),
+        render="sparsectx.report.extras:dynamics_pages",
+        title="training dynamics in windows of steps (SCOPD Fig. 7)",
+    )
+)
+REPORT_KINDS.register("deviation")(
+    ReportKind(
+        needs=("methods", "window"),
+        render="sparsectx.report.extras:dynamics_pages",
+        title="student-teacher divergence in windows of steps (LT-OPD Fig. 1 middle)",
+    )
+)
+REPORT_KINDS.register("flops_retain")(
+    ReportKind(
+        needs=("blocks",),
+        render="sparsectx.report.extras:flops_retain_pages",
+        title="FLOPs against average retain ratio (LT-OPD Fig. 1 right)",
+        check=_check_efficiency_runs,
+    )
+)
+REPORT_KINDS.register("recovery_figure")(
+    ReportKind(
+        needs=("blocks",),
+        render="sparsectx.report.extras:recovery_figure_pages",
+        one_block=True,
+        check=_check_trained_row,
+    )
+)
+REPORT_KINDS.register("examples")(
+    ReportKind(
+        needs=("blocks", "items"),
+        render="sparsectx.report.extras:examples_pages",
+        title="qualitative examples",
+        one_block=True,
+    )
+)
+REPORT_KINDS.register("token_sensitivity")(
+    ReportKind(
+        needs=("methods", "items"),
+        render="sparsectx.report.extras:token_sensitivity_pages",
+        title="per-token KL against visual sensitivity, untrained and trained (SCOPD Fig. 2a, Fig. 6)",
+    )
+)
