@@ -1,9 +1,10 @@
 """What the benchmark scripts share: the real architectures (random weights), timing, and counting what a call
 generated (every rate is counted tokens over the time of the same run).
 
-The published configs of the models the seeds train are written out here, so a benchmark builds the real
-architecture with no hub access; cost does not depend on weight values. ``--config DIR`` in each script
-reads a local ``config.json`` instead.
+Each architecture is its checkpoint's published ``config.json``, the file the project keeps beside the model
+preset that names it (``sparsectx.models.published``), so a benchmark builds the real architecture with no hub
+access; cost does not depend on weight values. ``--config DIR`` in each script reads a local ``config.json``
+instead.
 """
 
 from __future__ import annotations
@@ -26,248 +27,65 @@ import transformers
 from omegaconf import OmegaConf
 from PIL import Image
 from transformers import AutoConfig, AutoModelForImageTextToText, PretrainedConfig
-from transformers.models.glm46v import Glm46VConfig
-from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig
-from transformers.models.qwen3_5 import Qwen3_5Config
-from transformers.models.qwen3_vl import Qwen3VLConfig
 
 from sparsectx.data import Item
 from sparsectx.generation import Generation
 from sparsectx.models import LoadedModel, adapter_for, resolve_model_path
 from sparsectx.models.compiled_blocks import compile_blocks, compile_on
+from sparsectx.models.families import FAMILIES
 from sparsectx.models.loading import set_vision_attention
 from sparsectx.models.processor import ImageTextProcessor, load_processor
+from sparsectx.models.published import MODEL_CONF_DIR, model_hub_id, published_config, published_folder
 from sparsectx.models.vision_mlp import align_vision_mlps
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
-# Qwen/Qwen2.5-VL-7B-Instruct's config.json (the dimensions that set the cost).
-QWEN2_5_VL_7B = {
-    "text_config": {
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "vocab_size": 152064,
-        "max_position_embeddings": 128000,
-        "rms_norm_eps": 1e-6,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
-    },
-    "vision_config": {
-        "depth": 32,
-        "hidden_size": 1280,
-        "intermediate_size": 3420,
-        "num_heads": 16,
-        "patch_size": 14,
-        "window_size": 112,
-        "fullatt_block_indexes": [7, 15, 23, 31],
-        "out_hidden_size": 3584,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "hidden_act": "silu",
-        "tokens_per_second": 2,
-    },
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "tie_word_embeddings": False,
-}
 
-# Qwen/Qwen3-VL-4B-Instruct's config.json (the dimensions that set the cost).
-QWEN3_VL_4B = {
-    "text_config": {
-        "hidden_size": 2560,
-        "intermediate_size": 9728,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "max_position_embeddings": 262144,
-        "rms_norm_eps": 1e-6,
-        "hidden_act": "silu",
-        "tie_word_embeddings": True,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 5000000.0,
-            "mrope_section": [24, 20, 20],
-            "mrope_interleaved": True,
-        },
-    },
-    "vision_config": {
-        "depth": 24,
-        "hidden_size": 1024,
-        "intermediate_size": 4096,
-        "num_heads": 16,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "out_hidden_size": 2560,
-        "num_position_embeddings": 2304,
-        "deepstack_visual_indexes": [5, 11, 17],
-        "hidden_act": "gelu_pytorch_tanh",
-    },
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "tie_word_embeddings": True,
-}
+def published_presets() -> tuple[str, ...]:
+    """Returns the model presets (``conf/model/<arch>.yaml``) a benchmark builds: those whose checkpoint's
+    published files the project keeps (``sparsectx.models.published``) and whose family packs each image into
+    one patch grid (not tiled: the noise images' side is set in patches and merge units)."""
+    presets = []
+    for preset in sorted(MODEL_CONF_DIR.glob("*.yaml")):
+        try:
+            published = published_config(model_hub_id(preset.stem))
+        except FileNotFoundError:  # a package checkpoint, or one whose published files are not kept
+            continue
+        if not FAMILIES.for_config(published, preset.stem).tiled:
+            presets.append(preset.stem)
+    return tuple(presets)
 
-# Qwen/Qwen3.5-4B, as conf/model/qwen3_5_4b.yaml states it: hidden 2560, 32 hybrid layers (every fourth full
-# attention, 16 query / 4 KV heads of 256, a gated q_proj), vocabulary 248,320, tied embeddings. UNVERIFIED here
-# (the checkpoint's config.json could not be read from this machine): the MLP width 9216, the linear-attention
-# heads (transformers' Qwen3_5TextConfig defaults: 16 key / 32 value heads of 128, kernel 4), the rotary
-# sections and the vision tower (taken as Qwen3-VL-4B's: depth 24, width 1024, out 2560, no DeepStack).
-QWEN3_5_4B = {
-    "text_config": {
-        "hidden_size": 2560,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "vocab_size": 248320,
-        "max_position_embeddings": 262144,
-        "linear_conv_kernel_dim": 4,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": True,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 10000000.0,
-            "mrope_section": [11, 11, 10],
-            "mrope_interleaved": True,
-            "partial_rotary_factor": 0.25,
-        },
-    },
-    "vision_config": {
-        "depth": 24,
-        "hidden_size": 1024,
-        "intermediate_size": 4096,
-        "num_heads": 16,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "out_hidden_size": 2560,
-        "num_position_embeddings": 2304,
-        "hidden_act": "gelu_pytorch_tanh",
-    },
-    "tie_word_embeddings": True,
-}
 
-# Qwen3.5-9B, as conf/model/qwen3_5_9b.yaml states it: transformers 5.17's Qwen3_5TextConfig defaults, which it
-# documents as the 9B style (width 4096, MLP 12288, 32 hybrid layers, 16 query / 4 KV heads of 256, linear
-# attention 16 key / 32 value heads of 128, kernel 4, untied head). UNVERIFIED (the checkpoint's config.json
-# could not be read from this machine): the vision tower, taken as Qwen3_5VisionConfig's defaults (depth 27,
-# width 1152, MLP 4304) with its output at the decoder's width, and the rotary sections (the 4B's).
-QWEN3_5_9B = {
-    "text_config": {
-        **QWEN3_5_4B["text_config"],
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "tie_word_embeddings": False,
-    },
-    "vision_config": {
-        **QWEN3_5_4B["vision_config"],
-        "depth": 27,
-        "hidden_size": 1152,
-        "intermediate_size": 4304,
-        "out_hidden_size": 4096,
-    },
-    "tie_word_embeddings": False,
-}
+ARCHITECTURES = published_presets()
+"""The ``--arch`` choices."""
 
-# zai-org/GLM-4.6V-Flash: src/sparsectx/assets/published/GLM-4.6V-Flash/config.json (its sources: SOURCES.md there):
-# vision depth 24, width 1536, 12 heads, MLP 13696, image size 336, out 4096, patch 14, merge 2; a 40-layer
-# GLM-4 decoder, width 4096, MLP 13696, 32 heads, 2 KV heads, vocabulary 151,552, partial rotary 0.5, M-RoPE
-# sections [8, 12, 12], context 131,072 (the model card's 128K; this file said 65,536, GLM-4.1V's). rope_theta
-# 10000 is UNVERIFIED: no copy of the checkpoint's own config.json was readable here (GLM-4.1V's is 10000).
-# The published config.json declares glm4v (Glm4vForConditionalGeneration); Glm46VConfig builds the same model.
-GLM46V_9B = {
-    "text_config": {
-        "hidden_size": 4096,
-        "intermediate_size": 13696,
-        "num_hidden_layers": 40,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 2,
-        "vocab_size": 151552,
-        "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-5,
-        "attention_bias": True,
-        "tie_word_embeddings": False,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 10000.0,
-            "mrope_section": [8, 12, 12],
-            "partial_rotary_factor": 0.5,
-        },
-    },
-    "vision_config": {
-        "depth": 24,
-        "hidden_size": 1536,
-        "intermediate_size": 13696,
-        "num_heads": 12,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "in_channels": 3,
-        "out_hidden_size": 4096,
-        "image_size": 336,
-        "hidden_act": "silu",
-    },
-    "tie_word_embeddings": False,
-}
 
-ARCHITECTURES = {
-    "qwen2_5_vl_7b": (Qwen2_5_VLConfig, QWEN2_5_VL_7B),
-    "qwen3_vl_4b": (Qwen3VLConfig, QWEN3_VL_4B),
-    "qwen3_5_4b": (Qwen3_5Config, QWEN3_5_4B),
-    "qwen3_5_9b": (Qwen3_5Config, QWEN3_5_9B),
-    "glm46v_9b": (Glm46VConfig, GLM46V_9B),
-}
-QWEN_TOKENS = {
-    "image_token_id": "<|image_pad|>",
-    "video_token_id": "<|video_pad|>",
-    "vision_start_token_id": "<|vision_start|>",
-    "vision_end_token_id": "<|vision_end|>",
-}
-GLM_TOKENS = {
-    "image_token_id": "<|image|>",
-    "video_token_id": "<|video|>",
-    "image_start_token_id": "<|begin_of_image|>",
-    "image_end_token_id": "<|end_of_image|>",
-    "video_start_token_id": "<|begin_of_video|>",
-    "video_end_token_id": "<|end_of_video|>",
-}
-SPECIAL_TOKENS = {"glm46v_9b": GLM_TOKENS}
-"""Config keys of each architecture's special tokens, by token; Qwen's unless listed."""
+def visual_tokens(arch: str) -> dict[str, str]:
+    """Returns config key -> token of the visual special tokens of ``arch``'s published ``config.json`` (its
+    top-level ``image_*``, ``video_*`` and ``vision_*`` token ids), each id read as its token through the family
+    record's ``special_tokens``."""
+    published = published_config(model_hub_id(arch))
+    spec = FAMILIES.for_config(published, arch)
+    return {
+        key: spec.special_tokens[value]
+        for key, value in published.items()
+        if key.startswith(("image_", "video_", "vision_")) and key.endswith("_token_id")
+    }
 
 
 def architecture(config_dir: str | None, arch: str = "qwen2_5_vl_7b", tokenizer=None) -> PretrainedConfig:
-    """Returns the config of ``arch`` (``ARCHITECTURES``), or the one in ``config_dir``'s config.json.
+    """Returns the config of ``arch``'s checkpoint as published (``sparsectx/assets/published/<checkpoint>/
+    config.json``, read by transformers' ``AutoConfig``), or the one in ``config_dir``'s config.json.
 
-    With ``tokenizer`` (the shipped tiny model's, for benchmarks that run the project's prompts), the special
-    token ids are that tokenizer's, so its prompts place image tokens where the model looks for them.
+    With ``tokenizer`` (the prompts' tokenizer, for benchmarks that run the project's prompts), the visual token
+    ids (``visual_tokens``) and the decoder's eos and pad ids are that tokenizer's, so its prompts place image
+    tokens where the model looks for them.
     """
-    if config_dir is not None:
-        config = AutoConfig.from_pretrained(Path(config_dir))
-    else:
-        cls, values = ARCHITECTURES[arch]
-        config = cls(**values)
+    folder = Path(config_dir) if config_dir is not None else published_folder(model_hub_id(arch))
+    config = AutoConfig.from_pretrained(folder)
     if tokenizer is not None:
-        for key, token in SPECIAL_TOKENS.get(arch, QWEN_TOKENS).items():
+        for key, token in visual_tokens(arch).items():
             setattr(config, key, tokenizer.convert_tokens_to_ids(token))
         text = config.get_text_config()
         text.eos_token_id, text.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -275,15 +93,25 @@ def architecture(config_dir: str | None, arch: str = "qwen2_5_vl_7b", tokenizer=
 
 
 def bench_processor(arch: str, workers: int, scratch: Path) -> ImageTextProcessor:
-    """Returns a processor whose prompts the architecture's model reads: the shipped tiny model's for the Qwen
-    families; for GLM-4.6V the tests' character tokenizer with GLM's special tokens and chat template and
-    GLM's own image processor (``tests/family_models.py``), saved in ``scratch``."""
-    if arch != "glm46v_9b":
-        return load_processor(resolve_model_path("package:tiny-vlm"), workers)
+    """Returns a processor whose tokenizer holds the family's image marker: the shipped tiny model's for the Qwen
+    families; otherwise the tests' character tokenizer with GLM's special tokens and chat template and GLM's own
+    image processor (``tests/family_models.py``), saved in ``scratch`` beside ``arch``'s config.json, from which
+    the processor reads its family (a folder without one would be read as the tiny model's family).
+
+    Raises:
+        SystemExit: neither tokenizer holds the family's image marker (naming ``--arch``).
+    """
+    marker = FAMILIES.for_config(published_config(model_hub_id(arch)), arch).image_marker
+    tiny = load_processor(resolve_model_path("package:tiny-vlm"), workers)
+    if marker in tiny.tokenizer.get_vocab():
+        return tiny
     sys.path.insert(0, str(ROOT / "tests"))
     from family_models import glm_processor_dir
 
-    glm_processor_dir(scratch)
+    tokenizer = glm_processor_dir(scratch)
+    if marker not in tokenizer.get_vocab():
+        raise SystemExit(f"--arch {arch}: no prompt tokenizer here holds the family's image marker {marker}")
+    architecture(None, arch, tokenizer).save_pretrained(scratch)
     return load_processor(scratch, workers)
 
 
@@ -296,9 +124,7 @@ def real_model(
     preset = OmegaConf.load(ROOT / "conf/model" / f"{arch}.yaml")
     processor = bench_processor(arch, preset.image_workers, scratch)
     config = architecture(config_dir, arch, processor.tokenizer)
-    if arch in SPECIAL_TOKENS:  # the processor recognises GLM's prompt format from the saved config.json
-        config.save_pretrained(scratch)
-        processor = load_processor(scratch, preset.image_workers)
+    family = FAMILIES.for_model_type(config.model_type)
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
@@ -306,8 +132,8 @@ def real_model(
     side = vision.patch_size * vision.spatial_merge_size * round(visual_tokens**0.5)
     image_processor = processor.image_processor
     image_processor.patch_size = vision.patch_size
-    # GLM's resize bounds count the pixels of both temporal copies of an image (its smart_resize: t x h x w).
-    pixels = side * side * (vision.temporal_patch_size if arch == "glm46v_9b" else 1)
+    # A family whose resize bounds count both temporal copies of an image (GLM's smart_resize: t x h x w).
+    pixels = side * side * (vision.temporal_patch_size if family.temporal_in_pixel_bounds else 1)
     image_processor.size = {"shortest_edge": pixels, "longest_edge": pixels}
     model.eval()
     set_vision_attention(model, "grouped")

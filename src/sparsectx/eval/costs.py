@@ -7,10 +7,8 @@ FLOPs (LT-OPD App. E: one multiply-accumulate = 2 FLOPs), from the model config 
   the LM head ``2 L D V`` on every prefill position (as the plain HF forward computes it). Norms, rotary
   embeddings and activations (elementwise) are not counted, as ``FlopCounterMode`` does not count them.
 * Decode of T tokens after L: the same per token, attention over L + t keys at step t.
-* Vision tower, separately (pruning does not change it): patch embedding, per block qkv + output projection,
-  attention within each window (Qwen2.5-VL windowed blocks) or each frame (full blocks), the MLP (SwiGLU for
-  Qwen2.5-VL and GLM-4.6V, two-layer for Qwen3-VL), and the merger (plus one per DeepStack level for
-  Qwen3-VL; GLM-4.6V's strided 2x2 convolution, then a SwiGLU merger).
+* Vision tower, separately (pruning does not change it): each family's own formula, in its record
+  (``FamilySpec.vision_flops``; the Qwen-style towers' shared terms in ``sparsectx.models.vision_costs``).
 
 KV cache: ``2 (K and V) x layers x KV heads x d_h x L x bytes per element`` at the end of prefill.
 
@@ -36,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import PretrainedConfig
 
 from sparsectx.eval.hybrid_costs import FULL, layer_kinds, linear_state_bytes, linear_token_flops, query_gate
+from sparsectx.models.families import FAMILIES
 
 
 def _dims(text: PretrainedConfig) -> tuple[int, int, int, int, int, int, int]:
@@ -119,66 +118,21 @@ def kv_cache_bytes(text: PretrainedConfig, seq_len: int, bytes_per_element: int,
     return 2 * kv * hd * held * bytes_per_element + states
 
 
-def _segments(vision: PretrainedConfig, grid: tuple[int, int, int], windowed: bool) -> list[int]:
-    """Returns the token counts of the attention segments of one image: frames, or windows of a frame."""
-    t, h, w = grid
-    if not windowed:
-        return [h * w] * t
-    merge = vision.spatial_merge_size
-    side = vision.window_size // merge // vision.patch_size  # window side in merged tokens
-    rows, cols = h // merge, w // merge
-    frame = [
-        min(side, rows - r) * min(side, cols - c) * merge * merge
-        for r in range(0, rows, side)
-        for c in range(0, cols, side)
-    ]
-    return frame * t
-
-
-VISION_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm46v")
-"""Families whose vision tower has an analytic FLOPs formula (``vision_flops``)."""
-
-
 def check_vision_family(family: str) -> None:
-    """Raises ValueError when ``family``'s vision tower has no FLOPs formula, before anything is measured."""
-    if family not in VISION_FAMILIES:
+    """Raises ValueError when ``family``'s record has no vision FLOPs formula (``FamilySpec.vision_flops``),
+    before anything is measured, naming the families that have one."""
+    if family not in FAMILIES.names() or FAMILIES.by_name(family).vision_flops is None:
+        supported = sorted(spec.name for spec in FAMILIES if spec.vision_flops is not None)
         raise ValueError(
-            f"mode=efficiency: no vision FLOPs formula for family {family!r}; supported: {', '.join(VISION_FAMILIES)}"
+            f"mode=efficiency: no vision FLOPs formula for family {family!r}; supported: {', '.join(supported)}"
         )
 
 
-def _glm_vision_flops(vision: PretrainedConfig, grids: list[tuple[int, int, int]]) -> float:
-    """GLM-4.6V's tower: full attention per frame, a SwiGLU MLP as wide as ``out_hidden_size``, then a
-    strided convolution over each 2x2 patch group and a SwiGLU merger of width ``intermediate_size``."""
-    dv, dout, unit = vision.hidden_size, vision.out_hidden_size, vision.spatial_merge_size**2
-    n = float(sum(t * h * w for t, h, w in grids))
-    total = 2 * n * vision.in_channels * vision.temporal_patch_size * vision.patch_size**2 * dv
-    segments = [s for grid in grids for s in _segments(vision, grid, windowed=False)]
-    total += vision.depth * (8 * n * dv * dv + 4 * dv * sum(float(s) ** 2 for s in segments) + 6 * n * dv * dout)
-    merged = n / unit
-    return total + 2 * merged * unit * dv * dout + 2 * merged * (dout * dout + 3 * dout * vision.intermediate_size)
-
-
 def vision_flops(vision: PretrainedConfig, family: str, grids: list[tuple[int, int, int]]) -> float:
-    """Returns the vision tower + merger FLOPs on images of patch grids ``grids`` (t, h, w) for ``family``
-    (``VISION_FAMILIES``; ``qwen3_5`` is Qwen3-VL's tower without DeepStack), formulas in the module
-    docstring."""
+    """Returns the vision tower + merger FLOPs on images of patch grids ``grids`` (t, h, w) by ``family``'s own
+    formula (``FamilySpec.vision_flops``); a family without one raises ValueError (``check_vision_family``)."""
     check_vision_family(family)
-    if family == "glm46v":
-        return _glm_vision_flops(vision, grids)
-    dv, iv, unit = vision.hidden_size, vision.intermediate_size, vision.spatial_merge_size**2
-    n = float(sum(t * h * w for t, h, w in grids))
-    kernel = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-    total = 2 * n * kernel * dv
-    full = set(vision.fullatt_block_indexes) if family == "qwen2_5_vl" else set(range(vision.depth))
-    mlp = (6 if family == "qwen2_5_vl" else 4) * n * dv * iv
-    for block in range(vision.depth):
-        segments = [s for grid in grids for s in _segments(vision, grid, block not in full)]
-        total += 8 * n * dv * dv + 4 * dv * sum(float(s) ** 2 for s in segments) + mlp
-    mergers = 1 + (len(vision.deepstack_visual_indexes) if family == "qwen3_vl" else 0)
-    merged = n / unit
-    total += mergers * (2 * merged * (unit * dv) ** 2 + 2 * merged * unit * dv * vision.out_hidden_size)
-    return total
+    return FAMILIES.by_name(family).vision_flops(vision, grids)
 
 
 def _sdpa_flops(

@@ -1,9 +1,41 @@
-"""The registry of model families: each family module's ``SPEC``, registered once (``sparsectx.models.family``)."""
+"""The registry of model families: each family module's ``SPEC``, found and registered once
+(``sparsectx.models.family``).
+
+A family module is any module of ``sparsectx.models`` but the shared machinery (``INFRASTRUCTURE_MODULES``),
+named after its family and ending with ``SPEC = FamilySpec(...)``. ``register_families`` lists the package's
+folders (``sparsectx.registry.package_modules``) instead of an import line per family, so adding a family is
+one module (docs/families.md) and a module cannot be left out of the registry.
+"""
 
 from __future__ import annotations
 
-from sparsectx.models import glm46v, llava_onevision, qwen2_5_vl, qwen3_5, qwen3_vl
+import importlib
+
 from sparsectx.models.family import FamilyRegistry, FamilySpec
+from sparsectx.registry import package_modules
+
+INFRASTRUCTURE_MODULES = (
+    "adapter",
+    "compiled_blocks",
+    "families",
+    "family",
+    "in_llm",
+    "loading",
+    "llava_onevision_processor",
+    "positions",
+    "processor",
+    "published",
+    "qwen_common",
+    "templates",
+    "tiny_processor",
+    "video_input",
+    "vision_attention",
+    "vision_costs",
+    "vision_mlp",
+    "vision_signals",
+)
+"""The modules of ``sparsectx.models`` that are no family: what the families share. Every other module of the
+package is a family module and must define ``SPEC``."""
 
 FAMILIES = FamilyRegistry(
     not_yet={
@@ -11,8 +43,38 @@ FAMILIES = FamilyRegistry(
         "conf/model/llava_onevision_qwen2_7b.yaml is the llava_onevision stand-in",
     }
 )
-for _module in (qwen2_5_vl, qwen3_vl, qwen3_5, glm46v, llava_onevision):
-    FAMILIES.register(_module.SPEC)
+
+
+def register_families() -> None:
+    """Imports every family module of ``sparsectx.models`` and registers its ``SPEC`` in ``FAMILIES``.
+
+    A module already registered is skipped, so a second call registers only modules added since (a test's own
+    folder on the package's ``__path__``).
+
+    Raises:
+        TypeError: a family module defines no ``SPEC``, or one that is not a ``FamilySpec``.
+        ValueError: a module's ``SPEC.name`` differs from the module's name, or a name or model_type is taken.
+    """
+    package = importlib.import_module(__package__)  # sparsectx.models, whose __init__ may still be running
+    for name, module in package_modules(package.__name__, package.__path__, INFRASTRUCTURE_MODULES):
+        spec = getattr(module, "SPEC", None)
+        if not isinstance(spec, FamilySpec):
+            raise TypeError(
+                f"{module.__file__}: a family module of {package.__name__} defines no SPEC (found "
+                f"{type(spec).__name__}); add SPEC = FamilySpec(name={name!r}, ...) at its end (docs/families.md, "
+                f'"Add a family"), or, if it is no family, add {name!r} to {__name__}.INFRASTRUCTURE_MODULES'
+            )
+        if spec.name != name:
+            raise ValueError(
+                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {name!r}; rename the "
+                f"module {spec.name}.py (module and family share one name: adapter.family, result records)"
+            )
+        if spec.name in FAMILIES.names() and FAMILIES.by_name(spec.name) is spec:
+            continue  # registered by an earlier call
+        FAMILIES.register(spec)
+
+
+register_families()
 
 
 def family_for(model_type: str) -> FamilySpec:

@@ -1,14 +1,16 @@
 """One record per model family: what a published checkpoint must declare and what the code needs to know.
 
 Each family module (``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_5``, ``glm46v``, ``llava_onevision``) defines its
-``SPEC``; ``sparsectx.models.families`` registers them once. Everything that used to be a scattered dict or a
-``family ==`` branch (adapter class, vision layout, image processor, image marker, video layout, tiling, the
-chat template's thinking switch) is a field here. A checkpoint is matched by its ``config.json``: its
-``model_type`` picks the family (several names may share one, e.g. GLM-4.6V-Flash declares ``glm4v``, the
-GLM-4.1V class that transformers 5.17's ``Glm46VForConditionalGeneration`` subclasses without change, see
-``transformers/models/glm46v/modular_glm46v.py``), and its ``architectures`` must be one the family's adapter
-serves. ``docs/families.md`` tabulates the records with their sources. Each record also says how its published
-``config.json`` shrinks to the rehearsal's tiny random-weight instance (``sparsectx.rehearsal.checkpoints``).
+``SPEC``; ``sparsectx.models.families`` finds the modules and registers them once, so adding a family is one
+module (docs/families.md). Everything that used to be a scattered dict or a ``family ==`` branch (adapter
+class, vision layout, image processor, image marker, video layout, tiling, the chat template's thinking switch,
+the vision FLOPs formula, whether in-LLM pruning can run) is a field here. A checkpoint is matched by its
+``config.json``: its ``model_type`` picks the family (several names may share one, e.g. GLM-4.6V-Flash declares
+``glm4v``, the GLM-4.1V class that transformers 5.17's ``Glm46VForConditionalGeneration`` subclasses without
+change, see ``transformers/models/glm46v/modular_glm46v.py``), and its ``architectures`` must be one the
+family's adapter serves. ``docs/families.md`` tabulates the records with their sources. Each record also says
+how its published ``config.json`` shrinks to the rehearsal's tiny random-weight instance
+(``sparsectx.rehearsal.checkpoints``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from sparsectx.models.adapter import VLMAdapter
 
@@ -60,8 +62,24 @@ class FamilySpec:
     """The image processor's ``size`` bounds count both temporal copies of a still image (GLM's
     ``smart_resize(num_frames=temporal_patch_size, ...)`` compares t*h*w with them, transformers 5.17
     ``models/glm4v/image_processing_pil_glm4v.py``), so a token cap doubles in pixels."""
+    vision_flops: Callable[[PretrainedConfig, Sequence[tuple[int, int, int]]], float] | None = None
+    """The vision tower's and merger's FLOPs on images of patch grids (t, h, w), from its ``vision_config``
+    alone (the efficiency mode's ``sparsectx.eval.costs.vision_flops``; Qwen-style towers share
+    ``sparsectx.models.vision_costs``); None = no formula, ``mode=efficiency`` is refused on the family."""
+    in_llm_unsupported: str | None = None
+    """Why in-LLM pruners (``pruner.stage: llm``) cannot run on the family, as the refusal states it; None = they
+    can. ``PrunerConfig.check_model`` refuses such a pruner before the model loads, naming the pre-LLM pruners
+    of the registry; the family's adapter refuses it too (``in_llm_refusal``)."""
     source: str = ""
     """Where the record's facts were checked (published files, transformers source)."""
+
+    def in_llm_refusal(self, layer: int, instead: str = "a pre-LLM pruner (pruner.stage=pre_llm)") -> ValueError:
+        """Returns the config error an in-LLM pruner before decoder layer ``layer`` meets on this family, with
+        the reason (``in_llm_unsupported``) and what to choose ``instead``."""
+        return ValueError(
+            f"pruner.stage=llm (pruner.layer={layer}) is not supported on model family {self.name!r}: "
+            f"{self.in_llm_unsupported}; choose {instead}"
+        )
 
     def image_processor_class(self, declared: str | None, where: str) -> type:
         """Returns the PIL image processor class for a checkpoint's declared ``image_processor_type``.
@@ -130,47 +148,46 @@ def periodic_miniature(indexes: Sequence[int], depth: int, period: int) -> tuple
 
 
 class FamilyRegistry:
-    """The registered family records, looked up by a checkpoint's ``model_type``."""
+    """The registered family records by name, looked up by a checkpoint's ``model_type``."""
 
     def __init__(self, not_yet: Mapping[str, str]) -> None:
-        self._specs: dict[str, FamilySpec] = {}
-        self._by_model_type: dict[str, FamilySpec] = {}
+        self._entries: dict[str, FamilySpec] = {}
         self.not_yet = dict(not_yet)
         """Known checkpoint ``model_type`` values without an adapter, with the reason."""
 
     def register(self, spec: FamilySpec) -> FamilySpec:
         """Returns ``spec`` after registering it; a name or model_type registered twice raises ValueError."""
-        if spec.name in self._specs:
+        if spec.name in self._entries:
             raise ValueError(f"model family {spec.name!r} is registered twice")
         for model_type in spec.model_types:
-            if model_type in self._by_model_type:
-                owner = self._by_model_type[model_type].name
+            if model_type in self.model_types():
+                owner = self.for_model_type(model_type).name
                 raise ValueError(f"model_type {model_type!r} is claimed by families {owner!r} and {spec.name!r}")
-            self._by_model_type[model_type] = spec
-        self._specs[spec.name] = spec
+        self._entries[spec.name] = spec
         return spec
 
     def names(self) -> list[str]:
         """Returns the registered family names, sorted."""
-        return sorted(self._specs)
+        return sorted(self._entries)
 
     def model_types(self) -> list[str]:
         """Returns every accepted ``model_type``, sorted."""
-        return sorted(self._by_model_type)
+        return sorted(model_type for spec in self for model_type in spec.model_types)
 
     def __iter__(self):  # noqa: ANN204
-        return iter(self._specs.values())
+        return iter(self._entries.values())
 
     def by_name(self, name: str) -> FamilySpec:
         """Returns the family called ``name``; raises KeyError naming the registered ones."""
-        if name not in self._specs:
+        if name not in self._entries:
             raise KeyError(f"no model family {name!r}; registered: {', '.join(self.names())}")
-        return self._specs[name]
+        return self._entries[name]
 
     def for_model_type(self, model_type: str) -> FamilySpec:
         """Returns the family accepting ``model_type``; raises KeyError naming the supported model_types."""
-        if model_type in self._by_model_type:
-            return self._by_model_type[model_type]
+        for spec in self:
+            if model_type in spec.model_types:
+                return spec
         reason = f" ({self.not_yet[model_type]})" if model_type in self.not_yet else ""
         raise KeyError(
             f"model family {model_type!r} has no adapter{reason}; supported: {', '.join(self.names())} "

@@ -11,15 +11,18 @@ Its decoder's rotary is interleaved and partial; ``in_llm`` uses each decoder's 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
 from sparsectx.models.family import FamilySpec, scaled_sections, tiny_decoder
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.vision_costs import Grid, attention_segments
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -85,6 +88,19 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _vision_flops(vision: PretrainedConfig, grids: Sequence[Grid]) -> float:
+    """Returns GLM-4.6V's tower FLOPs (counted as ``vision_costs`` counts): full attention per frame, a SwiGLU
+    MLP as wide as ``out_hidden_size``, then a strided convolution over each 2x2 patch group and a SwiGLU merger
+    of width ``intermediate_size``."""
+    dv, dout, unit = vision.hidden_size, vision.out_hidden_size, vision.spatial_merge_size**2
+    n = float(sum(t * h * w for t, h, w in grids))
+    total = 2 * n * vision.in_channels * vision.temporal_patch_size * vision.patch_size**2 * dv
+    segments = [s for grid in grids for s in attention_segments(vision, grid, windowed=False)]
+    total += vision.depth * (8 * n * dv * dv + 4 * dv * sum(float(s) ** 2 for s in segments) + 6 * n * dv * dout)
+    merged = n / unit
+    return total + 2 * merged * unit * dv * dout + 2 * merged * (dout * dout + 3 * dout * vision.intermediate_size)
+
+
 SPEC = FamilySpec(
     name=NAME,
     model_types=("glm46v", "glm4v"),
@@ -97,6 +113,7 @@ SPEC = FamilySpec(
     video_layout="glm_frames",
     thinking_switch="enable_thinking",
     temporal_in_pixel_bounds=True,
+    vision_flops=_vision_flops,
     source="zai-org/GLM-4.6V-Flash config.json declares model_type glm4v / Glm4vForConditionalGeneration "
     "(issue 36); transformers 5.17 models/glm46v/modular_glm46v.py: Glm46VForConditionalGeneration, "
     "Glm46VImageProcessorPil subclass the glm4v classes unchanged, so one adapter serves both names",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.vision_utils import get_vision_window_index
 
 from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections, tiny_decoder
 from sparsectx.models.qwen_common import QWEN_VL_SPECIAL_TOKENS, QwenVLAdapter, VisionLayout
+from sparsectx.models.vision_costs import Grid, packed_tower_flops
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -68,6 +71,12 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _vision_flops(vision: PretrainedConfig, grids: Sequence[Grid]) -> float:
+    """Returns the tower's FLOPs (``vision_costs.packed_tower_flops``): windowed blocks but the
+    ``fullatt_block_indexes``, a SwiGLU MLP (gate, up, down: ``Qwen2_5_VLMLP``), one merger."""
+    return packed_tower_flops(vision, grids, set(vision.fullatt_block_indexes), mlp_matmuls=3, mergers=1)
+
+
 SPEC = FamilySpec(
     name=NAME,
     model_types=("qwen2_5_vl",),
@@ -79,6 +88,7 @@ SPEC = FamilySpec(
     image_marker="<|image_pad|>",
     video_layout="grid",
     thinking_switch=None,
+    vision_flops=_vision_flops,
     source="Qwen/Qwen2.5-VL-7B-Instruct and -3B-Instruct config.json / preprocessor_config.json (model_type "
     "qwen2_5_vl, Qwen2VLImageProcessor, min/max_pixels 3136/12845056); transformers 5.17 "
     "models/auto/image_processing_auto.py maps qwen2_5_vl to Qwen2VLImageProcessor(Pil)",

@@ -11,25 +11,28 @@ is the plain HF model, kept tokens keep their unpruned M-RoPE positions (the fam
 and decoding from the cache (KV for full layers, convolution and recurrent state for linear layers,
 ``sparsectx.engine.hybrid_slots``) equals a full re-forward of the same pruned context.
 
-In-LLM pruning (FastV, DART: ``pruner.stage: llm``) is refused: those operators score decoder layer K-1's
-attention row, which linear-attention layers (layers 0-2 of every four, including the default K - 1 = 1)
-do not have, and the in-LLM hook passes one causal mask to every layer where linear layers need the 2D
-padding mask.
+In-LLM pruning (``pruner.stage: llm``) is refused (``SPEC.in_llm_unsupported``): in-LLM operators score
+decoder layer K-1's attention row, which linear-attention layers (layers 0-2 of every four, including the
+default K - 1 = 1) do not have, and the in-LLM hook passes one causal mask to every layer where linear layers
+need the 2D padding mask.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.models.adapter import LLMInputs
 from sparsectx.models.family import FamilySpec, tiny_decoder
 from sparsectx.models.in_llm import LayerSignals
 from sparsectx.models.qwen_common import QwenVLAdapter, VisionLayout
+from sparsectx.models.vision_costs import Grid, packed_tower_flops
 
 FAMILY = "qwen3_5"
 
@@ -51,17 +54,6 @@ LAYOUT = VisionLayout(signal_block=_signal_block, to_raster=_to_raster, has_deep
 """Every vision block attends over the whole image in raster order; no DeepStack features."""
 
 
-def in_llm_refusal(layer: int) -> ValueError:
-    """Returns the config error an in-LLM pruner (``pruner.stage=llm``) meets on Qwen3.5, with the reason."""
-    return ValueError(
-        f"pruner.stage=llm (pruner.layer={layer}) is not supported on model family {FAMILY!r}: FastV and DART "
-        "score decoder layer K-1's attention row, and Qwen3.5's layers are linear attention (gated delta "
-        "rule) except every fourth, so most layers have no attention row, and the in-LLM hook gives every "
-        "layer one causal mask where linear layers need the padding mask; choose a pre-LLM pruner "
-        "(pruner=cdpruner, divprune, visionzip, hiprune, zoo_prune, random)"
-    )
-
-
 class Qwen35Adapter(QwenVLAdapter):
     """``VLMAdapter`` for ``Qwen3_5ForConditionalGeneration``: pre-LLM pruning by physical removal only.
 
@@ -76,12 +68,12 @@ class Qwen35Adapter(QwenVLAdapter):
     def run_llm(self, inputs: LLMInputs, cache: object | None) -> torch.Tensor:
         """Returns (B, L, D) final-norm hidden states; an in-LLM selection (``inputs.late``) is refused."""
         if inputs.late is not None:
-            raise in_llm_refusal(inputs.late.layer)
+            raise SPEC.in_llm_refusal(inputs.late.layer)
         return super().run_llm(inputs, cache)
 
     def llm_signals(self, inputs: LLMInputs, layer: int, query_index: torch.Tensor) -> LayerSignals:
         """Raises the in-LLM refusal: Qwen3.5 gives in-LLM pruners no layer signals (see the module doc)."""
-        raise in_llm_refusal(layer)
+        raise SPEC.in_llm_refusal(layer)
 
 
 SPECIAL_TOKENS = {
@@ -119,6 +111,12 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _vision_flops(vision: PretrainedConfig, grids: Sequence[Grid]) -> float:
+    """Returns the tower's FLOPs (``vision_costs.packed_tower_flops``): Qwen3-VL's tower without DeepStack, full
+    attention in every block, a two-layer MLP, one merger."""
+    return packed_tower_flops(vision, grids, set(range(vision.depth)), mlp_matmuls=2, mergers=1)
+
+
 SPEC = FamilySpec(
     name=FAMILY,
     model_types=("qwen3_5",),
@@ -130,6 +128,10 @@ SPEC = FamilySpec(
     image_marker="<|image_pad|>",
     video_layout="timestamps",
     thinking_switch="enable_thinking",
+    vision_flops=_vision_flops,
+    in_llm_unsupported="in-LLM pruners score decoder layer K-1's attention row, and Qwen3.5's layers are linear "
+    "attention (gated delta rule) except every fourth, so most layers have no attention row, and the in-LLM hook "
+    "gives every layer one causal mask where linear layers need the padding mask",
     source="Qwen/Qwen3.5-4B and -9B config.json (model_type qwen3_5, Qwen3_5ForConditionalGeneration, every "
     "size multimodal) and chat template (generation prompt opens '<think>\\n' unless enable_thinking is "
     "false, then '<think>\\n\\n</think>\\n\\n'); transformers 5.17 models/auto/image_processing_auto.py "

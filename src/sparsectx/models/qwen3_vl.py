@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from sparsectx.models.family import FamilySpec, periodic_miniature, scaled_sections, tiny_decoder
 from sparsectx.models.qwen_common import QWEN_VL_SPECIAL_TOKENS, QwenVLAdapter, VisionLayout
+from sparsectx.models.vision_costs import Grid, packed_tower_flops
 
 
 def _signal_block(visual: nn.Module) -> nn.Module:
@@ -63,6 +66,13 @@ def _tiny_config(published: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _vision_flops(vision: PretrainedConfig, grids: Sequence[Grid]) -> float:
+    """Returns the tower's FLOPs (``vision_costs.packed_tower_flops``): full attention in every block, a
+    two-layer MLP (``Qwen3VLVisionMLP``: fc1, fc2), the merger plus one per DeepStack level."""
+    full = set(range(vision.depth))
+    return packed_tower_flops(vision, grids, full, mlp_matmuls=2, mergers=1 + len(vision.deepstack_visual_indexes))
+
+
 SPEC = FamilySpec(
     name=NAME,
     model_types=("qwen3_vl",),
@@ -74,6 +84,7 @@ SPEC = FamilySpec(
     image_marker="<|image_pad|>",
     video_layout="timestamps",
     thinking_switch=None,
+    vision_flops=_vision_flops,
     source="Qwen/Qwen3-VL-4B-Instruct and -8B-Instruct config.json / preprocessor_config.json (model_type "
     "qwen3_vl, Qwen2VLImageProcessorFast, patch 16, size 65536..16777216, mean/std 0.5); transformers 5.17 "
     "models/auto/image_processing_auto.py maps qwen3_vl to Qwen2VLImageProcessor(Pil)",

@@ -7,8 +7,9 @@ from typing import Any
 
 from transformers import AutoConfig
 
+from sparsectx.models.families import FAMILIES
 from sparsectx.models.loading import resolve_model_path
-from sparsectx.pruning import PRUNERS, check_params
+from sparsectx.pruning import PRUNERS, check_params, pruners_at
 from sparsectx.pruning.base import IN_LLM, PRE_LLM, STAGES
 
 
@@ -57,10 +58,17 @@ class PrunerConfig:
             )
 
     def check_model(self, model_path: str) -> None:
-        """Raises ValueError naming ``pruner.layer`` when K is not below the depth of ``model_path``'s LLM.
+        """Raises ValueError naming ``pruner.layer`` when this in-LLM pruner cannot run on ``model_path``'s model:
+        its family's record says in-LLM pruning cannot (``FamilySpec.in_llm_unsupported``; the error names the
+        registry's pre-LLM pruners), or K is not below the depth of its LLM.
 
-        Reads only its ``config.json`` (no weights), so a bad K fails before any model loads.
+        Reads only its ``config.json`` (no weights), so either fails before any model loads.
         """
         if self.layer is not None:
             config = AutoConfig.from_pretrained(resolve_model_path(model_path))
+            if config.model_type in FAMILIES.model_types():  # another model_type is refused when the model loads
+                family = FAMILIES.for_model_type(config.model_type)
+                if family.in_llm_unsupported is not None:
+                    choices = ", ".join(pruners_at(PRE_LLM))
+                    raise family.in_llm_refusal(self.layer, f"a pre-LLM pruner (pruner={choices})")
             self.check_layer(config.get_text_config().num_hidden_layers)
