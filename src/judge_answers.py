@@ -13,9 +13,10 @@ exact-matching ``score`` stays the headline. Tests call ``judge_result``.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sparsectx.cli import ConfigError, config_check, entry
+from sparsectx.config_schema import load_config
 
 
 @entry("judge_answers")
@@ -26,7 +27,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.get("judge") is None:
         raise ConfigError("choose a judge: judge=hf_local judge.model=<dir> or judge=openai (conf/judge/)")
     with config_check():  # a bad config is answered in one line (exit 2) before the judge is loaded
-        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JudgeAnswersConfig), cfg))
+        config = load_config(JudgeAnswersConfig, cfg, "the judge config (conf/judge_answers.yaml)")
     block = judge_result(config)
     print(
         f"{cfg.result}: {block['n_decided_by_judge']} of {block['n_undecided']} undecided answers decided by the "

@@ -45,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sparsectx.budget import check_budget
+from sparsectx.config_schema import InvalidConfigError, one_line
 from sparsectx.paths import budget_tag, path_name
 
 Task = Callable[[DictConfig], None]
@@ -68,20 +69,6 @@ class ConfigError(ValueError):
     """
 
 
-def one_line(err: BaseException) -> str:
-    """Returns ``err``'s message on one line: an OmegaConf error as ``<full key>: <message>`` (without the
-    ``full_key:`` / ``object_type=`` lines ``OmegaConfBaseException.__str__`` appends), a ``KeyError`` without the
-    quotes ``KeyError.__str__`` adds."""
-    if isinstance(err, OmegaConfBaseException) and getattr(err, "msg", None):
-        key = getattr(err, "full_key", None)
-        text = f"{key}: {err.msg}" if key else str(err.msg)
-    elif isinstance(err, KeyError) and err.args:
-        text = str(err.args[0])
-    else:
-        text = str(err)
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 @contextmanager
 def config_check() -> Iterator[None]:
     """Within this block, a ``ValueError``, ``KeyError`` or OmegaConf error is raised again as ``ConfigError``.
@@ -94,16 +81,19 @@ def config_check() -> Iterator[None]:
         yield
     except ConfigError:
         raise
+    except InvalidConfigError as err:  # several mistakes (sparsectx.config_schema): one line each
+        raise ConfigError(str(err)) from err
     except (OmegaConfBaseException, ValueError, KeyError) as err:
         raise ConfigError(one_line(err)) from err
 
 
 def refuse(err: ConfigError) -> NoReturn:
-    """Exits with status 2 after printing ``err`` on one stderr line; raises it instead under
-    ``HYDRA_FULL_ERROR=1`` (Hydra's own switch for full traces, ``hydra/_internal/utils.py:run_and_report``)."""
+    """Exits with status 2 after printing ``err`` on one stderr line (a config with several mistakes: a line
+    saying how many, then one line each); raises it instead under ``HYDRA_FULL_ERROR=1`` (Hydra's own switch
+    for full traces, ``hydra/_internal/utils.py:run_and_report``)."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    print(f"error: {one_line(err)}", file=sys.stderr)
+    print(f"error: {err if isinstance(err.__cause__, InvalidConfigError) else one_line(err)}", file=sys.stderr)
     sys.exit(EXIT_CONFIG_ERROR)
 
 

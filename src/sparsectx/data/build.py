@@ -8,8 +8,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from sparsectx.config_schema import load_config
 from sparsectx.data.config import SuiteConfig
 from sparsectx.data.sources import TrainingSetConfig, build_training_set
 from sparsectx.data.synthetic import SuiteReport, build_suite, corpus_pairs
@@ -35,9 +36,9 @@ class BuildConfig:
 
 
 def load_build_config(cfg: DictConfig) -> BuildConfig:
-    """Returns the composed config as a checked ``BuildConfig``; unknown, missing or mistyped keys raise."""
-    merged = OmegaConf.merge(OmegaConf.structured(BuildConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the composed config as a checked ``BuildConfig``; unknown, missing or mistyped keys raise, all at
+    once."""
+    return load_config(BuildConfig, cfg, "the build config (conf/build_data.yaml)")
 
 
 def run(cfg: DictConfig) -> SuiteReport | None:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 
 from sparsectx.checks import check_choice
+from sparsectx.config_schema import load_config
 from sparsectx.paths import CONF_DIR
 
 # Families that teach (dense description) but must never be scored: a benchmark may not use them.
@@ -237,10 +238,9 @@ class SuiteConfig:
 
 
 def load_suite_config(cfg: DictConfig) -> SuiteConfig:
-    """Returns the ``data`` node as a checked ``SuiteConfig``; unknown, missing or mistyped keys raise."""
-    schema = OmegaConf.structured(SuiteConfig)
-    merged = OmegaConf.merge(schema, cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the ``data`` node as a checked ``SuiteConfig``; unknown, missing or mistyped keys raise, all at
+    once."""
+    return load_config(SuiteConfig, cfg, "the data suite config (conf/data/)")
 
 
 @dataclass
@@ -287,6 +287,6 @@ MEDIA_CONFIG = CONF_DIR / "data" / "media" / "limits.yaml"
 
 
 def load_media_config() -> MediaConfig:
-    """Returns the checked media limits of ``MEDIA_CONFIG``; unknown, missing or mistyped keys raise naming the key."""
-    merged = OmegaConf.merge(OmegaConf.structured(MediaConfig), OmegaConf.load(MEDIA_CONFIG))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the checked media limits of ``MEDIA_CONFIG``; unknown, missing or mistyped keys raise naming the key,
+    all at once."""
+    return load_config(MediaConfig, OmegaConf.load(MEDIA_CONFIG), str(MEDIA_CONFIG))

@@ -21,9 +21,10 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from sparsectx.checks import check_choice
+from sparsectx.config_schema import load_config
 from sparsectx.data.config import MCQ_TRACES, SceneConfig, SuiteConfig, check_range
 from sparsectx.data.families import LETTERS, format_trace, mcq_thought
 from sparsectx.data.render import encode_png, render_image
@@ -211,5 +212,6 @@ def build_video_bench(suite: SuiteConfig, cfg: VideoFamilyConfig) -> Path:
 
 
 def load_video_family_config(cfg: DictConfig) -> VideoFamilyConfig:
-    """Returns the checked family config of ``conf/data/video/<name>.yaml`` (unknown or missing keys raise)."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(VideoFamilyConfig), cfg))
+    """Returns the checked family config of ``conf/data/video/<name>.yaml`` (unknown or missing keys raise, all
+    at once)."""
+    return load_config(VideoFamilyConfig, cfg, "the video family config (conf/data/video/)")

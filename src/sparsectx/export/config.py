@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import constants, get_token, is_offline_mode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from sparsectx.config_schema import load_config
 
 FOLDERS = ("auto", "adapter", "checkpoint")
 """What ``folder`` may name: the PEFT adapter, the merged or full model, or the adapter when the run has one."""
@@ -54,9 +56,9 @@ class ExportConfig:
 
 
 def load_export_config(cfg: DictConfig) -> ExportConfig:
-    """Returns the composed config as a checked ``ExportConfig``; unknown, missing or mistyped keys raise."""
-    merged = OmegaConf.merge(OmegaConf.structured(ExportConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the composed config as a checked ``ExportConfig``; unknown, missing or mistyped keys raise, all at
+    once."""
+    return load_config(ExportConfig, cfg, "the export config (conf/export.yaml)")
 
 
 def check_destination(config: ExportConfig) -> None:

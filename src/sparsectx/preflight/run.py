@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from sparsectx.config_schema import load_config
 from sparsectx.eval.config import BenchSpec
 from sparsectx.preflight.benchmark import check_benchmark
 from sparsectx.preflight.checkpoint import check_checkpoint
@@ -54,12 +55,11 @@ def load_preflight_config(cfg: DictConfig) -> PreflightConfig:
     model's ``conf/model/scale/evaluate`` file also sets Pass@K sizes) are left out."""
     from sparsectx.models import ModelConfig
 
-    schema = OmegaConf.structured(PreflightConfig)
-    schema.model = OmegaConf.structured(ModelConfig)
     keys = [name for name in PreflightConfig.__dataclass_fields__ if name != "bench"]
-    merged = OmegaConf.merge(schema, {"bench": {}, **{key: cfg[key] for key in keys}})
-    merged.bench = {}
-    checked: PreflightConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    read = OmegaConf.create({"bench": {}, **{key: cfg[key] for key in keys}})
+    checked = load_config(
+        PreflightConfig, read, "the preflight config (conf/preflight.yaml)", typed={"model": ModelConfig}
+    )
     checked.bench = {name: bench_spec_from_node(node) for name, node in cfg.bench.items()}
     return checked
 
@@ -79,7 +79,8 @@ def model_config(
     from sparsectx.models import ModelConfig
 
     own = (settings or {}).get(name) or {}
-    model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node, own))
+    given = OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(node, resolve=False)), own)
+    model = load_config(ModelConfig, given, f"the model config of {name}")
     if name in paths:
         model.path = str(paths[name])
     return model

@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from transformers.models.qwen2_5_vl import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from sparsectx import config_schema
 from sparsectx.checkpoints import load_plain, torch_save
 from sparsectx.data.synthetic import generate_bench
 from sparsectx.data.video_family import video_items
@@ -28,8 +29,8 @@ from sparsectx.pretrain.stream import PretrainStream, VideoStream, collate
 
 
 def load_config(cfg: DictConfig) -> PretrainConfig:
-    """Returns the checked config; unknown, missing or mistyped keys raise."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PretrainConfig), cfg))  # type: ignore[return-value]
+    """Returns the checked config; unknown, missing or mistyped keys raise, all at once."""
+    return config_schema.load_config(PretrainConfig, cfg, "the pretraining config (conf/pretrain_tiny*.yaml)")
 
 
 def build_model(cfg: PretrainConfig, tokenizer) -> Qwen2_5_VLForConditionalGeneration:

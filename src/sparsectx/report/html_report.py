@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from sparsectx.config_schema import load_config
 from sparsectx.io import atomic_write_text
 from sparsectx.paths import budget_tag, path_name
 from sparsectx.protocol.record import protocols
@@ -84,9 +85,8 @@ class HtmlReportConfig:
 
 def load_html_report_config(cfg: DictConfig) -> HtmlReportConfig:
     """Returns the composed config as a checked ``HtmlReportConfig``; unknown, missing or mistyped keys raise, and
-    so does a study without results or tables (``check_inputs``)."""
-    merged = OmegaConf.merge(OmegaConf.structured(HtmlReportConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    so does a study without results or tables (``check_inputs``); all at once."""
+    return load_config(HtmlReportConfig, cfg, "the HTML report config (conf/make_html_report.yaml)")
 
 
 def check_inputs(results_root: str, experiment: str) -> None:

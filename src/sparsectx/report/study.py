@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx import workflow as wf
 from sparsectx.checks import check_choice
+from sparsectx.config_schema import load_config
 from sparsectx.io import atomic_write_text
 from sparsectx.paths import path_name
 from sparsectx.protocol.study import CARD_FILE, card_markdown, study_card
@@ -136,9 +137,9 @@ class TablesConfig:
 
 
 def load_tables_config(cfg: DictConfig) -> TablesConfig:
-    """Returns the composed config as a checked ``TablesConfig``; unknown, missing or mistyped keys raise."""
-    merged = OmegaConf.merge(OmegaConf.structured(TablesConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the composed config as a checked ``TablesConfig``; unknown, missing or mistyped keys raise, all at
+    once."""
+    return load_config(TablesConfig, cfg, "the tables config (conf/make_tables.yaml)")
 
 
 def preset_grid(tc: TablesConfig) -> dict[str, Any]:

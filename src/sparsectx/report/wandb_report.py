@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from sparsectx.config_schema import load_config
 from sparsectx.io import atomic_write_text
 from sparsectx.report.study import tables_dir
 from sparsectx.tracking import STEP_METRIC, LoggerConfig, tracking_mode
@@ -75,9 +76,9 @@ class ReportConfig:
 
 
 def load_report_config(cfg: DictConfig) -> ReportConfig:
-    """Returns the composed config as a checked ``ReportConfig``; unknown, missing or mistyped keys raise."""
-    merged = OmegaConf.merge(OmegaConf.structured(ReportConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the composed config as a checked ``ReportConfig``; unknown, missing or mistyped keys raise, all at
+    once."""
+    return load_config(ReportConfig, cfg, "the report config (conf/make_report.yaml)")
 
 
 @dataclass(frozen=True)

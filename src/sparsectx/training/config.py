@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
+from sparsectx.config_schema import failure, load_config
 from sparsectx.dotted import flatten
 from sparsectx.engine.config import EngineConfig
 from sparsectx.models import ModelConfig
@@ -317,20 +318,30 @@ class TrainConfig:
 
 
 def load_train_config(cfg: DictConfig) -> TrainConfig:
-    """Returns the composed config as a checked ``TrainConfig``; unknown, missing or mistyped keys raise.
+    """Returns the composed config as a checked ``TrainConfig``; every unknown, missing, mistyped or refused key
+    raises, all at once (``sparsectx.config_schema.load_config``).
 
     ``budget`` is checked first, under its own name: the method preset copies it into its schedule
-    (``budget: ${budget}``), whose checks run before ``TrainConfig``'s and would name the copy. Any other
-    error in such a copy of a top-level key ends by naming the key to set instead.
+    (``budget: ${budget}``), whose checks run before ``TrainConfig``'s and would name the copy (that repeat is not
+    reported). Any other error in such a copy of a top-level key ends by naming the key to set instead.
     """
-    check_budget(cfg.budget, "budget")
-    check_training_data(cfg)  # a real model on the tiny synthetic training set is refused
     copies = top_level_copies(cfg)
-    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
-    try:
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
-    except ValueError as err:
-        raise ValueError(name_copied_keys(str(err), copies, cfg)) from None
+
+    def explain(message: str) -> str | None:
+        """Returns ``message`` naming the top-level key of each copy it reports; None for a copy of a refused
+        ``budget``, which its own check reports."""
+        sources = {copies[key] for key in copies_named(message, copies)}
+        if "budget" in sources and failure(lambda: check_budget(cfg.budget, "budget")) is not None:
+            return None
+        return name_copied_keys(message, copies, cfg)
+
+    return load_config(
+        TrainConfig,
+        cfg,
+        "the training config (conf/train.yaml)",
+        checks=[lambda: check_budget(cfg.budget, "budget"), lambda: check_training_data(cfg)],
+        explain=explain,
+    )
 
 
 def top_level_copies(cfg: DictConfig) -> dict[str, str]:
@@ -347,11 +358,15 @@ def top_level_copies(cfg: DictConfig) -> dict[str, str]:
 def name_copied_keys(message: str, copies: dict[str, str], cfg: DictConfig) -> str:
     """Returns ``message`` plus, for each copied key it reports (as ``<block>: <name>=``), the key to set."""
     notes = [
-        f"{key} is a copy of {source}={cfg[source]!r}: set {source}=<value> instead"
-        for key, source in copies.items()
-        if f"{key.rpartition('.')[0]}: {key.rpartition('.')[2]}=" in message
+        f"{key} is a copy of {copies[key]}={cfg[copies[key]]!r}: set {copies[key]}=<value> instead"
+        for key in copies_named(message, copies)
     ]
     return "; ".join([message, *notes])
+
+
+def copies_named(message: str, copies: dict[str, str]) -> list[str]:
+    """Returns the copied keys (``top_level_copies``) an error message reports, as ``<block>: <name>=``."""
+    return [key for key in copies if f"{key.rpartition('.')[0]}: {key.rpartition('.')[2]}=" in message]
 
 
 def run_defining(resolved: dict[str, Any]) -> dict[str, Any]:
