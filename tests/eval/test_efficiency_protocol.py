@@ -158,7 +158,7 @@ def test_replay_runs_127_incremental_forwards_for_128_tokens_and_teacher_forces(
     reference = [int(t) for t in torch.randint(0, adapter.model.config.get_text_config().vocab_size, (128,))]
     steps = []
     real_run = DecodeStep.run
-    monkeypatch.setattr(DecodeStep, "run", lambda self, needed=None: (steps.append(1), real_run(self, needed))[1])
+    monkeypatch.setattr(DecodeStep, "run", lambda self: (steps.append(1), real_run(self))[1])
     engine = DecodeEngine(adapter, processor.tokenizer, default_engine())
     _, _, chosen = engine.time_replay(pruned_prompts(adapter, samples, selections), torch.tensor(reference))
     assert len(steps) == 127

@@ -26,8 +26,7 @@ class EngineConfig:
     slot_buckets: list[int]
     """On CUDA the slot count is rounded up to the next bucket, so a few captured graphs serve every batch."""
     length_step: int
-    """On CUDA the cache length is rounded up to a multiple of this, for the same reason; a decode step attends
-    the first ``length_step x 2^k`` positions that hold every occupied slot's keys (``engine.step.span_buckets``)."""
+    """On CUDA the cache length is rounded up to a multiple of this, for the same reason."""
     graph_cache: int
     """Captured (slots, length) graphs kept per model; the oldest goes first (each holds its KV cache)."""
     prefill_tokens: int

@@ -75,16 +75,14 @@ class DecodeEngine:
     def step_for(self, slots: int, length: int, prefill: DynamicCache) -> DecodeStep:
         """Returns the decode step of this shape: a kept captured graph on CUDA, else a fresh one."""
         if not self.graphs:
-            cache = slot_cache_for(prefill, slots, length)
-            return DecodeStep(self.adapter, cache, False, self.compiled, self.cfg.length_step)
+            return DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), False, self.compiled)
         key = (slots, length, weights_key(self.adapter.model))
         if key in self._steps:
             self._steps.move_to_end(key)
             return self._steps[key]
         while len(self._steps) >= self.cfg.graph_cache:
             self._steps.popitem(last=False)
-        cache = slot_cache_for(prefill, slots, length)
-        step = DecodeStep(self.adapter, cache, True, self.compiled, self.cfg.length_step)
+        step = DecodeStep(self.adapter, slot_cache_for(prefill, slots, length), True, self.compiled)
         self._steps[key] = step
         return step
 
@@ -217,9 +215,6 @@ class _Run:
         self.step: DecodeStep | None = None
         self.occupant: list[int | None] = [None] * self.slots
         self.checked = [0] * self.slots
-        self.writes = [0] * self.slots
-        """Each slot's cache write index, mirrored on the host (no sync): the next step attends up to the widest
-        occupied one (``DecodeStep.run``)."""
         self.results: list[Generation] = [None] * len(prompts)  # type: ignore[list-item]
         device, cap = engine.device, sampling.max_new_tokens
         self.history = torch.zeros(self.slots, cap + 1, dtype=torch.long, device=device)  # column cap: scratch
@@ -263,23 +258,13 @@ class _Run:
         pick = (lambda t: t) if src is None else (lambda t: t.index_select(0, src))  # noqa: E731
         masks = layer_masks(ctx.inputs, len(self.step.cache.keys))
         self.step.cache.load(slots, prefill, masks, src)
-        width = max(mask.shape[1] for mask in masks)
         index = torch.tensor(slots, dtype=torch.long, device=engine.device)
         self.step.logits[index] = pick(logits).to(self.step.logits.dtype)
         self.step.positions[index] = pick(ctx.next_position.to(engine.device))
         self.count[index] = 0
         self.done[index] = False
         for slot, prompt in zip(slots, taken, strict=True):
-            self.occupant[slot], self.checked[slot], self.writes[slot] = prompt, 0, width
-
-    def needed(self) -> int:
-        """Returns the key positions the next step must attend: one past the widest occupied slot's write index."""
-        return 1 + max(write for write, index in zip(self.writes, self.occupant, strict=True) if index is not None)
-
-    def stepped(self) -> None:
-        """Mirrors one decode step on the host: every write index moves on, up to the cache's last position."""
-        last = self.step.cache.length - 1
-        self.writes = [min(write + 1, last) for write in self.writes]
+            self.occupant[slot], self.checked[slot] = prompt, 0
 
     def advance(self, steps: int) -> None:
         """Runs ``steps`` decode steps on every slot without a host sync."""
@@ -294,8 +279,7 @@ class _Run:
                 ended |= self.stops.matches(self.history, self.count, tokens)
             self.done |= live & ended
             step.tokens.copy_(tokens)
-            step.run(self.needed())
-            self.stepped()
+            step.run()
 
     def replay(self, reference: torch.Tensor) -> torch.Tensor:
         """Teacher-forces ``reference`` (n,) into slot 0 after its prefill: n - 1 decode steps, the i-th fed token
@@ -305,8 +289,7 @@ class _Run:
         chosen[0] = choose_next(step.logits, self.sampling, None)[0]
         for i in range(1, reference.shape[0]):
             step.tokens[0] = reference[i - 1]
-            step.run(self.needed())
-            self.stepped()
+            step.run()
             chosen[i] = choose_next(step.logits, self.sampling, None)[0]
         return chosen
 

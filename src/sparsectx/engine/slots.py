@@ -8,8 +8,7 @@ only the kept tokens, so their prefill rows are fewer than those of layers < K a
 different times, share one fixed-shape decode step that a CUDA graph can replay. The HF decoder layers
 call ``update`` like any transformers cache; during a decode step the text model's attention is switched
 to ``slot_attention``, which attends each slot's single query to its valid keys with grouped KV heads and
-no copy of the cache, over the first ``span`` positions only: the step reads the keys the slots hold (the longest
-occupant's), not the buffer's whole length (prompt + ``max_new_tokens`` of the longest prompt).
+no copy of the cache.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def slot_attention(
 
     Args:
         query: (B, H, 1, d) rotated queries.
-        key, value: (B, KV, S, d) the slot cache of this layer up to the step's span (H a multiple of KV).
+        key, value: (B, KV, S, d) the whole slot cache of this layer (H a multiple of KV).
         attention_mask: (B, 1, 1, S) bool, True at keys the slot attends to; or (B, layers, 1, S), one mask
             per decoder layer, of which ``module.layer_idx``'s row is used.
         scaling: softmax scale (d ** -0.5 when None).
@@ -81,9 +80,6 @@ class SlotCache:
             self.values.append(values)
         device = next(keys for keys in self.keys if keys is not None).device
         self.slots, self.length = slots, length
-        self.span = length
-        """Key positions ``[0, span)`` a decode step attends over (``DecodeStep`` sets it below ``length`` while
-        every occupied slot's keys lie below it): attention reads what the slots hold, not the whole buffer."""
         self.write_index = torch.zeros(slots, dtype=torch.long, device=device)
         self._rows = torch.arange(slots, device=device)
         self.valid = torch.zeros(slots, len(self.keys), length, dtype=torch.bool, device=device)
@@ -111,13 +107,12 @@ class SlotCache:
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: object, **__: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Writes one step's (B, KV, 1, d) keys/values at each slot's write index; returns the layer's first
-        ``span`` positions (the whole layer unless a step narrowed it)."""
+        """Writes one step's (B, KV, 1, d) keys/values at each slot's write index; returns the whole layer."""
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         # An index_put (not a scatter): a compiled step then writes the cache in place, without a copy.
         keys[self._rows, :, self.write_index] = key_states[:, :, 0].to(keys.dtype)
         values[self._rows, :, self.write_index] = value_states[:, :, 0].to(values.dtype)
-        return keys[:, :, : self.span], values[:, :, : self.span]
+        return keys, values
 
     def mark_written(self) -> None:
         """Marks each slot's write position as a valid key (called before the step's layers run)."""
@@ -125,8 +120,8 @@ class SlotCache:
         self.valid.scatter_(2, index, True)
 
     def attention_mask(self) -> torch.Tensor:
-        """Returns the (B, layers, 1, span) bool valid-key masks that ``slot_attention`` reads per layer."""
-        return self.valid[:, :, None, : self.span]
+        """Returns the (B, layers, 1, S) bool valid-key masks that ``slot_attention`` reads per layer."""
+        return self.valid[:, :, None, :]
 
     def load(
         self,
