@@ -289,6 +289,60 @@ class ShardConfig:
             raise ValueError(f"shard.barrier_timeout_s={self.barrier_timeout_s} must be >= 1")
 
 
+AUTO = "auto"
+"""``batch_size`` / ``queue_size`` value that ``sparsectx.eval.slots_budget`` resolves (``batch_auto``)."""
+
+
+@dataclass
+class BatchAutoConfig:
+    """How ``batch_size: auto`` and ``queue_size: auto`` resolve (``batch_auto``; ``sparsectx.eval.slots_budget``)."""
+
+    cpu_batch_size: int
+    """The batch off CUDA (no memory check) and in ``mode=efficiency`` (which decodes one item at a time)."""
+    queue_multiple: int
+    """``queue_size: auto`` = this x ``batch_size``: rounds of the slots per engine call."""
+    text_tokens: int
+    """A prompt's text tokens besides its images, in the slot length the memory rule sizes for."""
+    visual_tokens: int
+    """An image's visual tokens in that length when ``model.max_visual_tokens`` is null."""
+    free_fraction: float
+    """Share of the GPU's free memory an engine call's estimate may fill."""
+
+    def __post_init__(self) -> None:
+        for key in ("cpu_batch_size", "queue_multiple", "text_tokens", "visual_tokens"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"batch_auto.{key}={getattr(self, key)} must be a positive integer")
+        if not 0.0 < self.free_fraction <= 1.0:
+            raise ValueError(f"batch_auto.free_fraction={self.free_fraction} must lie in (0, 1]")
+
+
+def on_cuda(device: str) -> bool:
+    """Returns whether ``model.device`` names a CUDA device (``cuda``, ``cuda:1``): where ``auto`` measures memory."""
+    return device.split(":", 1)[0] == "cuda"
+
+
+def check_slot_count(value: int | str, key: str) -> None:
+    """Raises ValueError naming ``key`` unless ``value`` is a positive int or ``auto``."""
+    if value != AUTO and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{key}={value!r} must be a positive integer or {AUTO}")
+
+
+def check_queue(batch_size: int, queue_size: int) -> None:
+    """Raises ValueError unless ``queue_size`` is whole rounds of ``batch_size`` slots (issue 44: the queue a
+    multiple of the slots), naming the nearest valid queue."""
+    if queue_size < batch_size:
+        raise ValueError(
+            f"queue_size={queue_size} < batch_size={batch_size}: the engine's slots could never all be filled; "
+            f"set queue_size to a multiple of batch_size (or queue_size={AUTO})"
+        )
+    if queue_size % batch_size:
+        rounded = -(-queue_size // batch_size) * batch_size
+        raise ValueError(
+            f"queue_size={queue_size} is not a multiple of batch_size={batch_size}; set queue_size={rounded} "
+            f"(or queue_size={AUTO}: batch_auto.queue_multiple x batch_size)"
+        )
+
+
 @dataclass
 class EvalConfig:
     """The whole evaluation job (``conf/evaluate.yaml``)."""
@@ -321,11 +375,15 @@ class EvalConfig:
     """Root of every results leaf."""
     seed: int
     """Root of every random choice (pruner masks, Pass@K draws, random weights)."""
-    batch_size: int
-    """Sequences the decode engine holds at once in greedy evaluation (its slots)."""
-    queue_size: int
-    """Items handed to the engine per call (encoded in ``batch_size`` groups); finished slots are refilled
-    from them, and their predictions are appended to disk when the call returns."""
+    batch_size: int | str
+    """Sequences the decode engine holds at once in greedy evaluation (its slots), or ``auto``: the rule of
+    ``batch_auto`` (``sparsectx.eval.slots_budget``), resolved to an int before the run key is hashed."""
+    queue_size: int | str
+    """Items handed to the engine per call (encoded in ``batch_size`` groups), a multiple of ``batch_size``;
+    finished slots are refilled from them, and their predictions are appended to disk when the call returns.
+    ``auto``: ``batch_auto.queue_multiple`` x ``batch_size``."""
+    batch_auto: BatchAutoConfig
+    """How ``auto`` batch and queue sizes resolve; left out of the recorded config once they have."""
     engine: EngineConfig
     """The decode engine's settings (``conf/engine``)."""
     shard: ShardConfig
@@ -344,14 +402,12 @@ class EvalConfig:
         check_choice(self.mode, MODES, "mode")
         check_budget(self.budget, "budget")
         check_seed(self.seed, "seed")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
-        if self.queue_size < self.batch_size:
-            raise ValueError(
-                f"queue_size={self.queue_size} < batch_size={self.batch_size}: the engine's slots could never "
-                "all be filled; set queue_size to a multiple of batch_size"
-            )
-        self.engine.check_slots(self.batch_size, "batch_size")
+        check_slot_count(self.batch_size, "batch_size")
+        check_slot_count(self.queue_size, "queue_size")
+        if self.batch_size != AUTO:
+            self.engine.check_slots(self.batch_size, "batch_size")
+            if self.queue_size != AUTO:
+                check_queue(self.batch_size, self.queue_size)
         self.engine.check_slots(self.passk.sample_batch, "passk.sample_batch")
         if not 0.0 <= self.max_failure_rate <= 1.0:
             raise ValueError(f"max_failure_rate={self.max_failure_rate} must lie in [0, 1]")
@@ -373,6 +429,13 @@ class EvalConfig:
             raise ValueError(
                 f"shard.count={self.shard.count}, shard.from_env={self.shard.from_env} with mode={self.mode}: "
                 "only greedy evaluation is split over processes; set shard.count=1 shard.from_env=none"
+            )
+        if sharded and self.batch_size == AUTO and on_cuda(self.model.device):
+            raise ValueError(
+                f"batch_size={AUTO} on model.device={self.model.device} with shard.count={self.shard.count}, "
+                f"shard.from_env={self.shard.from_env}: auto is sized from each GPU's free memory, but every shard "
+                "and the merge (which measures no GPU) must use one batch, part of the results' key; set "
+                "batch_size=<n> (a one-process run logs what auto resolves to)"
             )
         if self.mode == "efficiency" and self.efficiency.bench not in self.bench:
             raise ValueError(

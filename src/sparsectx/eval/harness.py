@@ -12,6 +12,7 @@ the conf directory is the checkout's, so the adapters need sparsectx installed f
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from sparsectx.data.layout import BenchLayout, PromptParts
 from sparsectx.eval.checkpoints import load_eval_model
 from sparsectx.eval.config import CONF_DIR, BenchSpec, EvalConfig, load_eval_config
 from sparsectx.eval.protocol import GenerationRow, generate_rows
+from sparsectx.eval.slots_budget import resolve_for_device, use_slots
 from sparsectx.models import LoadedModel
 
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -34,7 +36,8 @@ DEFAULT_MAX_NEW_TOKENS = 1024
 
 def compose_eval_config(overrides: Sequence[str]) -> EvalConfig:
     """Returns ``conf/evaluate.yaml`` composed with ``overrides`` (tracking off), checked as ``evaluate.py``
-    checks it.
+    checks it, its ``auto`` batch and queue resolved as ``evaluate.py`` resolves them (``slots_budget``) for its
+    benchmarks at a cap of at least ``DEFAULT_MAX_NEW_TOKENS`` (another dataset's rows are generated at that).
 
     Raises:
         FileNotFoundError: no ``conf/`` beside the package (sparsectx installed from a wheel, not a checkout).
@@ -46,7 +49,12 @@ def compose_eval_config(overrides: Sequence[str]) -> EvalConfig:
         )
     with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
         cfg = compose("evaluate", overrides=["logger=none", *overrides])
-    return load_eval_config(cfg)
+    checked = load_eval_config(cfg)
+    sized = copy.deepcopy(checked)  # a harness row may be generated at up to DEFAULT_MAX_NEW_TOKENS, whatever bench=
+    for spec in sized.bench.values():
+        spec.max_new_tokens = max(spec.max_new_tokens, DEFAULT_MAX_NEW_TOKENS)
+    use_slots(checked, resolve_for_device(sized))
+    return checked
 
 
 def _missing(value: Any) -> bool:

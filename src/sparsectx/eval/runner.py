@@ -56,6 +56,7 @@ from sparsectx.eval.results import (
 )
 from sparsectx.eval.scorers import score_items
 from sparsectx.eval.sharding import Shard, barrier, merge_parts, part_path, pin_local_gpu, resolve_shard, shard_span
+from sparsectx.eval.slots_budget import SlotChoice, bench_slots, record_slots, use_slots
 from sparsectx.eval.summary import (
     efficiency_summary,
     greedy_summary,
@@ -93,10 +94,18 @@ class EvalJob:
     leaf: Path
     shard: Shard
     """This process's share of every benchmark (count 1: all of it), or a merge of the shares."""
+    slots: dict[str, SlotChoice]
+    """Each benchmark's engine batch and queue (``slots_budget.bench_slots``: ``auto`` resolved)."""
     _model: tuple[LoadedModel, dict[str, Any]] | None = field(default=None, repr=False)
     _tracker: Tracker | None = field(default=None, repr=False)
     _weights: str | None = field(default=None, repr=False)
     _digests: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def use_slots(self, bench: str) -> None:
+        """Sets the config's and the record's batch and queue to ``bench``'s, for the benchmark about to run (they run
+        one after another): what its engine calls, shard plan, result and run key then hold."""
+        use_slots(self.cfg, self.slots[bench])
+        record_slots(self.resolved, self.slots[bench])
 
     def model(self) -> tuple[LoadedModel, dict[str, Any]]:
         """Returns the loaded model and its provenance, loading it on first use (finished runs never load)."""
@@ -169,15 +178,18 @@ def run(cfg: DictConfig) -> list[Path]:
             bench_files(spec)
     weights = weights_folder(eval_cfg.model, eval_cfg.checkpoint)  # a hub id: its pinned snapshot, or an error
     eval_cfg.pruner.check_model(weights)  # an in-LLM K against the LLM's depth, from config.json alone
+    # batch_size / queue_size auto -> ints per benchmark, before anything reads them or a run key is hashed
+    slots = bench_slots(eval_cfg, generates=not shard.merge)
     if not shard.one_process:  # more shards than a benchmark's engine calls: refused before any work
         for spec in eval_cfg.bench.values():
             count = len(load_bench_items(spec, eval_cfg.max_skip_fraction).items)
-            shard_span(count, eval_cfg.queue_size, shard.index, shard.count, spec.name)
+            shard_span(count, slots[spec.name].queue_size, shard.index, shard.count, spec.name)
     if shard.barrier:
         pin_local_gpu(eval_cfg.model.device, os.environ)
-    job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg), shard)
+    job = EvalJob(eval_cfg, resolved, leaf_of(eval_cfg), shard, slots)
     try:
         if eval_cfg.mode == "efficiency":
+            job.use_slots(eval_cfg.efficiency.bench)
             with output_lock(job, None):
                 return [run_efficiency(job)]
         step = evaluate_benchmark if eval_cfg.mode == "greedy" else run_passk
@@ -224,7 +236,9 @@ def output_lock(job: EvalJob, bench: str | None) -> AbstractContextManager[None]
 
 
 def held(job: EvalJob, spec: BenchSpec, step: Callable[[EvalJob, BenchSpec], Path]) -> Path:
-    """Returns ``step(job, spec)`` (one benchmark's evaluation) run under its ``output_lock``."""
+    """Returns ``step(job, spec)`` (one benchmark's evaluation) run under its ``output_lock``, with its batch and
+    queue (``EvalJob.use_slots``)."""
+    job.use_slots(spec.name)
     with output_lock(job, spec.name):
         return step(job, spec)
 

@@ -12,6 +12,16 @@ from it; GPU-hours per block and for the study beside today's requests; jobs tha
 - ``settings``: conf/plan.yaml and the GPU memory a Snakemake profile declares.
 """
 
-from sparsectx.plan.limits import planned_runtimes, requested_runtime_minutes
+from typing import Any
 
 __all__ = ["planned_runtimes", "requested_runtime_minutes"]
+
+
+def __getattr__(name: str) -> Any:
+    """Returns ``limits``' exports on first use (PEP 562): importing one module of the package (``memory``, which
+    evaluation's ``batch_size: auto`` rule reads) does not import the workflow and its schema checker with it."""
+    if name in __all__:
+        from sparsectx.plan import limits
+
+        return getattr(limits, name)
+    raise AttributeError(f"module 'sparsectx.plan' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Nothing is downloaded or allocated: ``published_config`` gives the file the project keeps, the family record names
 the transformers class (``FAMILIES``), and ``torch.device("meta")`` builds every parameter as a shape. The split
-between the language model and the vision tower is the one training uses (``training.lora.VISION_MARKERS``: what
+between the language model and the vision tower is the one training uses (``sparsectx.model_parts.VISION_MARKERS``: what
 ``freeze_all_but_language_model`` freezes), and LoRA's size is counted from the very linear layers
 ``apply_lora`` adapts (``adapted_modules``' rule: the named projections of each decoder layer's mixers).
 """
@@ -20,10 +20,10 @@ import torch
 import transformers
 from torch import nn
 
+from sparsectx.model_parts import MIXERS, VISION_MARKERS
 from sparsectx.models import resolve_model_path
 from sparsectx.models.families import FAMILIES
 from sparsectx.models.published import published_config
-from sparsectx.training.lora import MIXERS, VISION_MARKERS
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
+from sparsectx.eval.config import EvalConfig, load_eval_config
 from sparsectx.eval.passk_cohort import source_cap
+from sparsectx.eval.slots_budget import planned_slots
 from sparsectx.models.published import model_hub_id
 from sparsectx.paths import BASE, budget_tag
 from sparsectx.plan.architecture import Architecture, architecture
@@ -86,6 +88,10 @@ class _Context:
     engine: EngineSizes
     archs: dict[str, Architecture]
     blocks: dict[tuple[str, Cell], str]
+    eval_configs: dict[tuple[str, ...], EvalConfig] = field(default_factory=dict)
+    """(model, mode, Pass@K benchmark) -> the checked evaluation config composed for it."""
+    eval_sizes: dict[tuple[str, ...], tuple[int, int] | str] = field(default_factory=dict)
+    """(model, mode, Pass@K benchmark, benchmark) -> the resolved (batch_size, queue_size), or why they are refused."""
 
     def check_memory(self, job: Job, estimate: Estimate, fixes: list[str]) -> None:
         job.estimate = estimate
@@ -246,11 +252,13 @@ def _estimate_eval(ctx: _Context, job: Job, stage: str, benches: list[str], draw
     plan, arch = ctx.plan, ctx.archs[job.model]
     mode = "passk" if stage == "passk" else "greedy"
     cfg = eval_config(ctx.grid, job.model, mode, benches[0])
+    composition = (job.model, mode, benches[0] if mode == "passk" else "")  # eval_config composes once per these
     reference = ctx.archs[plan.decode_reference]
     minutes, worst = 0.0, None
     for bench in benches:
         block = cfg.bench[bench]
-        shape = eval_shape(cfg, block, job.processes, plan.visual_tokens, plan.text_tokens)
+        sizes = _eval_sizes(ctx, job, cfg, composition, bench)
+        shape = eval_shape(cfg, block, job.processes, plan.visual_tokens, plan.text_tokens, sizes)
         items = _items(plan, cfg, bench) if stage == "passk" else bench_items(plan, bench)
         rate = decode_tokens_per_s(plan, job.model, arch, reference, shape.slots)
         minutes += eval_minutes(plan, stage, items, shape, draws, rate, arch.vision / reference.vision)
@@ -261,6 +269,27 @@ def _estimate_eval(ctx: _Context, job: Job, stage: str, benches: list[str], draw
     if job.model not in plan.efficiency_figures:
         job.notes.append(f"decode speed scaled from {plan.decode_reference} by parameter count")
     ctx.check_memory(job, worst, ["lower batch_size (the engine's slots)"])
+
+
+def _eval_sizes(ctx: _Context, job: Job, cfg: DictConfig, composition: tuple[str, ...], bench: str) -> tuple[int, int]:
+    """Returns the (batch_size, queue_size) an evaluation job runs ``bench`` with: ``auto`` resolved by evaluation's
+    own rule at the plan's usable GPU memory (``slots_budget.planned_slots``), once per composition (model, mode,
+    Pass@K benchmark) and benchmark. A size the rule refuses refuses the job (planned on at one slot)."""
+    key = (*composition, bench)
+    if key not in ctx.eval_sizes:
+        try:
+            if composition not in ctx.eval_configs:
+                ctx.eval_configs[composition] = load_eval_config(cfg)
+            usable = ctx.plan.gpu_mem_gb - ctx.plan.unallocatable_gb
+            choice = planned_slots(ctx.eval_configs[composition], ctx.archs[job.model], usable, bench)
+            ctx.eval_sizes[key] = (choice.batch_size, choice.queue_size)
+        except ValueError as err:
+            ctx.eval_sizes[key] = str(err)
+    sizes = ctx.eval_sizes[key]
+    if isinstance(sizes, str):
+        job.refusal = job.refusal or f"{job.rule} {job.outputs[0]}: {sizes}"
+        return 1, 1
+    return sizes
 
 
 def bench_items(plan: DictConfig, bench: str) -> int:
@@ -325,10 +354,7 @@ def _efficiency_jobs(ctx: _Context) -> Iterator[Job]:
         timing = efficiency_minutes(plan, run.model, arch, reference, requests)
         job.minutes = timing.minutes
         job.notes += [timing.note] if timing.note else []
-        shape = eval_shape(cfg, {"max_new_tokens": eff.decode_tokens}, 1, plan.visual_tokens, plan.text_tokens)
-        ctx.check_memory(
-            job,
-            evaluation_estimate(arch, dataclasses.replace(shape, slots=1), ctx.engine, plan.allocator_overhead_gb),
-            [],
-        )
+        one = (1, 1)  # one item at a time
+        shape = eval_shape(cfg, {"max_new_tokens": eff.decode_tokens}, 1, plan.visual_tokens, plan.text_tokens, one)
+        ctx.check_memory(job, evaluation_estimate(arch, shape, ctx.engine, plan.allocator_overhead_gb), [])
         yield job

@@ -20,7 +20,9 @@ What each term rests on (docs/plan.md has the table against every measured peak)
   rows (one more copy) and run fp32 chunk by chunk under checkpointing, so no fp32 (B, T, V) exists, except SFT's
   cross-entropy (``token_cross_entropy``: an fp32 copy and its log-softmax).
 - The decode engine's slot cache stays allocated with its captured graph: slots rounded up to a bucket, length
-  to ``engine.length_step``; Qwen3.5's linear-attention layers hold a fixed state per slot instead of keys.
+  to ``engine.length_step``; Qwen3.5's linear-attention layers hold a fixed state per slot instead of keys. An
+  evaluation process keeps ``engine.graph_cache`` captured shapes, each with its cache, and the encoded images of
+  its engine call's queue (``evaluation_call_terms``).
 - ``allocator_overhead_gb`` (conf/plan.yaml), one global constant: cuBLAS workspaces and CUDA-graph pools.
 
 Peak = what stays allocated the whole step + the largest of its phases (rollouts, teacher, student loss and
@@ -227,16 +229,39 @@ def _total(terms: dict[str, float]) -> float:
 
 
 def evaluation_estimate(arch: Architecture, s: EvalShape, engine: EngineSizes, overhead: float) -> Estimate:
-    """Returns the per-GPU peak of an evaluation process: bf16 weights, the engine's slot cache, the prefill of
-    every slot's prompt, one batch of images through the tower, and fp32 next-token logits."""
+    """Returns the per-GPU peak of an evaluation process: bf16 weights, then one engine call
+    (``evaluation_call_terms``). The plan's estimate and evaluation's ``batch_size: auto`` rule
+    (``sparsectx.eval.slots_budget``) both read it: one memory formula."""
+    resident, phases = evaluation_call_terms(arch, s, engine)
+    return Estimate({"weights (bf16)": BF16 * arch.total / GB, **resident}, phases, overhead)
+
+
+def evaluation_call_terms(
+    arch: Architecture, s: EvalShape, engine: EngineSizes
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Returns what one evaluation engine call holds beside the weights, in GB: (resident terms, phases).
+
+    Resident: the slot caches of ``s.cached_shapes`` (slots, length) shapes, each ``cache_positions`` long (prompt
+    + cap + 1, ``sparsectx.engine.decode.cache_positions``; a captured graph keeps its cache,
+    ``DecodeEngine.step_for``), and the encoded visual features of the call's ``s.queued`` items (the whole call
+    is encoded before it decodes, ``sparsectx.eval.protocol.generate_decoded``). Phases: the prefill of the
+    slots' prompts, at most ``s.prefill_tokens`` padded tokens per forward (one prompt if longer,
+    ``sparsectx.engine.decode.prefill_groups``), its working set and its full-width cache; ``s.slots`` items'
+    images through the tower (``encode_in_batches``); and the fp32 next-token logits.
+    """
+    cache = cache_bytes(arch, engine, s.slots, s.prompt_tokens + s.new_tokens + 1)
     resident = {
-        "weights (bf16)": BF16 * arch.total / GB,
-        "decode slot cache": cache_bytes(arch, engine, s.slots, s.prompt_tokens + s.new_tokens) / GB,
+        "decode slot cache": s.cached_shapes * cache / GB,
+        "queued items' visual features": s.queued * s.visual_tokens * arch.hidden * BF16 / GB,
     }
+    prefilled = min(s.slots * s.prompt_tokens, max(s.prefill_tokens, s.prompt_tokens))
     patches = s.slots * s.visual_tokens * arch.patches_per_token
     phases = {
-        "prefill": {"prefill": s.slots * s.prompt_tokens * layer_working_bytes(arch) / GB},
+        "prefill": {
+            "prefill": prefilled * layer_working_bytes(arch) / GB,
+            "prefill cache": prefilled * arch.kv_bytes_per_token() / GB,
+        },
         "vision": {"vision encode": patches * vision_patch_bytes(arch, grad=False) / GB},
         "decode": {"next-token logits (fp32)": engine.slots(s.slots) * arch.vocab * FP32 / GB},
     }
-    return Estimate(resident, phases, overhead)
+    return resident, phases

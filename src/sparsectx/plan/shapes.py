@@ -10,11 +10,12 @@ response is the ``max_new_tokens`` cap (an upper bound: rollouts and reference p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from sparsectx.training.config import TrainConfig
+if TYPE_CHECKING:  # an annotation only: evaluation's memory rule imports this module without the trainer's config
+    from sparsectx.training.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,19 @@ class EvalShape:
     new_tokens: int
     visual_tokens: int
     processes: int
+    queued: int
+    """Items of one engine call, encoded before it decodes (``queue_size``)."""
+    prefill_tokens: int
+    """Most padded prompt tokens per prefill forward (``engine.prefill_tokens``)."""
+    cached_shapes: int
+    """Slot caches held at once (``kept_slot_caches``)."""
+
+
+def kept_slot_caches(graphs: bool, graph_cache: int) -> int:
+    """Returns how many slot caches an evaluation process holds at once: with CUDA graphs the engine keeps the last
+    ``engine.graph_cache`` captured (slots, length) steps, each with its own cache (``DecodeEngine.step_for``), and
+    the calls of a benchmark differ in length; without graphs, the one of the running call."""
+    return graph_cache if graphs else 1
 
 
 def prompt_lengths(text: int, visual: int, budget: float, delta: float | None) -> tuple[int, int, int | None]:
@@ -115,15 +129,25 @@ def train_shape(tc: TrainConfig, processes: int, visual_default: int, text_token
     )
 
 
-def eval_shape(cfg: DictConfig, bench: dict[str, Any], processes: int, visual_default: int, text: int) -> EvalShape:
+def eval_shape(
+    cfg: DictConfig, bench: dict[str, Any], processes: int, visual_default: int, text: int, sizes: tuple[int, int]
+) -> EvalShape:
     """Returns the shape of one evaluation process of the composed ``evaluate.yaml`` on one benchmark's config
-    (full context: the unpruned prompt bounds every budget's). A video benchmark's prompt holds its
-    ``video.max_tokens`` visual tokens (the cap over all its frames)."""
+    (full context: the unpruned prompt bounds every budget's), with its engine's ``sizes``: (batch_size,
+    queue_size) as ints (``auto`` resolved, ``sparsectx.eval.slots_budget``). A video benchmark's prompt holds its
+    ``video.max_tokens`` visual tokens (the cap over all its frames). On a GPU: CUDA graphs unless turned off."""
     passk = cfg.mode == "passk"
     video = bench.get("video") or {}
     visual = video.get("max_tokens") or cfg.model.max_visual_tokens or visual_default
     new = cfg.passk.max_new_tokens if passk else bench["max_new_tokens"]
-    slots = cfg.passk.sample_batch if passk else cfg.batch_size
+    batch, queue = sizes
     return EvalShape(
-        slots=slots, prompt_tokens=text + visual, new_tokens=new, visual_tokens=visual, processes=processes
+        slots=cfg.passk.sample_batch if passk else batch,
+        prompt_tokens=text + visual,
+        new_tokens=new,
+        visual_tokens=visual,
+        processes=processes,
+        queued=queue,
+        prefill_tokens=cfg.engine.prefill_tokens,
+        cached_shapes=kept_slot_caches(cfg.engine.cuda_graphs != "off", cfg.engine.graph_cache),
     )

@@ -18,11 +18,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import PreTrainedModel
 
+from sparsectx.model_parts import MIXERS, VISION_MARKERS
 from sparsectx.training.method import LoraSettings
-
-VISION_MARKERS = (".visual.", "vision_tower", "merger")
-MIXERS = ("self_attn", "linear_attn", "mlp")
-"""The parts of a decoder layer whose projections LoRA may adapt (attention, linear attention, MLP)."""
 
 
 def lora_target_regex(modules: list[str]) -> str:
