@@ -24,10 +24,9 @@ FAMILY_NAMES = tuple(sorted({*FAMILIES.names(), *FAMILIES.model_types()}))
 
 KNOWN = [
     "src/sparsectx/eval/hybrid_costs.py a table keyed by family names",
-    "src/sparsectx/models/video_input.py a table keyed by family names",
 ]
-"""Tables not yet turned into record fields, left to their owners: Qwen3.5's gated ``q_proj`` (the text config's
-``attn_output_gate`` says it) and the video layouts (``FamilySpec.video_layout`` holds the same facts, unread)."""
+"""Tables not yet turned into record fields: Qwen3.5's gated ``q_proj`` (by text ``model_type``: transformers 5.17's
+``Qwen3_5Attention`` always gates, its config has no switch for it)."""
 
 
 def _names_family(node: ast.AST) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from sparsectx.models.family import FamilyRegistry, FamilySpec
+from sparsectx.models.family import FAMILIES, FamilySpec
 from sparsectx.registry import package_modules
 
 INFRASTRUCTURE_MODULES = (
@@ -36,13 +36,6 @@ INFRASTRUCTURE_MODULES = (
 )
 """The modules of ``sparsectx.models`` that are no family: what the families share. Every other module of the
 package is a family module and must define ``SPEC``."""
-
-FAMILIES = FamilyRegistry(
-    not_yet={
-        "llavaonevision1_5": "LLaVA-OneVision-1.5 has no class in transformers 5.17, only remote code; "
-        "conf/model/llava_onevision_qwen2_7b.yaml is the llava_onevision stand-in",
-    }
-)
 
 
 def register_families() -> None:

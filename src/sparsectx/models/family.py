@@ -29,7 +29,7 @@ class FamilySpec:
     """What the rest of the code needs to know about one model family."""
 
     name: str
-    """The family's key: ``adapter.family``, ``processor.family``, result records, ``VIDEO_LAYOUTS``."""
+    """The family's key: ``adapter.family``, ``processor.family``, result records."""
     model_types: tuple[str, ...]
     """``config.json`` ``model_type`` values this family accepts (the first is the transformers class's own)."""
     architectures: tuple[str, ...]
@@ -212,3 +212,15 @@ class FamilyRegistry:
                 f"(model_type {model_type!r}); the adapter reads {list(spec.architectures)}"
             )
         return spec
+
+
+FAMILIES = FamilyRegistry(
+    not_yet={
+        "llavaonevision1_5": "LLaVA-OneVision-1.5 has no class in transformers 5.17, only remote code; "
+        "conf/model/llava_onevision_qwen2_7b.yaml is the llava_onevision stand-in",
+    }
+)
+"""The registry of family records, filled by ``sparsectx.models.families`` (which imports every family module)."""
+
+PROCESSOR_ONLY_FAMILY = "qwen2_5_vl"
+"""The family of a folder without config.json (a processor saved alone): the shipped tiny model's."""

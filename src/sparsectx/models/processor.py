@@ -33,7 +33,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from sparsectx.data.video import Video
 from sparsectx.models.families import FAMILIES
-from sparsectx.models.family import FamilySpec
+from sparsectx.models.family import PROCESSOR_ONLY_FAMILY, FamilySpec
 from sparsectx.models.llava_onevision_processor import LlavaOnevisionTextProcessor, load_llava_processor
 from sparsectx.models.templates import (
     ChatTemplating,
@@ -43,7 +43,6 @@ from sparsectx.models.templates import (
     template_thinking_default,
 )
 from sparsectx.models.video_input import (
-    VIDEO_LAYOUTS,
     check_video_family,
     second_per_grid,
     video_marker,
@@ -55,8 +54,6 @@ from sparsectx.models.video_input import (
 IMAGE_TOKEN = "<|image_pad|>"
 GLM_IMAGE_TOKEN = "<|image|>"
 """GLM-4.6V's image marker (its chat template wraps it in <|begin_of_image|> ... <|end_of_image|>)."""
-PROCESSOR_ONLY_FAMILY = "qwen2_5_vl"
-"""The family of a folder without config.json (a processor saved alone): the shipped tiny model's."""
 
 
 class ImageTextProcessor(ChatTemplating):
@@ -114,7 +111,7 @@ class ImageTextProcessor(ChatTemplating):
 
     def _video_texts(self, text: list[str], videos: list[Video], grids: torch.Tensor) -> list[str]:
         """Returns ``text`` with each templated video part (in order, across the batch) expanded."""
-        layout = VIDEO_LAYOUTS[self.family]
+        layout = check_video_family(self.family, "videos")
         marker, temporal = video_marker(layout), int(self.image_processor.temporal_patch_size)
         out, cursor = [], 0
         for prompt in text:
@@ -177,7 +174,7 @@ class ImageTextProcessor(ChatTemplating):
         image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         data["mm_token_type_ids"] = (tokens["input_ids"] == image_id).long()
         if videos:
-            slots = video_slots(tokens["input_ids"], VIDEO_LAYOUTS[self.family], self.tokenizer)
+            slots = video_slots(tokens["input_ids"], check_video_family(self.family, "videos"), self.tokenizer)
             data["mm_token_type_ids"][slots] = 2
         return BatchFeature(data)
 

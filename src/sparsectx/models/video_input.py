@@ -7,7 +7,7 @@ into temporal patches of ``temporal_patch_size`` frames (the last frame repeated
 giving the row layout of HF's ``Qwen2VLVideoProcessor``: (t, h/m, w/m, m, m) patches of
 (C, temporal_patch_size, p, p) values, and a grid (t, h, w).
 
-The families place a video in the prompt differently (``VIDEO_LAYOUTS``):
+The families place a video in the prompt differently (each record's ``FamilySpec.video_layout``):
 
 - ``grid`` (Qwen2.5-VL): ``<|video_pad|>`` becomes one run of t*h*w/m^2 pads; positions space the temporal
   patches by ``tokens_per_second * int(second_per_grid_t)`` (transformers 5.17's ``get_rope_index``), with
@@ -24,7 +24,7 @@ The families place a video in the prompt differently (``VIDEO_LAYOUTS``):
   runs each temporal patch as its own (1, h, w) grid (``get_video_features``), and each group takes image
   positions. A video's slots are image tokens; the video segment markers tell them apart.
 
-Other families are refused with an error naming the family (``check_video_family``).
+Families whose record declares no layout are refused with an error naming the family (``check_video_family``).
 """
 
 from __future__ import annotations
@@ -36,25 +36,18 @@ from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from sparsectx.data.video import Video, VideoError
+from sparsectx.models.family import FAMILIES, PROCESSOR_ONLY_FAMILY
 
 VIDEO_TOKEN = "<|video_pad|>"
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 GLM_VIDEO_TOKEN, GLM_IMAGE_TOKEN = "<|video|>", "<|image|>"
 GLM_VIDEO_START, GLM_VIDEO_END = "<|begin_of_video|>", "<|end_of_video|>"
 GLM_FRAME_START, GLM_FRAME_END = "<|begin_of_image|>", "<|end_of_image|>"
-VIDEO_LAYOUTS = {
-    "qwen2_5_vl": "grid",
-    "qwen3_vl": "timestamps",
-    "qwen3_5": "timestamps",
-    "glm46v": "glm_frames",
-    "": "grid",
-}
-"""Checkpoint ``model_type`` -> how its prompts hold a video ("" = a processor-only folder: Qwen2.5-VL's)."""
 
 
 def video_refusal(family: str, key: str) -> ValueError:
     """Returns the config error for video input on ``family``, naming the key that asked for it."""
-    supported = sorted(f for f in VIDEO_LAYOUTS if f)
+    supported = sorted(spec.name for spec in FAMILIES if spec.video_layout is not None)
     return ValueError(
         f"{key}: model family {family!r} has no video input in sparsectx (its processor places video tokens "
         f"its own way and that path is not built); video benchmarks run on model families {supported}"
@@ -62,10 +55,13 @@ def video_refusal(family: str, key: str) -> ValueError:
 
 
 def check_video_family(family: str, key: str) -> str:
-    """Returns the video layout of ``family``; raises ``video_refusal`` when it has none."""
-    if family not in VIDEO_LAYOUTS:
+    """Returns the video layout of ``family`` (its record's ``video_layout``; "" = a processor-only folder, the
+    tiny model's family); raises ``video_refusal`` when it has none."""
+    name = family or PROCESSOR_ONLY_FAMILY
+    layout = FAMILIES.by_name(name).video_layout if name in FAMILIES.names() else None
+    if layout is None:
         raise video_refusal(family, key)
-    return VIDEO_LAYOUTS[family]
+    return layout
 
 
 def frame_size(video: Video, image_processor: object) -> tuple[int, int]:
