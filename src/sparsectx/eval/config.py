@@ -7,8 +7,9 @@ mistyped key is an error naming the full key, and each ``__post_init__`` checks 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sparsectx.budget import check_budget
 from sparsectx.checks import check_choice
+from sparsectx.config_schema import CONFIG_ERRORS, load_config
 from sparsectx.data.config import PromptConfig
 from sparsectx.data.layout import BenchLayout
 from sparsectx.data.video import SAMPLING_RULES, SAVE_VIDEO_FRAMES
@@ -343,6 +345,32 @@ def check_queue(batch_size: int, queue_size: int) -> None:
         )
 
 
+def check_failure_rate(value: float) -> None:
+    """Raises ValueError naming ``max_failure_rate`` unless ``value`` lies in [0, 1]."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"max_failure_rate={value} must lie in [0, 1]")
+
+
+def check_skip_fraction(value: float) -> None:
+    """Raises ValueError naming ``max_skip_fraction`` unless ``value`` lies in [0, 1)."""
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"max_skip_fraction={value} must lie in [0, 1) (0 refuses any unusable row)")
+
+
+TOP_LEVEL_CHECKS: dict[str, Callable[[Any], object]] = {
+    "mode": lambda value: check_choice(value, MODES, "mode"),
+    "budget": lambda value: check_budget(value, "budget"),
+    "seed": lambda value: check_seed(value, "seed"),
+    "batch_size": lambda value: check_slot_count(value, "batch_size"),
+    "queue_size": lambda value: check_slot_count(value, "queue_size"),
+    "max_failure_rate": check_failure_rate,
+    "max_skip_fraction": check_skip_fraction,
+}
+"""The checks of ``EvalConfig``'s top-level values that need no other key, each by its field: ``__post_init__``
+runs them first, and ``load_eval_config`` runs them beside the sections' checks, so their errors are reported
+with those of the sections (which stop ``EvalConfig``'s own checks from running)."""
+
+
 @dataclass
 class EvalConfig:
     """The whole evaluation job (``conf/evaluate.yaml``)."""
@@ -399,22 +427,13 @@ class EvalConfig:
     below it the rest is scored, the skips are recorded in the result and footnoted in tables."""
 
     def __post_init__(self) -> None:
-        check_choice(self.mode, MODES, "mode")
-        check_budget(self.budget, "budget")
-        check_seed(self.seed, "seed")
-        check_slot_count(self.batch_size, "batch_size")
-        check_slot_count(self.queue_size, "queue_size")
+        for key, check in TOP_LEVEL_CHECKS.items():
+            check(getattr(self, key))
         if self.batch_size != AUTO:
             self.engine.check_slots(self.batch_size, "batch_size")
             if self.queue_size != AUTO:
                 check_queue(self.batch_size, self.queue_size)
         self.engine.check_slots(self.passk.sample_batch, "passk.sample_batch")
-        if not 0.0 <= self.max_failure_rate <= 1.0:
-            raise ValueError(f"max_failure_rate={self.max_failure_rate} must lie in [0, 1]")
-        if not 0.0 <= self.max_skip_fraction < 1.0:
-            raise ValueError(
-                f"max_skip_fraction={self.max_skip_fraction} must lie in [0, 1) (0 refuses any unusable row)"
-            )
         if self.decoding.do_sample:
             raise ValueError("decoding.do_sample=true: benchmark scores use greedy decoding; use mode=passk to sample")
         if not isinstance(self.method, dict) or not isinstance(self.method.get("name"), str):
@@ -449,9 +468,31 @@ class EvalConfig:
 
 
 def load_eval_config(cfg: DictConfig) -> EvalConfig:
-    """Returns the composed config as a checked ``EvalConfig``; unknown, missing or mistyped keys raise."""
-    merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    """Returns the composed config as a checked ``EvalConfig``; every unknown, missing, mistyped or refused key
+    raises, all at once (``sparsectx.config_schema.load_config``), the top-level values checked beside the
+    sections (``TOP_LEVEL_CHECKS``)."""
+    values = top_level_values(cfg, list(TOP_LEVEL_CHECKS))
+    checks = [partial(TOP_LEVEL_CHECKS[key], value) for key, value in values.items()]
+    return load_config(EvalConfig, cfg, "the evaluation config (conf/evaluate.yaml)", checks=checks)
+
+
+def top_level_values(cfg: DictConfig, keys: Sequence[str]) -> dict[str, Any]:
+    """Returns {key: value as ``EvalConfig`` types it (``max_failure_rate=2`` as 2.0)} for each of ``keys`` of
+    ``cfg``; a key left out of ``cfg``, or whose value does not merge into the schema, is left out (the schema's
+    merge reports it). One merge of them all, then one per key only when that one fails."""
+    schema = OmegaConf.structured(EvalConfig)
+    present = [key for key in keys if key in cfg and not OmegaConf.is_missing(cfg, key)]
+    try:
+        merged = OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, present))
+        return {key: merged[key] for key in present}
+    except CONFIG_ERRORS:
+        values = {}
+        for key in present:
+            try:
+                values[key] = OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, [key]))[key]
+            except CONFIG_ERRORS:
+                continue
+        return values
 
 
 def compose_bench(name: str, overrides: Sequence[str] = ()) -> BenchSpec:
@@ -466,7 +507,8 @@ def bench_spec_from(recorded: Mapping[str, Any]) -> BenchSpec:
     """Returns the ``BenchSpec`` of a benchmark config held as plain data (a result's recorded config).
 
     Raises:
-        ValueError / omegaconf errors: the data does not read as a ``BenchSpec`` (naming the key).
+        ValueError / omegaconf errors: the data does not read as a ``BenchSpec`` (naming the key; every key
+            when several are wrong).
     """
-    merged = OmegaConf.merge(OmegaConf.structured(BenchSpec), dict(recorded))
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    name = recorded.get("name", "?")
+    return load_config(BenchSpec, OmegaConf.create(dict(recorded)), f"the recorded benchmark config of {name}")

@@ -21,6 +21,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from sparsectx.config_schema import load_config
 from sparsectx.data import Item, format_question
 from sparsectx.data.layout import BenchLayout, PromptParts
 from sparsectx.eval.checkpoints import load_eval_model
@@ -92,9 +93,8 @@ def harness_layout() -> BenchLayout:
     """Returns the layout harness rows are asked under: the rows as the adapter made them (options in option
     columns, the answer as written) in the project's question format (``conf/bench_prompt/project.yaml``,
     ``format_question``'s), so a harness prompt equals ``evaluate.py``'s on the synthetic benchmarks."""
-    parts = OmegaConf.merge(
-        OmegaConf.structured(PromptParts), OmegaConf.load(CONF_DIR / "bench_prompt" / "project.yaml")
-    )
+    parts_file = CONF_DIR / "bench_prompt" / "project.yaml"
+    parts = load_config(PromptParts, OmegaConf.load(parts_file), str(parts_file))
     return BenchLayout(
         files=["harness rows"],
         drop_rows=[],
@@ -102,7 +102,7 @@ def harness_layout() -> BenchLayout:
         options_column="",
         answer="as_is",
         gold_column="answer",
-        prompt=OmegaConf.to_object(parts),
+        prompt=parts,
         source="the harness adapter's rows",
     )
 
