@@ -59,3 +59,30 @@ def package_modules(package: str, path: Iterable[str], skip: Collection[str]) ->
     for found in pkgutil.iter_modules(path):
         if found.name not in skip:
             yield found.name, importlib.import_module(f"{package}.{found.name}")
+
+
+def module_specs(
+    package: str, path: Iterable[str], skip: Collection[str], spec_type: type[T], kind: str, recipe: str, shared: str
+) -> Iterator[T]:
+    """Yields the ``SPEC`` of every module of a component package (``package_modules``), checked: each module
+    defines a ``spec_type`` named like the module. ``kind`` names such a module in messages ("operator",
+    "family"), ``recipe`` where adding one is described, ``shared`` what else carries the name.
+
+    Raises:
+        TypeError: a module defines no ``SPEC``, or one that is not a ``spec_type``.
+        ValueError: a module's ``SPEC.name`` differs from the module's name.
+    """
+    for name, module in package_modules(package, path, skip):
+        spec = getattr(module, "SPEC", None)
+        if not isinstance(spec, spec_type):
+            raise TypeError(
+                f"{module.__file__}: a{'n' if kind[0] in 'aeiou' else ''} {kind} module of {package} defines no SPEC "
+                f"(found {type(spec).__name__}); add SPEC = {spec_type.__name__}(name={name!r}, ...) at its end "
+                f"({recipe}), or, if it is no {kind}, add {name!r} to its package's INFRASTRUCTURE_MODULES"
+            )
+        if spec.name != name:
+            raise ValueError(
+                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {name!r}; rename the "
+                f"module {spec.name}.py ({shared})"
+            )
+        yield spec

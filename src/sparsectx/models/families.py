@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 from sparsectx.models.family import FAMILIES, FamilySpec
-from sparsectx.registry import package_modules
+from sparsectx.registry import module_specs
 
 INFRASTRUCTURE_MODULES = (
     "adapter",
@@ -49,19 +49,12 @@ def register_families() -> None:
         ValueError: a module's ``SPEC.name`` differs from the module's name, or a name or model_type is taken.
     """
     package = importlib.import_module(__package__)  # sparsectx.models, whose __init__ may still be running
-    for name, module in package_modules(package.__name__, package.__path__, INFRASTRUCTURE_MODULES):
-        spec = getattr(module, "SPEC", None)
-        if not isinstance(spec, FamilySpec):
-            raise TypeError(
-                f"{module.__file__}: a family module of {package.__name__} defines no SPEC (found "
-                f"{type(spec).__name__}); add SPEC = FamilySpec(name={name!r}, ...) at its end (docs/families.md, "
-                f'"Add a family"), or, if it is no family, add {name!r} to {__name__}.INFRASTRUCTURE_MODULES'
-            )
-        if spec.name != name:
-            raise ValueError(
-                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {name!r}; rename the "
-                f"module {spec.name}.py (module and family share one name: adapter.family, result records)"
-            )
+    recipe = 'docs/families.md, "Add a family"'
+    shared = "module and family share one name: adapter.family, result records"
+    specs = module_specs(
+        package.__name__, package.__path__, INFRASTRUCTURE_MODULES, FamilySpec, "family", recipe, shared
+    )
+    for spec in specs:
         if spec.name in FAMILIES.names() and FAMILIES.by_name(spec.name) is spec:
             continue  # registered by an earlier call
         FAMILIES.register(spec)

@@ -20,7 +20,7 @@ import torch
 
 from sparsectx.budget import tokens_to_keep
 from sparsectx.pruning.base import IN_LLM, PrunerSpec
-from sparsectx.registry import Registry, package_modules
+from sparsectx.registry import Registry, module_specs
 from sparsectx.visual import ImageTokens, Selection, VisionSignals
 
 PRUNERS = Registry[PrunerSpec]("pruner")
@@ -41,19 +41,9 @@ def register_operators() -> None:
         TypeError: an operator module defines no ``SPEC``, or one that is not a ``PrunerSpec``.
         ValueError: a module's ``SPEC.name`` differs from the module's name.
     """
-    for name, module in package_modules(__name__, __path__, INFRASTRUCTURE_MODULES):
-        spec = getattr(module, "SPEC", None)
-        if not isinstance(spec, PrunerSpec):
-            raise TypeError(
-                f"{module.__file__}: an operator module of {__name__} defines no SPEC (found {type(spec).__name__}); "
-                f'add SPEC = PrunerSpec(name={name!r}, ...) at its end (docs/extending.md, "Add a pruner"), '
-                f"or, if it is no operator, add {name!r} to {__name__}.INFRASTRUCTURE_MODULES"
-            )
-        if spec.name != name:
-            raise ValueError(
-                f"{module.__file__}: SPEC.name={spec.name!r} differs from the module's name {name!r}; "
-                f"rename the module {spec.name}.py (module, registry key and conf/pruner/<name>.yaml share one name)"
-            )
+    recipe = 'docs/extending.md, "Add a pruner"'
+    shared = "module, registry key and conf/pruner/<name>.yaml share one name"
+    for spec in module_specs(__name__, __path__, INFRASTRUCTURE_MODULES, PrunerSpec, "operator", recipe, shared):
         if spec.name in PRUNERS and PRUNERS.get(spec.name) is spec:
             continue  # registered by an earlier call
         PRUNERS.register(spec.name)(spec)
